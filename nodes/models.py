@@ -1,0 +1,259 @@
+"""Values that flow between the retrieval nodes: the request, the query analysis, candidates, the bundle."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from stores.models import MemoryObject
+
+
+class RetrievalMode(StrEnum):
+    DEFAULT = "DEFAULT"
+    EXPLICIT = "EXPLICIT"
+    AUDIT = "AUDIT"
+
+
+class RetrievalRequest(BaseModel):
+    """One question and everything that varies per request. `reference_time` is fixed by then."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    query: str = Field(min_length=1, max_length=10_000)
+    namespaces: tuple[str, ...] = Field(min_length=1)
+    reference_time: AwareDatetime
+    token_budget: int = Field(default=4096, ge=1, le=10_000_000)
+    retrieval_mode: RetrievalMode = RetrievalMode.DEFAULT
+    time_from: AwareDatetime | None = None
+    time_to: AwareDatetime | None = None
+    event_time_from: AwareDatetime | None = None
+    event_time_to: AwareDatetime | None = None
+    limit: int | None = Field(default=None, ge=1)
+    min_score: float = Field(default=0.0, ge=0.0, le=1.0)
+    max_per_source: int | None = Field(default=None, ge=1)
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the query is empty; ask a question in words")
+        return value
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces_sorted(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not ns.strip() for ns in value):
+            raise ValueError("a namespace name is empty")
+        return tuple(sorted(set(value)))
+
+    @model_validator(mode="after")
+    def _windows_ordered(self) -> RetrievalRequest:
+        for low, high in (("time_from", "time_to"), ("event_time_from", "event_time_to")):
+            a, b = getattr(self, low), getattr(self, high)
+            if a and b and b < a:
+                raise ValueError(f"{high} is before {low}")
+        return self
+
+
+# ---- Stage 1 -------------------------------------------------------------------------------
+
+
+class EntityType(StrEnum):
+    PERSON = "PERSON"
+    PLACE = "PLACE"
+    ORGANIZATION = "ORGANIZATION"
+    OTHER = "OTHER"
+
+
+class QueryEntity(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    type: EntityType = EntityType.OTHER
+    confidence: float = Field(ge=0.0, le=1.0)
+    matched_ids: tuple[UUID, ...] = ()
+
+
+class TemporalType(StrEnum):
+    ABSOLUTE = "ABSOLUTE"
+    RELATIVE = "RELATIVE"
+    DURATION = "DURATION"
+    RECURRING = "RECURRING"
+
+
+class TemporalSignal(BaseModel):
+    """A date phrase in the query and the window it resolves to (inclusive start, exclusive end)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: TemporalType
+    text: str
+    start: AwareDatetime | None = None
+    end: AwareDatetime | None = None
+
+
+class QueryIntent(StrEnum):
+    ENTITY_LOOKUP = "ENTITY_LOOKUP"
+    TEMPORAL = "TEMPORAL"
+    RELATIONAL = "RELATIONAL"
+    FACTUAL = "FACTUAL"
+    SEMANTIC = "SEMANTIC"
+
+
+class AggregationKind(StrEnum):
+    COUNT = "COUNT"
+    LIST = "LIST"
+
+
+class QueryAnalysis(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    raw_query: str
+    entities: tuple[QueryEntity, ...] = ()
+    temporal_signals: tuple[TemporalSignal, ...] = ()
+    intent: QueryIntent = QueryIntent.SEMANTIC
+    current_state: bool = False
+    aggregation: AggregationKind | None = None
+    namespace_scope: tuple[str, ...]
+    retrieval_mode: RetrievalMode = RetrievalMode.DEFAULT
+    reference_time: AwareDatetime
+
+    @property
+    def temporal_window(self) -> tuple[datetime, datetime] | None:
+        """The union of the resolved windows, or None when no signal resolved."""
+        starts = [s.start for s in self.temporal_signals if s.start]
+        ends = [s.end for s in self.temporal_signals if s.end]
+        if not starts or not ends:
+            return None
+        return min(starts), max(ends)
+
+
+# ---- Stage 2 and 3 -------------------------------------------------------------------------
+
+
+class PathType(StrEnum):
+    VECTOR = "VECTOR"
+    LEXICAL = "LEXICAL"
+    GRAPH = "GRAPH"
+    PINNED = "PINNED"
+    SESSION_CONTEXT = "SESSION_CONTEXT"
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelHit:
+    """One object found by one path: its 1-based rank there, raw score and normalised score."""
+
+    object_id: UUID
+    path: PathType
+    rank: int
+    raw_score: float
+    score: float
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChannelResult:
+    """Everything one candidate path returned, or why it returned nothing."""
+
+    path: PathType
+    hits: tuple[ChannelHit, ...] = ()
+    objects: Mapping[UUID, MemoryObject] = field(default_factory=dict)
+    limit: int = 0
+    failure: str | None = None
+    embedding_mismatch: bool = False
+
+    @property
+    def at_limit(self) -> bool:
+        return self.limit > 0 and len(self.hits) >= self.limit
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One object with every path that found it."""
+
+    object: MemoryObject
+    hits: Mapping[PathType, ChannelHit]
+
+    @property
+    def object_id(self) -> UUID:
+        return self.object.id
+
+    @property
+    def paths(self) -> tuple[PathType, ...]:
+        return tuple(p for p in PathType if p in self.hits)
+
+    @property
+    def path_count(self) -> int:
+        """Retrieval paths that found it; session context does not count (RFC 4.5)."""
+        return sum(1 for p in self.hits if p is not PathType.SESSION_CONTEXT)
+
+
+@dataclass(frozen=True)
+class CandidatePool:
+    """Merged candidates in object-id order, with what each path reported."""
+
+    candidates: tuple[Candidate, ...]
+    backend_failures: Mapping[PathType, str] = field(default_factory=dict)
+    embedding_mismatch: bool = False
+    paths_at_limit: tuple[PathType, ...] = ()
+
+    @property
+    def by_id(self) -> dict[UUID, Candidate]:
+        return {c.object_id: c for c in self.candidates}
+
+
+@dataclass(frozen=True)
+class FilteredPool:
+    """Candidates that may be scored, and every removed object with its reason."""
+
+    candidates: tuple[Candidate, ...]
+    excluded: Mapping[UUID, str]
+    source: CandidatePool
+
+
+# ---- Stage 6: the bundle -------------------------------------------------------------------
+
+BUNDLE_VERSION = 1
+
+
+class BundleItem(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: UUID
+    namespace: str
+    node_type: str
+    content: str
+    text: str = Field(description="The item exactly as packed into the context, formatting included.")
+    score: float
+    semantic_relevance: float | None = None
+    paths: tuple[PathType, ...]
+    path_count: int
+    tier: int = Field(description="1 pinned and active tasks, 2 found by two or more paths, 3 the rest.")
+    tokens: int
+    event_time: AwareDatetime | None = None
+    source_ref: str | None = None
+
+
+class MemoryBundle(BaseModel):
+    """What an application puts into an LLM's context. Its JSON form is versioned and stable."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bundle_version: int = BUNDLE_VERSION
+    query: str
+    namespaces: tuple[str, ...]
+    reference_time: AwareDatetime
+    token_budget: int
+    tokens_used: int
+    items: tuple[BundleItem, ...]
+    context: str = Field(description="The packed text, items joined in order, counted in cl100k_base tokens.")
+    retrieval_metadata: dict[str, Any]
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=None)

@@ -1,0 +1,186 @@
+"""Validated retrieval settings: every number the pipeline reads, checked when it is built.
+
+Structural switches (the score formula) are Hamilton config, not settings: see
+`dataflows.pipeline`. A bad value is rejected with pydantic's message, which names the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from nodes.models import PathType
+from stores.models import EpistemicType, NodeType
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+def _check_finite(name: str, value: float) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
+class CandidateSettings(BaseModel):
+    """Stage 2 limits (RFC 4.1 to 4.4)."""
+
+    model_config = _FROZEN
+
+    vector_k: int = Field(default=150, ge=0, le=100_000)
+    lexical_k: int = Field(default=150, ge=0, le=100_000)
+    graph_max_hops: int = Field(default=2, ge=1, le=3, description="RFC 4.1 hard limit: 3.")
+    graph_min_edge_confidence: float = Field(default=0.40, ge=0.0, le=1.0)
+    graph_max_candidates: int = Field(default=50, ge=0, le=10_000)
+    enabled_paths: frozenset[PathType] = frozenset(
+        {PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED}
+    )
+    aggregation_k_multiplier: float = Field(default=3.0, ge=1.0, le=100.0)
+    aggregation_k_max: int = Field(default=2000, ge=1, le=100_000)
+
+    @field_validator("enabled_paths")
+    @classmethod
+    def _primary_paths_only(cls, value: frozenset[PathType]) -> frozenset[PathType]:
+        if PathType.SESSION_CONTEXT in value:
+            raise ValueError("SESSION_CONTEXT is not a primary path; set session.window to 0 to turn it off")
+        return value
+
+
+class WeightedScoring(BaseModel):
+    """Score formula version 1 (RFC 7). The six additive weights must sum to 1.0.
+
+    The RFC's listed defaults sum to 0.95 without w_epistemic (a multiplier), which its own rule
+    forbids; the missing 0.05 goes to the semantic weight.
+    """
+
+    model_config = _FROZEN
+
+    w_semantic: float = 0.35
+    w_lexical: float = 0.15
+    w_graph: float = 0.20
+    w_recency: float = 0.10
+    w_salience: float = 0.10
+    w_confidence: float = 0.10
+    w_paths: float = Field(default=0.0, description="Tie-breaker only.")
+    recency_lambda_per_day: float = Field(default=0.05, gt=0.0, le=10.0)
+
+    @model_validator(mode="after")
+    def _weights_sum_to_one(self) -> WeightedScoring:
+        names = ("w_semantic", "w_lexical", "w_graph", "w_recency", "w_salience", "w_confidence", "w_paths")
+        for name in names:
+            value = getattr(self, name)
+            _check_finite(name, value)
+            if value < 0:
+                raise ValueError(f"{name} must not be negative, got {value}")
+        total = sum(getattr(self, n) for n in names[:-1])
+        if abs(total - 1.0) > 1e-9:
+            raise ValueError(
+                f"w_semantic + w_lexical + w_graph + w_recency + w_salience + w_confidence must sum "
+                f"to 1.0 (RFC 7), got {total:.6f}"
+            )
+        return self
+
+
+class RankFusionScoring(BaseModel):
+    """Score formula version 2, reciprocal rank fusion (RFC 7.2), the default."""
+
+    model_config = _FROZEN
+
+    rrf_k: int = Field(default=60, ge=1, le=10_000)
+    rrf_recency_boost: float | None = Field(default=0.25, gt=0.0, le=4.0)
+    rrf_tie_break: Literal["event_time"] | None = "event_time"
+    graph_as_ranked_list: bool = Field(
+        default=False, description="Fuse graph proximity as a third ranked list (RFC 7.2)."
+    )
+
+
+class ScoringSettings(BaseModel):
+    """Inputs shared by both formulas."""
+
+    model_config = _FROZEN
+
+    weighted: WeightedScoring = WeightedScoring()
+    rank_fusion: RankFusionScoring = RankFusionScoring()
+    epistemic_weights: dict[EpistemicType, float] = Field(
+        default_factory=lambda: {
+            EpistemicType.OBSERVED: 1.0,
+            EpistemicType.ASSERTED: 0.9,
+            EpistemicType.INFERRED: 0.7,
+            EpistemicType.UNVERIFIED: 0.5,
+            EpistemicType.HYPOTHETICAL: 0.3,
+            EpistemicType.DEPRECATED: 0.1,
+        }
+    )
+    node_type_boosts: dict[NodeType, float] = Field(default_factory=dict)
+    temporal_boost: float = Field(default=0.5, ge=0.0, le=10.0)
+    current_update_multiplier: float = Field(default=1.30, ge=1.0, le=4.0)
+    relevance_floor: float = Field(default=0.2, ge=0.0, le=1.0)
+
+    @field_validator("epistemic_weights", "node_type_boosts")
+    @classmethod
+    def _finite_non_negative(cls, value: dict) -> dict:
+        for key, weight in value.items():
+            _check_finite(f"{key}", weight)
+            if weight < 0:
+                raise ValueError(f"{key} must not be negative, got {weight}")
+        return value
+
+    @model_validator(mode="after")
+    def _all_epistemic_types(self) -> ScoringSettings:
+        missing = set(EpistemicType) - set(self.epistemic_weights)
+        if missing:
+            raise ValueError(f"epistemic_weights lacks {sorted(missing)}")
+        return self
+
+
+class FilterSettings(BaseModel):
+    """Stage 4 (RFC 6)."""
+
+    model_config = _FROZEN
+
+    unverified_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    namespace_thresholds: dict[str, float] = Field(default_factory=dict)
+
+    def threshold_for(self, namespace: str) -> float:
+        return self.namespace_thresholds.get(namespace, self.unverified_threshold)
+
+
+class SessionSettings(BaseModel):
+    """Adjacent session context (RFC 4.5). `window` 0 turns it off."""
+
+    model_config = _FROZEN
+
+    window: int = Field(default=1, ge=0, le=50)
+    top_triggers: int = Field(default=10, ge=0, le=1000)
+    score_decay: float = Field(default=0.85, gt=0.0, le=1.0)
+    rank_fusion_score_decay: float | None = Field(default=0.6, gt=0.0, le=1.0)
+
+
+class PackingSettings(BaseModel):
+    """Stage 6 (RFC 8, RFC-0006)."""
+
+    model_config = _FROZEN
+
+    item_format: Literal["reader", "plain"] = "reader"
+    tier_order: Literal["tiered", "score"] = "tiered"
+    density_exponent: float = Field(default=0.25, ge=0.0, le=1.0)
+
+
+class RetrievalSettings(BaseModel):
+    """All retrieval numbers. Build once, reuse for every request."""
+
+    model_config = _FROZEN
+
+    candidates: CandidateSettings = CandidateSettings()
+    scoring: ScoringSettings = ScoringSettings()
+    filtering: FilterSettings = FilterSettings()
+    session: SessionSettings = SessionSettings()
+    packing: PackingSettings = PackingSettings()
+    query_intent_order: Literal["entity_first", "temporal_first"] = "entity_first"
+
+    def fingerprint(self, fusion: str) -> str:
+        """A short hash of these settings and the formula; equal fingerprints score alike."""
+        payload = json.dumps({"fusion": fusion, "settings": self.model_dump(mode="json")}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]

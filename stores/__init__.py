@@ -1,0 +1,1 @@
+"""Storage adapters behind small protocols: DuckDB (rows, FTS, graph, log) and FAISS (exact vectors)."""

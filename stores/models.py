@@ -1,0 +1,104 @@
+"""The stored memory object and its enumerations (RFC-0001 shapes, as this project keeps them)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any
+from uuid import UUID, uuid4
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class NodeType(StrEnum):
+    TURN = "TURN"
+    FACT = "FACT"
+    ENTITY = "ENTITY"
+    EVENT = "EVENT"
+    PREFERENCE = "PREFERENCE"
+    DECISION = "DECISION"
+    TASK = "TASK"
+    INSTRUCTION = "INSTRUCTION"
+    INTENT = "INTENT"
+    SUMMARY = "SUMMARY"
+
+
+class EpistemicType(StrEnum):
+    OBSERVED = "OBSERVED"
+    ASSERTED = "ASSERTED"
+    INFERRED = "INFERRED"
+    UNVERIFIED = "UNVERIFIED"
+    HYPOTHETICAL = "HYPOTHETICAL"
+    DEPRECATED = "DEPRECATED"
+
+
+class LifecycleState(StrEnum):
+    ACTIVE = "ACTIVE"
+    TENTATIVE = "TENTATIVE"
+    ARCHIVED = "ARCHIVED"
+    SUPERSEDED = "SUPERSEDED"
+    DELETED = "DELETED"
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class MemoryObject(BaseModel):
+    """One stored memory: a dialogue turn, a fact, an entity, a task, ...
+
+    Validated and frozen. Times must carry a timezone; `namespace` is the isolation boundary
+    every retrieval path filters on.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    id: UUID = Field(default_factory=uuid4)
+    namespace: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+    owner: str = Field(default="default", min_length=1)
+    scope: str = Field(default="default", min_length=1)
+    session_id: str | None = None
+    session_seq: int | None = Field(default=None, ge=0, description="Position within its session.")
+    node_type: NodeType = NodeType.TURN
+    content: str = Field(min_length=1)
+    entity_canonical_name: str | None = None
+    epistemic_type: EpistemicType = EpistemicType.OBSERVED
+    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
+    salience: float = Field(default=0.5, ge=0.0, le=1.0)
+    lifecycle_state: LifecycleState = LifecycleState.ACTIVE
+    created_at: AwareDatetime = Field(default_factory=_utc_now)
+    updated_at: AwareDatetime = Field(default_factory=_utc_now)
+    event_time: AwareDatetime | None = None
+    valid_from: AwareDatetime | None = None
+    valid_to: AwareDatetime | None = None
+    evidence_refs: tuple[str, ...] = ()
+    source_ref: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("content")
+    @classmethod
+    def _content_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("content is blank; a memory needs text to retrieve")
+        return value
+
+    @field_validator("confidence", "salience")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number in [0, 1]")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MemoryObject:
+        if self.valid_from and self.valid_to and self.valid_to < self.valid_from:
+            raise ValueError("valid_to is before valid_from")
+        if self.node_type is NodeType.ENTITY and not self.entity_canonical_name:
+            raise ValueError("an ENTITY object needs entity_canonical_name")
+        return self
+
+    @property
+    def stated_time(self) -> datetime:
+        """When the memory was stated: its event time, else when it was stored (RFC 7.2)."""
+        return self.event_time or self.created_at

@@ -1,0 +1,149 @@
+"""The small interfaces the retrieval nodes see. Nodes never import duckdb or faiss.
+
+`MemoryStore` (stores/memory_store.py) implements all of them; tests use tiny fakes.
+Every method that takes `namespaces` applies the namespace filter inside the backend,
+before any limit, so another namespace can never use up a candidate budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+from uuid import UUID
+
+import numpy as np
+
+from stores.models import MemoryObject
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingIdentity:
+    """What produced a set of vectors; two identities must be equal to compare vectors (RFC 4.2)."""
+
+    model_name: str
+    model_hash: str
+    dimension: int
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalHit:
+    """One BM25 hit. `score` is min-max normalised within this query; `bm25` is raw and stays internal."""
+
+    object_id: UUID
+    bm25: float
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    object_id: UUID
+    cosine: float
+
+
+@dataclass(frozen=True, slots=True)
+class EntityRef:
+    """An ENTITY object and the name (canonical or alias) it is known by."""
+
+    object_id: UUID
+    namespace: str
+    canonical_name: str
+    alias: str
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """An undirected edge of the entity-object graph. Ids are unique and give the visit order."""
+
+    edge_id: int
+    source: UUID
+    target: UUID
+    edge_type: str
+    confidence: float
+
+    def other(self, node: UUID) -> UUID:
+        return self.target if node == self.source else self.source
+
+
+@dataclass(frozen=True, slots=True)
+class SessionNeighbour:
+    """`neighbour` is within the session window of `trigger` (same namespace, owner, scope, session)."""
+
+    trigger: UUID
+    neighbour: MemoryObject
+    offset: int
+
+
+@runtime_checkable
+class QueryEncoder(Protocol):
+    @property
+    def identity(self) -> EmbeddingIdentity: ...
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Return float32 unit vectors, shape (len(texts), dimension)."""
+        ...
+
+
+@runtime_checkable
+class LexicalIndex(Protocol):
+    def search_lexical(self, text: str, namespaces: Sequence[str], limit: int) -> list[LexicalHit]:
+        """BM25 over content and entity names, best first, ties by object id."""
+        ...
+
+
+@runtime_checkable
+class VectorIndex(Protocol):
+    @property
+    def embedding_identity(self) -> EmbeddingIdentity | None:
+        """The identity of the stored vectors; None while the store holds none."""
+        ...
+
+    def search_vector(self, vector: np.ndarray, namespaces: Sequence[str], limit: int) -> list[VectorHit]:
+        """Exact inner-product top-k over the namespaces' vectors, best first, ties by object id."""
+        ...
+
+
+@runtime_checkable
+class GraphIndex(Protocol):
+    def entity_catalog(self, namespaces: Sequence[str]) -> list[EntityRef]:
+        """Every entity name and alias in the namespaces."""
+        ...
+
+    def edges_touching(
+        self, nodes: Iterable[UUID], namespaces: Sequence[str], min_confidence: float
+    ) -> list[Edge]:
+        """Edges with an endpoint in `nodes` whose both endpoints lie in `namespaces`, by edge id."""
+        ...
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    def get_objects(self, ids: Iterable[UUID]) -> dict[UUID, MemoryObject]: ...
+
+    def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
+        """Salience 1.0, ACTIVE TASK and ACTIVE INTENT objects in the namespaces, by id."""
+        ...
+
+    def session_neighbours(self, triggers: Sequence[UUID], window: int) -> list[SessionNeighbour]:
+        """Objects within `window` positions of each trigger in its own session."""
+        ...
+
+    def state_fingerprint(self) -> str:
+        """Changes whenever rows, vectors or the FTS snapshot change."""
+        ...
+
+
+@runtime_checkable
+class RetrievalLog(Protocol):
+    def log_retrieval(self, record: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """What one `MemoryStore.add` wrote."""
+
+    objects_added: int
+    entities_added: int
+    edges_added: int
+    seconds: float
+    details: dict[str, Any] = field(default_factory=dict)
