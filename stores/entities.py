@@ -1,0 +1,94 @@
+"""Rule-based named-entity spotting, shared by ingestion (the entity graph) and query analysis.
+
+What it catches: runs of capitalised words ("Caroline", "New York", "Sun Microsystems"), with a
+possessive 's removed and "of"/"de"/"van" allowed inside a run ("Bank of America"); quoted
+phrases are the caller's business. What it misses: lower-case names ("caroline"), names that
+begin a sentence and are also common words ("Will", "Hope"), and entity types beyond a few
+cue words. Capitalised function words, pronouns, weekdays and months are never entities here:
+dates belong to the temporal parser.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9&\-]*(?:'[A-Za-z]+)?|[.!?;:,\"()]")
+_JOINERS = frozenset({"of", "de", "van", "von", "la", "del", "da"})
+_NEVER = frozenset(
+    """
+    i i'm i've i'll i'd im a an the this that these those there here it its it's he she they we you
+    me my mine your yours his her hers our ours their theirs him them us
+    what when where who whom whose why how which whether did do does is are was were be been am
+    can could would should will shall may might must have has had not no yes yeah yep ok okay
+    oh wow hey hi hello thanks thank sure well so but and or if then also just really maybe
+    great awesome cool nice good glad sorry please congrats congratulations haha lol omg
+    monday tuesday wednesday thursday friday saturday sunday
+    january february march april june july august september october november december
+    today tomorrow yesterday tonight last next since before after during
+    mr mrs ms dr
+    """.split()
+)
+_PLACE_CUES = frozenset({"in", "at", "to", "from", "near", "visited", "visit"})
+_ORG_WORDS = frozenset(
+    {"inc", "corp", "company", "university", "college", "club", "school", "group", "foundation",
+     "bank", "church", "team", "society", "association", "center", "centre", "studio", "studios"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractedEntity:
+    name: str
+    entity_type: str  # PERSON | PLACE | ORGANIZATION | OTHER
+    start_token: int
+
+
+def _strip_possessive(word: str) -> str:
+    return re.sub(r"'s$", "", word)
+
+
+def _is_name_word(word: str) -> bool:
+    return word[:1].isupper() and _strip_possessive(word).lower() not in _NEVER
+
+
+def extract_entities(text: str) -> list[ExtractedEntity]:
+    """Capitalised spans in `text`, in order of first appearance, each name once."""
+    tokens = _WORD.findall(text)
+    found: dict[str, ExtractedEntity] = {}
+    i = 0
+    while i < len(tokens):
+        if not _is_name_word(tokens[i]):
+            i += 1
+            continue
+        start = i
+        words = [_strip_possessive(tokens[i])]
+        i += 1
+        while i < len(tokens):
+            if tokens[i - 1].endswith("'s"):
+                break  # "Melanie's Sister": the possessive ends the name
+            if _is_name_word(tokens[i]):
+                words.append(_strip_possessive(tokens[i]))
+                i += 1
+            elif (
+                tokens[i] in _JOINERS
+                and i + 1 < len(tokens)
+                and _is_name_word(tokens[i + 1])
+            ):
+                words.extend([tokens[i], _strip_possessive(tokens[i + 1])])
+                i += 2
+            else:
+                break
+        name = " ".join(words)
+        if name.isupper() and len(name) <= 1:
+            continue
+        if name.lower() not in found:
+            found[name.lower()] = ExtractedEntity(name, _guess_type(tokens, start, words), start)
+    return list(found.values())
+
+
+def _guess_type(tokens: list[str], start: int, words: list[str]) -> str:
+    if words[-1].lower() in _ORG_WORDS or any(w.isupper() and len(w) > 1 for w in words):
+        return "ORGANIZATION"
+    if start > 0 and tokens[start - 1].lower() in _PLACE_CUES:
+        return "PLACE"
+    return "OTHER"
