@@ -137,6 +137,16 @@ class QueryAnalysis(BaseModel):
 # ---- Stage 2 and 3 -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class CandidateLimits:
+    """Per-path candidate limits for one request; count and list questions widen them (RFC 4.3)."""
+
+    vector_k: int
+    lexical_k: int
+    graph_max_candidates: int
+    widened: bool = False
+
+
 class PathType(StrEnum):
     VECTOR = "VECTOR"
     LEXICAL = "LEXICAL"
