@@ -9,9 +9,11 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
+import numpy as np
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from stores.models import MemoryObject
+from stores.protocols import EmbeddingIdentity
 
 
 class RetrievalMode(StrEnum):
@@ -135,6 +137,14 @@ class QueryAnalysis(BaseModel):
 
 
 # ---- Stage 2 and 3 -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueryEmbedding:
+    """The query's unit vector and the identity of the model that made it (kept for replay)."""
+
+    vector: np.ndarray
+    identity: EmbeddingIdentity
 
 
 @dataclass(frozen=True, slots=True)

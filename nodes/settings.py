@@ -37,6 +37,10 @@ class CandidateSettings(BaseModel):
     enabled_paths: frozenset[PathType] = frozenset(
         {PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED}
     )
+    on_embedding_mismatch: Literal["lexical_only", "error"] = Field(
+        default="lexical_only",
+        description="RFC 4.2: empty the vector path and flag the bundle, or reject the request.",
+    )
     aggregation_k_multiplier: float = Field(default=3.0, ge=1.0, le=100.0)
     aggregation_k_max: int = Field(default=2000, ge=1, le=100_000)
 
@@ -97,10 +101,13 @@ class RankFusionScoring(BaseModel):
 
 
 class ScoringSettings(BaseModel):
-    """Inputs shared by both formulas."""
+    """Which formula scores (Hamilton config `fusion`), and the inputs both formulas share."""
 
     model_config = _FROZEN
 
+    fusion: Literal["rrf", "weighted"] = Field(
+        default="rrf", description="rrf: formula version 2, the default; weighted: version 1."
+    )
     weighted: WeightedScoring = WeightedScoring()
     rank_fusion: RankFusionScoring = RankFusionScoring()
     epistemic_weights: dict[EpistemicType, float] = Field(
@@ -180,7 +187,11 @@ class RetrievalSettings(BaseModel):
     packing: PackingSettings = PackingSettings()
     query_intent_order: Literal["entity_first", "temporal_first"] = "entity_first"
 
-    def fingerprint(self, fusion: str) -> str:
-        """A short hash of these settings and the formula; equal fingerprints score alike."""
-        payload = json.dumps({"fusion": fusion, "settings": self.model_dump(mode="json")}, sort_keys=True)
+    def fingerprint(self) -> str:
+        """A short hash of these settings; equal fingerprints retrieve alike."""
+        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def hamilton_config(self) -> dict[str, str]:
+        """The structural switches, as Hamilton `@config.when` reads them."""
+        return {"fusion": self.scoring.fusion}

@@ -1,6 +1,8 @@
 """The small interfaces the retrieval nodes see. Nodes never import duckdb or faiss.
 
-`MemoryStore` (stores/memory_store.py) implements all of them; tests use tiny fakes.
+`MemoryStore` (stores/memory_store.py) implements all of them; tests use tiny fakes. They are
+abstract base classes rather than `typing.Protocol`s because Hamilton checks driver inputs with
+`isinstance`, which it skips for Protocol (generic) classes: implementations inherit them.
 Every method that takes `namespaces` applies the namespace filter inside the backend,
 before any limit, so another namespace can never use up a candidate budget.
 """
@@ -9,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from abc import ABC, abstractmethod
+from typing import Any
 from uuid import UUID
 
 import numpy as np
@@ -74,41 +77,44 @@ class SessionNeighbour:
     offset: int
 
 
-@runtime_checkable
-class QueryEncoder(Protocol):
+class QueryEncoder(ABC):
     @property
+    @abstractmethod
     def identity(self) -> EmbeddingIdentity: ...
 
+    @abstractmethod
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Return float32 unit vectors, shape (len(texts), dimension)."""
         ...
 
 
-@runtime_checkable
-class LexicalIndex(Protocol):
+class LexicalIndex(ABC):
+    @abstractmethod
     def search_lexical(self, text: str, namespaces: Sequence[str], limit: int) -> list[LexicalHit]:
         """BM25 over content and entity names, best first, ties by object id."""
         ...
 
 
-@runtime_checkable
-class VectorIndex(Protocol):
+class VectorIndex(ABC):
     @property
+    @abstractmethod
     def embedding_identity(self) -> EmbeddingIdentity | None:
         """The identity of the stored vectors; None while the store holds none."""
         ...
 
+    @abstractmethod
     def search_vector(self, vector: np.ndarray, namespaces: Sequence[str], limit: int) -> list[VectorHit]:
         """Exact inner-product top-k over the namespaces' vectors, best first, ties by object id."""
         ...
 
 
-@runtime_checkable
-class GraphIndex(Protocol):
+class GraphIndex(ABC):
+    @abstractmethod
     def entity_catalog(self, namespaces: Sequence[str]) -> list[EntityRef]:
         """Every entity name and alias in the namespaces."""
         ...
 
+    @abstractmethod
     def edges_touching(
         self, nodes: Iterable[UUID], namespaces: Sequence[str], min_confidence: float
     ) -> list[Edge]:
@@ -116,25 +122,28 @@ class GraphIndex(Protocol):
         ...
 
 
-@runtime_checkable
-class ObjectStore(Protocol):
+class ObjectStore(ABC):
+    @abstractmethod
     def get_objects(self, ids: Iterable[UUID]) -> dict[UUID, MemoryObject]: ...
 
+    @abstractmethod
     def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
         """Salience 1.0, ACTIVE TASK and ACTIVE INTENT objects in the namespaces, by id."""
         ...
 
+    @abstractmethod
     def session_neighbours(self, triggers: Sequence[UUID], window: int) -> list[SessionNeighbour]:
         """Objects within `window` positions of each trigger in its own session."""
         ...
 
+    @abstractmethod
     def state_fingerprint(self) -> str:
         """Changes whenever rows, vectors or the FTS snapshot change."""
         ...
 
 
-@runtime_checkable
-class RetrievalLog(Protocol):
+class RetrievalLog(ABC):
+    @abstractmethod
     def log_retrieval(self, record: Mapping[str, Any]) -> None: ...
 
 

@@ -1,0 +1,36 @@
+# Two set-up commands (README): `make demo` and `make test`. Both install what they need first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RMS := $(VENV)/bin/rms
+STAMP := $(VENV)/.installed-stamp
+LOCOMO ?= ../shared/data/locomo10.json
+export HF_HUB_OFFLINE := 1
+
+.PHONY: install system-deps demo test bench dag clean
+
+# Graphviz's `dot` draws the DAG pictures (rms dag, the notebook, their tests).
+system-deps:
+	@command -v dot >/dev/null 2>&1 || { \
+	  echo "installing graphviz (dot) with apt-get"; \
+	  (apt-get update -qq && apt-get install -y -qq graphviz >/dev/null) || \
+	  { echo "could not install graphviz: run 'apt-get install graphviz' as root"; exit 1; }; }
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP) system-deps
+
+demo: install
+	$(RMS) demo
+
+test: install
+	$(PY) -m pytest -q
+
+bench: install
+	$(RMS) bench locomo --data $(LOCOMO) --store .rms/locomo-store --out bench-out
+
+clean:
+	rm -rf $(VENV) .rms bench-out .pytest_cache

@@ -1,0 +1,1 @@
+"""Benchmark support: retrieval metrics, summaries and paired comparisons on plain Python data."""

@@ -1,0 +1,60 @@
+"""Ingestion front ends: JSON Lines of MemoryObjects, LoCoMo, and the demo conversation.
+
+Every file is validated whole before anything is written, so a bad line adds nothing; the
+store's own `add` is all-or-nothing for what gets past validation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from dataflows.locomo import LocomoDataset, conversation_objects, load_locomo
+from stores.models import MemoryObject
+from stores.protocols import IngestReport
+
+
+class IngestError(ValueError):
+    """A file that cannot be ingested; the message names the file, line and field."""
+
+
+def read_jsonl(path: Path) -> list[MemoryObject]:
+    """MemoryObjects, one JSON object per line; every bad line is reported, none is added."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise IngestError(f"{path}: cannot be read ({error})") from error
+    objects, problems = [], []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            objects.append(MemoryObject.model_validate_json(line))
+        except ValidationError as error:
+            for detail in error.errors():
+                field = ".".join(str(p) for p in detail["loc"]) or "line"
+                problems.append(f"line {number}, {field}: {detail['msg']}")
+    if problems:
+        shown = "; ".join(problems[:10]) + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
+        raise IngestError(f"{path}: nothing was added, fix these first: {shown}")
+    if not objects:
+        raise IngestError(f"{path}: no objects found (expected one JSON MemoryObject per line)")
+    return objects
+
+
+def locomo_objects(dataset: LocomoDataset) -> list[MemoryObject]:
+    """Every conversation's speaker entities and turns, conversation by conversation."""
+    return [obj for conversation in dataset.conversations for obj in conversation_objects(conversation)]
+
+
+def ingest_locomo(path: Path, store_path: str, *, progress: bool = True) -> tuple[IngestReport, LocomoDataset]:
+    """Build (or extend) a store from the LoCoMo file at `path`; one namespace per conversation."""
+    from dataflows.retrieval import default_encoder
+    from stores.memory_store import MemoryStore
+
+    dataset = load_locomo(path)
+    with MemoryStore.open(store_path, encoder=default_encoder()) as store:
+        report = store.add(locomo_objects(dataset), progress=progress)
+    return report, dataset

@@ -1,0 +1,240 @@
+"""Stage 2: candidate generation (RFC 4.1 to 4.4). The only nodes that read stores.
+
+Each path returns a `ChannelResult`. A backend exception empties that path and is reported
+as a backend failure instead of failing the request; an embedding-model mismatch empties the
+vector path and flags the bundle (RFC 4.2), or raises when the settings ask for that.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from uuid import UUID
+
+from nodes.models import (
+    CandidateLimits,
+    ChannelHit,
+    ChannelResult,
+    PathType,
+    QueryAnalysis,
+    QueryEmbedding,
+    RetrievalRequest,
+)
+from nodes.settings import RetrievalSettings
+from stores.errors import EmbeddingMismatchError
+from stores.models import MemoryObject
+from stores.protocols import (
+    Edge,
+    EntityRef,
+    GraphIndex,
+    LexicalIndex,
+    ObjectStore,
+    QueryEncoder,
+    VectorIndex,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _guarded(path: PathType, limit: int, search: Callable[[], ChannelResult]) -> ChannelResult:
+    try:
+        return search()
+    except EmbeddingMismatchError:
+        raise
+    except Exception as error:  # a failing backend must not take the other paths down (RFC 4.2)
+        logger.warning("%s candidate path failed: %s", path, error)
+        return ChannelResult(path=path, limit=limit, failure=f"backend_error: {type(error).__name__}: {error}")
+
+
+def query_embedding(
+    request: RetrievalRequest, query_encoder: QueryEncoder, settings: RetrievalSettings
+) -> QueryEmbedding | None:
+    """The query's unit vector, or None when the vector path is switched off."""
+    if PathType.VECTOR not in settings.candidates.enabled_paths:
+        return None
+    vector = query_encoder.encode([request.query])[0]
+    return QueryEmbedding(vector=vector, identity=query_encoder.identity)
+
+
+def vector_candidates(
+    query_embedding: QueryEmbedding | None,
+    vector_index: VectorIndex,
+    candidate_limits: CandidateLimits,
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+) -> ChannelResult:
+    """Exact cosine top-k within the request's namespaces."""
+    limit = candidate_limits.vector_k
+    if query_embedding is None or limit == 0:
+        return ChannelResult(path=PathType.VECTOR)
+    stored = vector_index.embedding_identity
+    if stored is not None and stored != query_embedding.identity:
+        if settings.candidates.on_embedding_mismatch == "error":
+            raise EmbeddingMismatchError(
+                f"EMBEDDING_VERSION_MISMATCH: the query was embedded with {query_embedding.identity} "
+                f"but the store holds {stored}; re-ingest with the same model or query with a matching encoder"
+            )
+        return ChannelResult(path=PathType.VECTOR, limit=limit, embedding_mismatch=True, failure="embedding_mismatch")
+
+    def search() -> ChannelResult:
+        found = vector_index.search_vector(query_embedding.vector, request.namespaces, limit)
+        hits = tuple(
+            ChannelHit(hit.object_id, PathType.VECTOR, rank, hit.cosine, max(hit.cosine, 0.0))
+            for rank, hit in enumerate(found, start=1)
+        )
+        return ChannelResult(path=PathType.VECTOR, hits=hits, limit=limit)
+
+    return _guarded(PathType.VECTOR, limit, search)
+
+
+def lexical_candidates(
+    lexical_index: LexicalIndex,
+    candidate_limits: CandidateLimits,
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+) -> ChannelResult:
+    """BM25 (DuckDB FTS) top-k within the request's namespaces, scores normalised per query."""
+    limit = candidate_limits.lexical_k
+    if PathType.LEXICAL not in settings.candidates.enabled_paths or limit == 0:
+        return ChannelResult(path=PathType.LEXICAL)
+
+    def search() -> ChannelResult:
+        found = lexical_index.search_lexical(request.query, request.namespaces, limit)
+        hits = tuple(
+            ChannelHit(hit.object_id, PathType.LEXICAL, rank, hit.bm25, hit.score)
+            for rank, hit in enumerate(found, start=1)
+        )
+        return ChannelResult(path=PathType.LEXICAL, hits=hits, limit=limit)
+
+    return _guarded(PathType.LEXICAL, limit, search)
+
+
+def entity_catalog(graph_index: GraphIndex, request: RetrievalRequest) -> list[EntityRef]:
+    """Every entity name and alias in the request's namespaces."""
+    return graph_index.entity_catalog(request.namespaces)
+
+
+def _traverse(
+    graph_index: GraphIndex,
+    starts: list[UUID],
+    entity_ids: set[UUID],
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+    max_candidates: int,
+) -> list[tuple[UUID, int, int, tuple[Edge, ...]]]:
+    """Breadth-first from the query entities; one store round trip per hop, pruned between hops.
+
+    Returns (object id, hops, supporting query entities, edge path) for every object reached.
+    """
+    cfg = settings.candidates
+    origin: dict[UUID, UUID] = {start: start for start in starts}  # entity -> query entity it came from
+    path_to: dict[UUID, tuple[Edge, ...]] = {start: () for start in starts}
+    frontier = sorted(starts)
+    visited = set(frontier)
+    reached: dict[UUID, tuple[int, set[UUID], tuple[Edge, ...]]] = {}
+    for hop in range(1, cfg.graph_max_hops + 1):
+        if not frontier:
+            break
+        frontier_set = set(frontier)
+        next_entities: dict[UUID, tuple[Edge, ...]] = {}
+        for edge in graph_index.edges_touching(frontier, request.namespaces, cfg.graph_min_edge_confidence):
+            for node in (edge.source, edge.target):
+                if node not in frontier_set:
+                    continue
+                other = edge.other(node)
+                if other in visited:
+                    if other in reached and reached[other][0] == hop:
+                        reached[other][1].add(origin[node])
+                    continue
+                path = path_to[node] + (edge,)
+                if other in entity_ids:
+                    if other not in next_entities:
+                        next_entities[other] = path
+                        origin[other] = origin[node]
+                elif other in reached:
+                    reached[other][1].add(origin[node])
+                else:
+                    reached[other] = (hop, {origin[node]}, path)
+        visited.update(reached)
+        # Pruning between hops (RFC 4.1): a hub cannot flood the next hop.
+        ranked = sorted(next_entities, key=lambda e: (-next_entities[e][-1].confidence, next_entities[e][-1].edge_id))
+        frontier = sorted(ranked[:max_candidates])
+        for entity in frontier:
+            path_to[entity] = next_entities[entity]
+        visited.update(next_entities)
+    return [(oid, hops, len(support), path) for oid, (hops, support, path) in reached.items()]
+
+
+def graph_candidates(
+    query_analysis: QueryAnalysis,
+    entity_catalog: list[EntityRef],
+    graph_index: GraphIndex,
+    candidate_limits: CandidateLimits,
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+) -> ChannelResult:
+    """Objects reached from the query's entities within `graph_max_hops` (hard limit 3)."""
+    limit = candidate_limits.graph_max_candidates
+    starts = sorted({oid for entity in query_analysis.entities for oid in entity.matched_ids})
+    if PathType.GRAPH not in settings.candidates.enabled_paths or limit == 0 or not starts:
+        return ChannelResult(path=PathType.GRAPH, limit=limit)
+    entity_ids = {ref.object_id for ref in entity_catalog}
+
+    def search() -> ChannelResult:
+        reached = _traverse(graph_index, starts, entity_ids, request, settings, limit)
+        # Fewer hops first, then objects linked to more of the query's entities, then stronger
+        # edges, then edge id: deterministic, and a hub entity's mentions cannot crowd out the
+        # objects that connect two of the question's entities.
+        reached.sort(key=lambda r: (r[1], -r[2], -min(e.confidence for e in r[3]), r[3][-1].edge_id))
+        hits = tuple(
+            ChannelHit(
+                oid,
+                PathType.GRAPH,
+                rank,
+                raw_score=1.0 / hops,
+                score=1.0 / hops,
+                detail={"hops": hops, "support": support, "edge_path": [e.edge_id for e in path],
+                        "edge_types": [e.edge_type for e in path]},
+            )
+            for rank, (oid, hops, support, path) in enumerate(reached[:limit], start=1)
+        )
+        return ChannelResult(path=PathType.GRAPH, hits=hits, limit=limit)
+
+    return _guarded(PathType.GRAPH, limit, search)
+
+
+def pinned_candidates(
+    object_store: ObjectStore, request: RetrievalRequest, settings: RetrievalSettings
+) -> ChannelResult:
+    """Pinned (salience 1.0), ACTIVE TASK and ACTIVE INTENT objects in scope; they bypass scoring."""
+    if PathType.PINNED not in settings.candidates.enabled_paths:
+        return ChannelResult(path=PathType.PINNED)
+
+    def search() -> ChannelResult:
+        objects = object_store.pinned_objects(request.namespaces)
+        hits = tuple(
+            ChannelHit(obj.id, PathType.PINNED, rank, obj.salience, 1.0)
+            for rank, obj in enumerate(sorted(objects, key=lambda o: str(o.id)), start=1)
+        )
+        return ChannelResult(path=PathType.PINNED, hits=hits, objects={o.id: o for o in objects})
+
+    return _guarded(PathType.PINNED, 0, search)
+
+
+def candidate_objects(
+    vector_candidates: ChannelResult,
+    lexical_candidates: ChannelResult,
+    graph_candidates: ChannelResult,
+    pinned_candidates: ChannelResult,
+    object_store: ObjectStore,
+) -> dict[UUID, MemoryObject]:
+    """The stored objects behind every hit, read in one round trip."""
+    wanted = {
+        hit.object_id
+        for result in (vector_candidates, lexical_candidates, graph_candidates)
+        for hit in result.hits
+    } - set(pinned_candidates.objects)
+    objects = dict(pinned_candidates.objects)
+    if wanted:
+        objects.update(object_store.get_objects(sorted(wanted)))
+    return objects

@@ -1,0 +1,222 @@
+"""Stage 6: selection (min_score, limit, max_per_source) and token-budgeted packing (RFC 8).
+
+Priority tiers: 1 pinned objects and ACTIVE tasks, 2 candidates found by two or more paths,
+3 the rest by score. Inside a tier the signal-to-token ratio, score / tokens ** density_exponent,
+decides what fits when the budget is tight. Tokens are cl100k_base and include each item's
+formatting and the newline between items.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from uuid import UUID
+
+import pandas as pd
+
+from nodes.models import (
+    BundleItem,
+    FilteredPool,
+    MemoryBundle,
+    PathType,
+    QueryAnalysis,
+    RetrievalRequest,
+)
+from nodes.session_context import RankedCandidates
+from nodes.settings import RetrievalSettings
+from nodes.tokens import count_tokens
+from stores.models import LifecycleState, MemoryObject, NodeType
+
+SEPARATOR = "\n"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Candidates allowed into packing, in rank order, and why the others were left out."""
+
+    frame: pd.DataFrame
+    objects: dict[UUID, MemoryObject]
+    excluded: dict[UUID, str] = field(default_factory=dict)
+    min_score_skipped: bool = False
+
+
+def _is_pinned(paths: tuple[str, ...], obj: MemoryObject) -> bool:
+    active_task = obj.node_type is NodeType.TASK and obj.lifecycle_state is LifecycleState.ACTIVE
+    return PathType.PINNED.value in paths or active_task
+
+
+def selected_candidates(ranked_candidates: RankedCandidates, request: RetrievalRequest) -> Selection:
+    """Apply min_score, max_per_source and limit; pinned objects bypass all three (RFC 4.4)."""
+    frame = ranked_candidates.frame
+    objects = ranked_candidates.objects
+    excluded: dict[UUID, str] = {}
+    skipped = False
+    keep = []
+    has_cosine = bool(frame["semantic"].notna().any()) if not frame.empty else False
+    rank_fused = (not frame.empty) and int(frame["formula_version"].iloc[0]) == 2
+    if request.min_score > 0 and rank_fused and not has_cosine:
+        skipped = True  # RFC 7.2: no candidate has a cosine, so the floor fails open
+    per_source: dict[tuple, int] = {}
+    kept_unpinned = 0
+    for row in frame.itertuples(index=False):
+        oid = UUID(row.object_id)
+        obj = objects[oid]
+        if _is_pinned(row.paths, obj):
+            keep.append(True)
+            continue
+        reason = None
+        if request.min_score > 0 and not skipped:
+            value = row.semantic_relevance if rank_fused else row.score
+            if (value or 0.0) < request.min_score:
+                reason = "min_score"
+        if reason is None and request.max_per_source and obj.evidence_refs:
+            source = (tuple(sorted(obj.evidence_refs)), obj.content)
+            if per_source.get(source, 0) >= request.max_per_source:
+                reason = "source_limit"
+            else:
+                per_source[source] = per_source.get(source, 0) + 1
+        if reason is None and request.limit is not None and kept_unpinned >= request.limit:
+            reason = "limit"
+        if reason is None:
+            kept_unpinned += 1
+            keep.append(True)
+        else:
+            excluded[oid] = reason
+            keep.append(False)
+    selected = frame[keep].reset_index(drop=True) if keep else frame
+    return Selection(frame=selected, objects=objects, excluded=excluded, min_score_skipped=skipped)
+
+
+def format_item(obj: MemoryObject, item_format: str) -> str:
+    """The text an item takes in the context. "reader" dates it, so "when" questions can be answered."""
+    if item_format == "reader":
+        return f"[{obj.stated_time:%Y-%m-%d}] {obj.content}"
+    return obj.content
+
+
+def _tier(paths: tuple[str, ...], path_count: int, obj: MemoryObject) -> int:
+    if _is_pinned(paths, obj):
+        return 1
+    return 2 if path_count >= 2 else 3
+
+
+@dataclass(frozen=True)
+class _Item:
+    row: dict
+    obj: MemoryObject
+    text: str
+    tokens: int
+    tier: int
+
+
+def _order(items: list[_Item], settings: RetrievalSettings) -> list[_Item]:
+    exponent = settings.packing.density_exponent
+    tiered = settings.packing.tier_order == "tiered"
+
+    def key(item: _Item) -> tuple:
+        tier = item.tier if tiered else min(item.tier, 2)
+        density = item.row["score"] / (max(item.tokens, 1) ** exponent)
+        return (tier, -density, -item.row["score"], item.row["object_id"])
+
+    return sorted(items, key=key)
+
+
+def _metadata(
+    selection: Selection,
+    ranked: RankedCandidates,
+    filtered: FilteredPool,
+    analysis: QueryAnalysis,
+    settings: RetrievalSettings,
+    fusion: str,
+    budget_cut: int,
+) -> dict:
+    pool = filtered.source
+    excluded = {**filtered.excluded, **ranked.excluded, **selection.excluded}
+    window = analysis.temporal_window
+    return {
+        "intent": str(analysis.intent),
+        "current_state": analysis.current_state,
+        "entities": [e.name for e in analysis.entities],
+        "temporal_window": [window[0].isoformat(), window[1].isoformat()] if window else None,
+        "reference_time": analysis.reference_time.isoformat(),
+        "retrieval_mode": str(analysis.retrieval_mode),
+        "formula_version": 2 if fusion == "rrf" else 1,
+        "rrf_k": settings.scoring.rank_fusion.rrf_k if fusion == "rrf" else None,
+        "configuration_fingerprint": settings.fingerprint(),
+        "candidates_generated": len(pool.candidates),
+        "candidates_after_filter": len(filtered.candidates),
+        "candidates_ranked": len(ranked.frame),
+        "candidates_selected": len(selection.frame),
+        "cut_by_budget": budget_cut,
+        "paths_at_limit": [str(p) for p in pool.paths_at_limit],
+        "embedding_mismatch": pool.embedding_mismatch,
+        "backend_failures": {str(k): v for k, v in sorted(pool.backend_failures.items())},
+        "min_score_skipped": selection.min_score_skipped,
+        "excluded": {str(k): v for k, v in sorted(excluded.items(), key=lambda kv: str(kv[0]))},
+    }
+
+
+def _finite(value: float | None) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
+def packed_bundle(
+    selected_candidates: Selection,
+    ranked_candidates: RankedCandidates,
+    filtered_candidates: FilteredPool,
+    query_analysis: QueryAnalysis,
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+    fusion: str,
+) -> MemoryBundle:
+    """The Memory Bundle: tiers, then signal-to-token ratio, within the cl100k_base token budget."""
+    items = []
+    for row in selected_candidates.frame.to_dict("records"):
+        obj = selected_candidates.objects[UUID(row["object_id"])]
+        text = format_item(obj, settings.packing.item_format)
+        items.append(_Item(row, obj, text, count_tokens(text), _tier(tuple(row["paths"]), row["path_count"], obj)))
+    budget = request.token_budget
+    used = 0
+    packed: list[_Item] = []
+    for item in _order(items, settings):
+        cost = item.tokens + (count_tokens(SEPARATOR) if packed else 0)
+        if used + cost <= budget:
+            packed.append(item)
+            used += cost
+    context = SEPARATOR.join(item.text for item in packed)
+    while packed and count_tokens(context) > budget:  # BPE merges across items never add tokens in
+        packed.pop()  # practice; this guard keeps the budget a hard limit if they ever do
+        context = SEPARATOR.join(item.text for item in packed)
+    bundle_items = tuple(
+        BundleItem(
+            id=item.obj.id,
+            namespace=item.obj.namespace,
+            node_type=str(item.obj.node_type),
+            content=item.obj.content,
+            text=item.text,
+            score=item.row["score"],
+            semantic_relevance=_finite(item.row["semantic_relevance"]) if fusion == "rrf" else None,
+            paths=tuple(PathType(p) for p in item.row["paths"]),
+            path_count=item.row["path_count"],
+            tier=item.tier,
+            tokens=item.tokens,
+            event_time=item.obj.event_time,
+            source_ref=item.obj.source_ref,
+        )
+        for item in packed
+    )
+    return MemoryBundle(
+        query=request.query,
+        namespaces=request.namespaces,
+        reference_time=request.reference_time,
+        token_budget=budget,
+        tokens_used=count_tokens(context) if context else 0,
+        items=bundle_items,
+        context=context,
+        retrieval_metadata=_metadata(
+            selected_candidates, ranked_candidates, filtered_candidates, query_analysis, settings,
+            fusion, budget_cut=len(items) - len(packed),
+        ),
+    )

@@ -1,0 +1,157 @@
+"""Tiny builders and an in-memory store for node tests (no DuckDB, no FAISS, no model)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta, timezone
+from uuid import UUID, uuid5
+
+import numpy as np
+
+from nodes.models import Candidate, ChannelHit, PathType, RetrievalRequest
+from stores.models import MemoryObject
+from stores.protocols import (
+    Edge,
+    EmbeddingIdentity,
+    EntityRef,
+    GraphIndex,
+    LexicalHit,
+    LexicalIndex,
+    ObjectStore,
+    QueryEncoder,
+    RetrievalLog,
+    SessionNeighbour,
+    VectorHit,
+    VectorIndex,
+)
+
+BASE_TIME = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
+_IDS = UUID("5b0f2f4e-8b8a-4c4f-9d4e-3f2f6f0e9a11")
+
+
+def oid(name: str) -> UUID:
+    """A stable object id for a readable test name."""
+    return uuid5(_IDS, name)
+
+
+def make_object(name: str, content: str | None = None, *, days: float = 0, **fields) -> MemoryObject:
+    when = BASE_TIME + timedelta(days=days)
+    values = {"id": oid(name), "namespace": "ns", "content": content or f"memory {name}",
+              "created_at": when, "updated_at": when, "event_time": when}
+    values.update(fields)
+    return MemoryObject(**values)
+
+
+def make_request(query: str = "what happened?", **fields) -> RetrievalRequest:
+    values = {"query": query, "namespaces": ("ns",), "reference_time": BASE_TIME + timedelta(days=30)}
+    values.update(fields)
+    return RetrievalRequest(**values)
+
+
+def make_candidate(obj: MemoryObject, **ranks: tuple[int, float]) -> Candidate:
+    """`make_candidate(obj, VECTOR=(1, 0.8), LEXICAL=(2, 0.5))`: path=(rank, score)."""
+    hits = {
+        PathType[path]: ChannelHit(obj.id, PathType[path], rank, score, score)
+        for path, (rank, score) in ranks.items()
+    }
+    return Candidate(object=obj, hits=hits)
+
+
+IDENTITY = EmbeddingIdentity("fake-model", "0" * 16, 4)
+
+
+class FakeEncoder(QueryEncoder):
+    """Deterministic 4-d vectors from word buckets; enough to exercise the vector path."""
+
+    identity = IDENTITY
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), 4), dtype="float32")
+        for i, text in enumerate(texts):
+            for word in text.lower().split():
+                out[i, sum(map(ord, word)) % 4] += 1.0
+            out[i] /= max(np.linalg.norm(out[i]), 1e-9)
+        return out
+
+
+class FakeStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog):
+    """Implements every store protocol over a list of objects, brute force."""
+
+    def __init__(self, objects: Iterable[MemoryObject], edges: Iterable[Edge] = (), encoder=None,
+                 identity: EmbeddingIdentity | None = IDENTITY):
+        self.objects = {o.id: o for o in objects}
+        self.edges = sorted(edges, key=lambda e: e.edge_id)
+        self.encoder = encoder or FakeEncoder()
+        self._identity = identity
+        self.vectors = {o.id: self.encoder.encode([o.content])[0] for o in self.objects.values()}
+        self.log: list[dict] = []
+        self.fail: set[str] = set()
+
+    @property
+    def embedding_identity(self):
+        return self._identity
+
+    def _check(self, what: str) -> None:
+        if what in self.fail:
+            raise RuntimeError(f"{what} backend is down")
+
+    def search_vector(self, vector, namespaces, limit):
+        self._check("vector")
+        scored = [(float(self.vectors[i] @ vector), i) for i, o in self.objects.items() if o.namespace in namespaces]
+        scored.sort(key=lambda t: (-t[0], str(t[1])))
+        return [VectorHit(i, s) for s, i in scored[:limit]]
+
+    def search_lexical(self, text, namespaces, limit):
+        self._check("lexical")
+        words = {w.strip("?.,!").lower() for w in text.split()}
+        scored = []
+        for i, o in self.objects.items():
+            if o.namespace in namespaces:
+                n = sum(1 for w in o.content.lower().split() if w.strip("?.,!:") in words)
+                if n:
+                    scored.append((float(n), i))
+        scored.sort(key=lambda t: (-t[0], str(t[1])))
+        scored = scored[:limit]
+        if not scored:
+            return []
+        hi, lo = scored[0][0], scored[-1][0]
+        return [LexicalHit(i, s, 1.0 if hi == lo else (s - lo) / (hi - lo)) for s, i in scored]
+
+    def entity_catalog(self, namespaces):
+        return [EntityRef(o.id, o.namespace, o.entity_canonical_name, o.entity_canonical_name)
+                for o in self.objects.values() if o.entity_canonical_name and o.namespace in namespaces]
+
+    def edges_touching(self, nodes, namespaces, min_confidence):
+        self._check("graph")
+        nodes = set(nodes)
+        def inside(n):
+            return n in self.objects and self.objects[n].namespace in namespaces
+        return [e for e in self.edges if (e.source in nodes or e.target in nodes)
+                and e.confidence >= min_confidence and inside(e.source) and inside(e.target)]
+
+    def get_objects(self, ids):
+        return {i: self.objects[i] for i in ids if i in self.objects}
+
+    def pinned_objects(self, namespaces):
+        return sorted((o for o in self.objects.values() if o.namespace in namespaces and (
+            o.salience == 1.0 or (o.node_type in ("TASK", "INTENT") and o.lifecycle_state == "ACTIVE"))),
+            key=lambda o: str(o.id))
+
+    def session_neighbours(self, triggers, window):
+        out = []
+        for t in triggers:
+            trigger = self.objects[t]
+            if trigger.session_id is None or trigger.session_seq is None:
+                continue
+            for o in self.objects.values():
+                same = (o.namespace, o.owner, o.scope, o.session_id) == (
+                    trigger.namespace, trigger.owner, trigger.scope, trigger.session_id)
+                if same and o.id != t and o.session_seq is not None and abs(o.session_seq - trigger.session_seq) <= window:
+                    out.append(SessionNeighbour(t, o, o.session_seq - trigger.session_seq))
+        return out
+
+    def state_fingerprint(self):
+        return f"fake-{len(self.objects)}-{len(self.edges)}"
+
+    def log_retrieval(self, record):
+        self.log.append(dict(record))

@@ -1,0 +1,132 @@
+"""Stage 2 nodes on the in-memory fake store: limits, namespace scope, failures, the graph walk."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nodes import candidate_generation as cg
+from nodes.models import CandidateLimits, PathType, QueryAnalysis, QueryEmbedding, QueryEntity
+from nodes.settings import CandidateSettings, RetrievalSettings
+from stores.errors import EmbeddingMismatchError
+from stores.models import NodeType
+from stores.protocols import Edge, EmbeddingIdentity
+from tests.factories import BASE_TIME, FakeEncoder, FakeStore, make_object, make_request, oid
+
+LIMITS = CandidateLimits(vector_k=5, lexical_k=5, graph_max_candidates=50)
+
+
+def _analysis(*entity_names: str, store: FakeStore | None = None) -> QueryAnalysis:
+    entities = tuple(QueryEntity(name=n, confidence=0.9, matched_ids=(oid(n),)) for n in entity_names)
+    return QueryAnalysis(raw_query="q", entities=entities, namespace_scope=("ns",), reference_time=BASE_TIME)
+
+
+def _entity(name: str, namespace: str = "ns"):
+    return make_object(name, name, node_type=NodeType.ENTITY, entity_canonical_name=name, namespace=namespace)
+
+
+def _graph(settings: RetrievalSettings, store: FakeStore, *names: str, limit: int = 50):
+    request = make_request()
+    limits = CandidateLimits(5, 5, limit)
+    return cg.graph_candidates(
+        query_analysis=_analysis(*names), entity_catalog=cg.entity_catalog(store, request),
+        graph_index=store, candidate_limits=limits, request=request, settings=settings,
+    )
+
+
+def test_vector_candidates_are_ranked_and_limited_to_the_namespace():
+    objects = [make_object(f"a{i}", "cat cat cat") for i in range(8)] + [
+        make_object(f"b{i}", "cat cat cat", namespace="other") for i in range(8)]
+    store = FakeStore(objects)
+    request = make_request("cat")
+    embedding = cg.query_embedding(request, FakeEncoder(), RetrievalSettings())
+    result = cg.vector_candidates(embedding, store, LIMITS, request, RetrievalSettings())
+    assert [h.rank for h in result.hits] == [1, 2, 3, 4, 5]
+    assert all(store.objects[h.object_id].namespace == "ns" for h in result.hits)
+    assert result.at_limit
+
+
+def test_embedding_mismatch_empties_the_vector_path_or_raises_on_request():
+    store = FakeStore([make_object("a", "cat")], identity=EmbeddingIdentity("other-model", "1" * 16, 4))
+    request = make_request("cat")
+    embedding = QueryEmbedding(np.ones(4, dtype="float32") / 2, FakeEncoder.identity)
+    result = cg.vector_candidates(embedding, store, LIMITS, request, RetrievalSettings())
+    assert result.embedding_mismatch and result.hits == () and result.failure == "embedding_mismatch"
+    strict = RetrievalSettings(candidates=CandidateSettings(on_embedding_mismatch="error"))
+    with pytest.raises(EmbeddingMismatchError, match="EMBEDDING_VERSION_MISMATCH"):
+        cg.vector_candidates(embedding, store, LIMITS, request, strict)
+
+
+def test_a_failing_backend_is_reported_not_raised():
+    store = FakeStore([make_object("a", "cat")])
+    store.fail.add("lexical")
+    result = cg.lexical_candidates(store, LIMITS, make_request("cat"), RetrievalSettings())
+    assert result.hits == ()
+    assert result.failure.startswith("backend_error: RuntimeError")
+
+
+def test_disabled_path_returns_nothing_and_skips_the_encoder():
+    settings = RetrievalSettings(candidates=CandidateSettings(enabled_paths={PathType.LEXICAL}))
+    assert cg.query_embedding(make_request(), encoder_that_fails(), settings) is None
+
+
+def encoder_that_fails():
+    class Boom(FakeEncoder):
+        def encode(self, texts):
+            raise AssertionError("the encoder must not run when the vector path is off")
+    return Boom()
+
+
+def test_graph_finds_a_three_hop_chain_at_three_hops_and_not_at_two():
+    a, b, c = _entity("A"), _entity("B"), _entity("C")
+    turn = make_object("turn", "something about C")
+    edges = [Edge(1, a.id, b.id, "CO_MENTIONED", 0.9), Edge(2, b.id, c.id, "CO_MENTIONED", 0.9),
+             Edge(3, turn.id, c.id, "MENTIONS", 0.9)]
+    store = FakeStore([a, b, c, turn], edges)
+    three = RetrievalSettings(candidates=CandidateSettings(graph_max_hops=3))
+    result = _graph(three, store, "A")
+    assert [h.object_id for h in result.hits] == [turn.id]
+    assert result.hits[0].detail["hops"] == 3 and result.hits[0].detail["edge_path"] == [1, 2, 3]
+    assert _graph(RetrievalSettings(), store, "A").hits == ()
+
+
+def test_max_hops_above_the_hard_limit_is_rejected():
+    with pytest.raises(ValueError, match="graph_max_hops"):
+        CandidateSettings(graph_max_hops=4)
+
+
+def test_a_hub_entity_cannot_exceed_max_candidates_and_shared_mentions_rank_first():
+    hub, other = _entity("Hub"), _entity("Other")
+    turns = [make_object(f"t{i}", f"turn {i}") for i in range(1000)]
+    edges = [Edge(i + 1, t.id, hub.id, "SPOKEN_BY", 1.0) for i, t in enumerate(turns)]
+    edges.append(Edge(5000, turns[999].id, other.id, "MENTIONS", 0.9))
+    store = FakeStore([hub, other, *turns], edges)
+    result = _graph(RetrievalSettings(), store, "Hub", "Other", limit=50)
+    assert len(result.hits) == 50
+    assert result.hits[0].object_id == turns[999].id and result.hits[0].detail["support"] == 2
+
+
+def test_an_edge_into_another_namespace_is_not_followed():
+    a, foreign = _entity("A"), _entity("F", namespace="secret")
+    leak = make_object("leak", "secret turn", namespace="secret")
+    edges = [Edge(1, a.id, foreign.id, "CO_MENTIONED", 0.9), Edge(2, leak.id, foreign.id, "MENTIONS", 0.9)]
+    store = FakeStore([a, foreign, leak], edges)
+    assert _graph(RetrievalSettings(), store, "A").hits == ()
+
+
+def test_edges_below_min_confidence_are_not_followed():
+    a = _entity("A")
+    turn = make_object("turn", "x")
+    store = FakeStore([a, turn], [Edge(1, turn.id, a.id, "MENTIONS", 0.39)])
+    assert _graph(RetrievalSettings(), store, "A").hits == ()
+
+
+def test_pinned_candidates_hold_pins_active_tasks_and_intents_only():
+    pin = make_object("pin", salience=1.0)
+    task = make_object("task", node_type=NodeType.TASK)
+    done = make_object("done", node_type=NodeType.TASK, lifecycle_state="ARCHIVED")
+    plain = make_object("plain")
+    store = FakeStore([pin, task, done, plain])
+    result = cg.pinned_candidates(store, make_request(), RetrievalSettings())
+    assert {h.object_id for h in result.hits} == {pin.id, task.id}
+    assert set(result.objects) == {pin.id, task.id}

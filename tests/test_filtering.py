@@ -1,0 +1,72 @@
+from datetime import timedelta
+
+import pytest
+
+from nodes.filtering import filtered_candidates
+from nodes.models import CandidatePool, RetrievalMode
+from nodes.settings import FilterSettings, RetrievalSettings
+from stores.models import NodeType
+from tests.factories import BASE_TIME, make_candidate, make_object, make_request
+
+OBJECTS = {
+    "ok": {},
+    "deprecated": {"epistemic_type": "DEPRECATED"},
+    "hypothetical": {"epistemic_type": "HYPOTHETICAL"},
+    "unverified_low": {"epistemic_type": "UNVERIFIED", "confidence": 0.3},
+    "unverified_high": {"epistemic_type": "UNVERIFIED", "confidence": 0.8},
+    "tentative": {"lifecycle_state": "TENTATIVE"},
+    "archived": {"lifecycle_state": "ARCHIVED"},
+    "deleted": {"lifecycle_state": "DELETED"},
+}
+
+
+def _run(mode=RetrievalMode.DEFAULT, settings=None, **request_fields):
+    candidates = tuple(make_candidate(make_object(name, **fields), VECTOR=(1, 0.5)) for name, fields in OBJECTS.items())
+    names = {c.object_id: name for c, name in zip(candidates, OBJECTS)}
+    result = filtered_candidates(CandidatePool(candidates), make_request(retrieval_mode=mode, **request_fields),
+                                 settings or RetrievalSettings())
+    return {names[c.object_id] for c in result.candidates}, {names[k]: v for k, v in result.excluded.items()}
+
+
+def test_default_mode_removes_what_rfc_6_lists_with_reasons():
+    kept, excluded = _run()
+    assert kept == {"ok", "unverified_high"}
+    assert excluded == {
+        "deprecated": "DEPRECATED", "hypothetical": "HYPOTHETICAL",
+        "unverified_low": "UNVERIFIED_BELOW_THRESHOLD", "tentative": "lifecycle:TENTATIVE",
+        "archived": "lifecycle:ARCHIVED", "deleted": "lifecycle:DELETED",
+    }
+
+
+def test_namespace_threshold_overrides_the_default():
+    settings = RetrievalSettings(filtering=FilterSettings(namespace_thresholds={"ns": 0.9}))
+    kept, excluded = _run(settings=settings)
+    assert excluded["unverified_high"] == "UNVERIFIED_BELOW_THRESHOLD"
+
+
+def test_explicit_mode_keeps_uncertain_but_not_retired_memories():
+    kept, _ = _run(RetrievalMode.EXPLICIT)
+    assert kept == {"ok", "hypothetical", "unverified_low", "unverified_high", "tentative"}
+
+
+def test_audit_mode_keeps_everything_but_deleted():
+    kept, excluded = _run(RetrievalMode.AUDIT)
+    assert excluded == {"deleted": "lifecycle:DELETED"}
+
+
+@pytest.mark.parametrize("field, offset, reason", [
+    ("event_time_from", 1, "event_before_event_time_from"),
+    ("event_time_to", -1, "event_after_event_time_to"),
+])
+def test_explicit_event_time_filters(field, offset, reason):
+    _, excluded = _run(**{field: BASE_TIME + timedelta(days=offset)})
+    assert excluded["ok"] == reason
+
+
+def test_validity_window_filters_but_exempts_entities_and_preferences():
+    future = BASE_TIME + timedelta(days=10)
+    objs = [make_object("fact", valid_from=future), make_object("pref", node_type=NodeType.PREFERENCE, valid_from=future)]
+    pool = CandidatePool(tuple(make_candidate(o, VECTOR=(1, 0.5)) for o in objs))
+    result = filtered_candidates(pool, make_request(time_to=BASE_TIME), RetrievalSettings())
+    assert [c.object.node_type for c in result.candidates] == [NodeType.PREFERENCE]
+    assert list(result.excluded.values()) == ["valid_after_time_to"]

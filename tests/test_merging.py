@@ -1,0 +1,36 @@
+from nodes.merging import merged_candidates
+from nodes.models import ChannelHit, ChannelResult, PathType
+from tests.factories import make_object
+
+
+def _result(path, *objects, failure=None, limit=0):
+    hits = tuple(ChannelHit(o.id, path, i, 1.0 / i, 1.0 / i) for i, o in enumerate(objects, start=1))
+    return ChannelResult(path=path, hits=hits, limit=limit, failure=failure)
+
+
+def test_merge_dedupes_by_id_and_keeps_every_paths_hit():
+    a, b, c = make_object("a"), make_object("b"), make_object("c")
+    pool = merged_candidates(
+        vector_candidates=_result(PathType.VECTOR, a, b, limit=2),
+        lexical_candidates=_result(PathType.LEXICAL, b, c),
+        graph_candidates=_result(PathType.GRAPH, b, failure=None),
+        pinned_candidates=ChannelResult(path=PathType.PINNED, failure="backend_error: down"),
+        candidate_objects={o.id: o for o in (a, b, c)},
+    )
+    by_id = pool.by_id
+    assert len(pool.candidates) == 3
+    assert by_id[b.id].paths == (PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH)
+    assert by_id[b.id].path_count == 3 and by_id[a.id].path_count == 1
+    assert by_id[b.id].hits[PathType.LEXICAL].rank == 1 and by_id[b.id].hits[PathType.VECTOR].rank == 2
+    assert pool.backend_failures == {PathType.PINNED: "backend_error: down"}
+    assert pool.paths_at_limit == (PathType.VECTOR,)
+    assert [c.object_id for c in pool.candidates] == sorted((a.id, b.id, c.id), key=str)
+
+
+def test_a_hit_whose_object_is_gone_is_dropped():
+    a, gone = make_object("a"), make_object("gone")
+    pool = merged_candidates(
+        _result(PathType.VECTOR, a, gone), ChannelResult(PathType.LEXICAL), ChannelResult(PathType.GRAPH),
+        ChannelResult(PathType.PINNED), {a.id: a},
+    )
+    assert [c.object_id for c in pool.candidates] == [a.id]

@@ -1,0 +1,115 @@
+"""Selection and packing (RFC 8): tiers, density, the cl100k_base budget, selection rules."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from nodes.models import CandidatePool, FilteredPool, QueryAnalysis
+from nodes.packing import format_item, packed_bundle, selected_candidates
+from nodes.scoring import fused_scores__rrf
+from nodes.session_context import ranked_candidates
+from nodes.settings import RetrievalSettings
+from nodes.tokens import count_tokens
+from stores.models import NodeType
+from tests.factories import BASE_TIME, make_candidate, make_object, make_request
+
+SETTINGS = RetrievalSettings()
+
+
+def _bundle(candidates, request=None, settings=SETTINGS):
+    request = request or make_request()
+    pool = FilteredPool(tuple(candidates), {}, CandidatePool(tuple(candidates)))
+    analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
+    ranked = ranked_candidates(fused_scores__rrf(pool, analysis, settings), [], pool, request, settings)
+    selection = selected_candidates(ranked, request)
+    return packed_bundle(selection, ranked, pool, analysis, request, settings, settings.scoring.fusion)
+
+
+def test_tiers_pinned_then_multi_path_then_the_rest():
+    single = make_candidate(make_object("single", "alpha"), VECTOR=(1, 0.99))
+    multi = make_candidate(make_object("multi", "beta"), VECTOR=(2, 0.5), LEXICAL=(1, 1.0))
+    pinned = make_candidate(make_object("pin", "gamma", salience=1.0), PINNED=(1, 1.0))
+    task = make_candidate(make_object("task", "delta", node_type=NodeType.TASK), PINNED=(2, 1.0))
+    bundle = _bundle([single, multi, pinned, task])
+    assert [i.tier for i in bundle.items] == [1, 1, 2, 3]
+    assert [i.content for i in bundle.items][2:] == ["beta", "alpha"]
+
+
+def test_budget_is_counted_in_cl100k_tokens_including_formatting():
+    objs = [make_candidate(make_object(f"o{i}", f"memory number {i} " * 5), VECTOR=(i, 1 - i / 100)) for i in range(1, 30)]
+    bundle = _bundle(objs, make_request(token_budget=60))
+    assert bundle.tokens_used == count_tokens(bundle.context) <= 60
+    assert all(item.tokens == count_tokens(item.text) for item in bundle.items)
+    assert bundle.items[0].text == format_item(objs[0].object, "reader")
+    assert bundle.items[0].text.startswith("[2025-06-01] ")
+
+
+def test_density_decides_inside_a_tier_when_the_budget_is_tight():
+    long = make_candidate(make_object("long", "word " * 40), VECTOR=(1, 0.9))
+    short = make_candidate(make_object("short", "brief"), VECTOR=(2, 0.89))
+    bundle = _bundle([long, short], make_request(token_budget=20))
+    assert [i.content for i in bundle.items] == ["brief"]
+
+
+def test_min_score_compares_the_cosine_under_rank_fusion():
+    high = make_candidate(make_object("high"), VECTOR=(1, 0.7))
+    low = make_candidate(make_object("low"), VECTOR=(2, 0.2))
+    bundle = _bundle([high, low], make_request(min_score=0.5))
+    assert [i.id for i in bundle.items] == [high.object_id]
+    assert bundle.retrieval_metadata["excluded"] == {str(low.object_id): "min_score"}
+    assert bundle.retrieval_metadata["min_score_skipped"] is False
+
+
+def test_min_score_fails_open_when_no_candidate_has_a_cosine():
+    lexical_only = make_candidate(make_object("lex"), LEXICAL=(1, 1.0))
+    bundle = _bundle([lexical_only], make_request(min_score=0.5))
+    assert [i.id for i in bundle.items] == [lexical_only.object_id]
+    assert bundle.retrieval_metadata["min_score_skipped"] is True
+
+
+def test_limit_and_max_per_source():
+    same = [make_candidate(make_object(f"dup{i}", "same claim", evidence_refs=("e1",)), VECTOR=(i, 1 - i / 10)) for i in range(1, 4)]
+    other = make_candidate(make_object("other", "other claim", evidence_refs=("e2",)), VECTOR=(5, 0.3))
+    bundle = _bundle(same + [other], make_request(max_per_source=1))
+    assert [i.content for i in bundle.items] == ["same claim", "other claim"]
+    limited = _bundle(same + [other], make_request(limit=2))
+    assert len(limited.items) == 2
+    assert sorted(limited.retrieval_metadata["excluded"].values()) == ["limit", "limit"]
+
+
+def test_pinned_objects_bypass_limit_and_min_score():
+    pinned = make_candidate(make_object("pin", salience=1.0), PINNED=(1, 1.0))
+    best = make_candidate(make_object("best"), VECTOR=(1, 0.9))
+    bundle = _bundle([pinned, best], make_request(limit=1, min_score=0.95))
+    assert [i.id for i in bundle.items] == [pinned.object_id]
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(
+    budget=st.integers(min_value=1, max_value=400),
+    texts=st.lists(st.text(min_size=1, max_size=80).filter(str.strip), min_size=1, max_size=12),
+)
+def test_packing_never_exceeds_the_budget_and_scores_are_finite(budget, texts):
+    candidates = [make_candidate(make_object(f"h{i}", t), VECTOR=(i + 1, 0.9 - i / 100)) for i, t in enumerate(texts)]
+    bundle = _bundle(candidates, make_request(token_budget=budget))
+    assert bundle.tokens_used <= budget
+    assert bundle.tokens_used == (count_tokens(bundle.context) if bundle.context else 0)
+    assert all(item.score == item.score and abs(item.score) != float("inf") for item in bundle.items)
+
+
+@hsettings(max_examples=30, deadline=None)
+@given(kinds=st.lists(st.sampled_from(["OBSERVED", "DEPRECATED", "HYPOTHETICAL", "UNVERIFIED"]), min_size=1, max_size=10))
+def test_no_excluded_object_is_ever_packed(kinds):
+    from nodes.filtering import filtered_candidates
+
+    candidates = [make_candidate(make_object(f"k{i}", f"text {i}", epistemic_type=k, confidence=0.2), VECTOR=(i + 1, 0.5))
+                  for i, k in enumerate(kinds)]
+    request = make_request()
+    filtered = filtered_candidates(CandidatePool(tuple(candidates)), request, SETTINGS)
+    analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
+    ranked = ranked_candidates(fused_scores__rrf(filtered, analysis, SETTINGS), [], filtered, request, SETTINGS)
+    bundle = packed_bundle(selected_candidates(ranked, request), ranked, filtered, analysis, request, SETTINGS, "rrf")
+    packed = {item.id for item in bundle.items}
+    assert packed.isdisjoint(filtered.excluded)
+    assert all(str(k) in bundle.retrieval_metadata["excluded"] for k in filtered.excluded)

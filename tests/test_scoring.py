@@ -1,0 +1,152 @@
+"""Both score formulas (RFC 7, 7.1, 7.2) on hand-built pools with exact expectations."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from nodes.models import CandidatePool, FilteredPool, QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
+from nodes.scoring import fused_scores__rrf, fused_scores__weighted, temporal_affinity
+from nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, WeightedScoring
+from tests.factories import BASE_TIME, make_candidate, make_object, make_request
+
+
+def _pool(*candidates) -> FilteredPool:
+    return FilteredPool(candidates=tuple(candidates), excluded={}, source=CandidatePool(tuple(candidates)))
+
+
+def _analysis(intent=QueryIntent.SEMANTIC, current_state=False, window=None) -> QueryAnalysis:
+    signals = ()
+    if window:
+        signals = (TemporalSignal(type=TemporalType.ABSOLUTE, text="x", start=window[0], end=window[1]),)
+    return QueryAnalysis(raw_query="q", intent=intent, current_state=current_state, temporal_signals=signals,
+                         namespace_scope=("ns",), reference_time=BASE_TIME)
+
+
+def _rrf(*candidates, analysis=None, settings=None):
+    frame = fused_scores__rrf(_pool(*candidates), analysis or _analysis(), settings or RetrievalSettings())
+    return frame.set_index("object_id")
+
+
+NO_TIE = RetrievalSettings(scoring=ScoringSettings(rank_fusion=RankFusionScoring(rrf_tie_break=None)))
+
+
+def test_first_on_both_channels_scores_one_and_a_single_channel_at_most_half():
+    a = make_candidate(make_object("a"), VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    b = make_candidate(make_object("b"), VECTOR=(2, 0.5))
+    graph_only = make_candidate(make_object("g"), GRAPH=(1, 1.0))
+    frame = _rrf(a, b, graph_only, settings=NO_TIE)
+    assert frame.loc[str(a.object_id), "score"] == 1.0
+    assert frame.loc[str(b.object_id), "score"] == pytest.approx(61 / 62 / 2, abs=1e-10)
+    assert frame.loc[str(graph_only.object_id), "score"] == 0.0
+    assert list(frame.index)[0] == str(a.object_id)
+
+
+def test_ranks_are_competition_ranks_within_the_pool():
+    objs = [make_candidate(make_object(n), VECTOR=(i, s)) for i, (n, s) in enumerate([("a", .9), ("b", .7), ("c", .7), ("d", .1)], 1)]
+    frame = _rrf(*objs, settings=NO_TIE)
+    assert [frame.loc[str(c.object_id), "semantic_rank"] for c in objs] == [1, 2, 2, 4]
+
+
+def test_epistemic_factor_is_divided_by_the_pool_maximum():
+    observed = make_candidate(make_object("o"), VECTOR=(1, 0.9))
+    inferred = make_candidate(make_object("i", epistemic_type="INFERRED"), VECTOR=(2, 0.8))
+    frame = _rrf(observed, inferred, settings=NO_TIE)
+    assert frame.loc[str(observed.object_id), "epistemic_factor"] == 1.0
+    assert frame.loc[str(inferred.object_id), "epistemic_factor"] == pytest.approx(0.7)
+    only_inferred = _rrf(inferred, settings=NO_TIE)
+    assert only_inferred.loc[str(inferred.object_id), "epistemic_factor"] == 1.0
+
+
+def test_temporal_affinity_only_applies_to_temporal_intent():
+    window = (BASE_TIME, BASE_TIME + timedelta(days=1))
+    inside = make_candidate(make_object("in", days=0.5), VECTOR=(2, 0.5))
+    outside = make_candidate(make_object("out", days=-60), VECTOR=(1, 0.6))
+    temporal = _rrf(inside, outside, analysis=_analysis(QueryIntent.TEMPORAL, window=window), settings=NO_TIE)
+    assert temporal.index[0] == str(inside.object_id)
+    assert temporal.loc[str(inside.object_id), "temporal_affinity"] == 1.0
+    plain = _rrf(inside, outside, analysis=_analysis(QueryIntent.ENTITY_LOOKUP, window=window), settings=NO_TIE)
+    assert plain.index[0] == str(outside.object_id)
+    assert set(plain["temporal_factor"]) == {1.0}
+
+
+def test_temporal_affinity_decays_outside_the_window():
+    window = (BASE_TIME, BASE_TIME + timedelta(days=1))
+    assert temporal_affinity(BASE_TIME - timedelta(days=7), window) == pytest.approx(0.36787944, abs=1e-8)
+    assert temporal_affinity(BASE_TIME, None) == 0.0
+
+
+def test_event_time_tie_break_orders_equal_scores_newest_first():
+    old = make_candidate(make_object("old", days=-5), VECTOR=(1, 0.9), LEXICAL=(2, 0.5))
+    new = make_candidate(make_object("new", days=0), VECTOR=(2, 0.8), LEXICAL=(1, 1.0))
+    frame = _rrf(old, new)
+    assert frame.index[0] == str(new.object_id)
+    assert frame.loc[str(new.object_id), "tie_break"] == 0.0
+    assert frame.loc[str(old.object_id), "tie_break"] == 0.5
+    assert frame.loc[str(new.object_id), "score"] > frame.loc[str(old.object_id), "score"]
+
+
+def test_scores_are_rounded_to_ten_decimals_before_the_tie_break():
+    frame = _rrf(make_candidate(make_object("a"), VECTOR=(3, 0.3)), settings=NO_TIE)
+    score = frame["score"].iloc[0]
+    assert round(score, 10) == score
+
+
+def test_recency_boost_and_current_update_on_current_state_questions():
+    old = make_candidate(make_object("old", "Tomas works in York.", days=-200), VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    new = make_candidate(make_object("new", "Tomas moved and now works in Leeds.", days=0), VECTOR=(2, 0.8), LEXICAL=(2, 0.9))
+    frame = _rrf(old, new, analysis=_analysis(current_state=True))
+    assert frame.index[0] == str(new.object_id)
+    assert frame.loc[str(new.object_id), "recency_boost_factor"] == 1.0
+    assert frame.loc[str(new.object_id), "current_update_factor"] == 1.3
+    assert frame.loc[str(old.object_id), "current_update_factor"] == 1.0
+    not_current = _rrf(old, new)
+    assert not_current.index[0] == str(old.object_id)
+
+
+def test_rrf_k_is_validated():
+    with pytest.raises(ValueError, match="rrf_k"):
+        RankFusionScoring(rrf_k=0)
+    with pytest.raises(ValueError, match="rrf_k"):
+        RankFusionScoring(rrf_k=10_001)
+
+
+def _weighted(*candidates, settings=None, analysis=None):
+    settings = settings or RetrievalSettings(scoring=ScoringSettings(fusion="weighted"))
+    frame = fused_scores__weighted(_pool(*candidates), analysis or _analysis(), make_request(), settings)
+    return frame.set_index("object_id")
+
+
+@pytest.mark.parametrize("change", [
+    {"obj": {"salience": 0.9}}, {"obj": {"confidence": 0.4}}, {"obj": {"epistemic_type": "INFERRED"}},
+    {"obj": {"days": -300}}, {"hits": {"VECTOR": (1, 0.2)}}, {"hits": {"LEXICAL": (1, 0.1)}},
+    {"hits": {"GRAPH": (1, 0.5)}},
+])
+def test_weighted_formula_reads_every_input(change):
+    base_hits = {"VECTOR": (1, 0.8), "LEXICAL": (1, 0.6), "GRAPH": (1, 1.0)}
+    base = make_candidate(make_object("a"), **base_hits)
+    changed = make_candidate(make_object("a", **change.get("obj", {})), **{**base_hits, **change.get("hits", {})})
+    assert _weighted(base)["score"].iloc[0] != _weighted(changed)["score"].iloc[0]
+
+
+def test_weighted_score_is_the_documented_sum():
+    cand = make_candidate(make_object("a", salience=0.5, confidence=1.0), VECTOR=(1, 0.8), LEXICAL=(1, 0.6), GRAPH=(1, 1.0))
+    row = _weighted(cand).iloc[0]
+    w = WeightedScoring()
+    expected = (w.w_semantic * 0.8 + w.w_lexical * 0.6 + w.w_graph * 1.0 + w.w_recency * row["recency"]
+                + w.w_salience * 0.5 + w.w_confidence * 1.0) * 1.0 * 1.0 * (1 / 1.5)
+    assert row["score"] == pytest.approx(expected, abs=1e-10)
+    assert row["formula_version"] == 1
+
+
+@pytest.mark.parametrize("bad", [{"w_semantic": 0.5}, {"w_lexical": float("nan")}, {"w_graph": float("inf")}, {"w_recency": -0.1}])
+def test_weights_are_validated_when_the_configuration_is_built(bad):
+    with pytest.raises(ValueError) as error:
+        WeightedScoring(**bad)
+    assert next(iter(bad)) in str(error.value) or "sum to 1.0" in str(error.value)
+
+
+def test_nested_boosts_reject_non_finite_values():
+    with pytest.raises(ValueError, match="TURN"):
+        ScoringSettings(node_type_boosts={"TURN": float("nan")})

@@ -1,0 +1,65 @@
+"""Adjacent session context (RFC 4.5): promotion, addition, decay, provenance, re-filtering."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodes.models import CandidatePool, FilteredPool, QueryAnalysis
+from nodes.scoring import fused_scores__rrf
+from nodes.session_context import ranked_candidates, session_context
+from nodes.settings import RetrievalSettings, SessionSettings
+from tests.factories import BASE_TIME, FakeStore, make_candidate, make_object, make_request
+
+
+def _turn(name, seq, **fields):
+    return make_object(name, f"turn {name}", session_id="s1", session_seq=seq, **fields)
+
+
+def _run(candidates, objects, settings=None):
+    settings = settings or RetrievalSettings()
+    pool = FilteredPool(tuple(candidates), {}, CandidatePool(tuple(candidates)))
+    analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
+    fused = fused_scores__rrf(pool, analysis, settings)
+    store = FakeStore(objects)
+    links = session_context(fused, store, settings)
+    return fused, ranked_candidates(fused, links, pool, make_request(), settings)
+
+
+def test_new_neighbours_join_with_the_decayed_trigger_score_and_provenance():
+    t0, t1, t2 = _turn("t0", 0), _turn("t1", 1), _turn("t2", 2)
+    trigger = make_candidate(t1, VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    fused, ranked = _run([trigger], [t0, t1, t2])
+    frame = ranked.frame.set_index("object_id")
+    assert list(frame.index)[0] == str(t1.id)
+    for neighbour, offset in ((t0, -1), (t2, 1)):
+        row = frame.loc[str(neighbour.id)]
+        assert row["score"] == pytest.approx(1.0 * 0.6)
+        assert row["paths"] == ("SESSION_CONTEXT",) and row["path_count"] == 1
+        assert row["session_trigger"] == str(t1.id) and row["session_offset"] == offset
+        assert row["session_decay"] == 0.6
+        assert row["semantic_relevance"] == pytest.approx(0.9)
+    assert set(ranked.objects) == {t0.id, t1.id, t2.id}
+
+
+def test_a_neighbour_already_in_the_pool_is_promoted_but_keeps_its_path_count():
+    t0, t1 = _turn("t0", 0), _turn("t1", 1)
+    weak = make_candidate(t0, VECTOR=(40, 0.1))
+    strong = make_candidate(t1, VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    _, ranked = _run([weak, strong], [t0, t1])
+    row = ranked.frame.set_index("object_id").loc[str(t0.id)]
+    assert row["paths"] == ("VECTOR", "SESSION_CONTEXT") and row["path_count"] == 1
+    assert row["score"] == pytest.approx(0.6)
+
+
+def test_neighbours_are_filtered_again():
+    t0, t1 = _turn("t0", 0, epistemic_type="DEPRECATED"), _turn("t1", 1)
+    _, ranked = _run([make_candidate(t1, VECTOR=(1, 0.9))], [t0, t1])
+    assert ranked.excluded == {t0.id: "DEPRECATED"}
+    assert str(t0.id) not in set(ranked.frame["object_id"])
+
+
+def test_window_zero_turns_session_context_off():
+    t0, t1 = _turn("t0", 0), _turn("t1", 1)
+    off = RetrievalSettings(session=SessionSettings(window=0))
+    _, ranked = _run([make_candidate(t1, VECTOR=(1, 0.9))], [t0, t1], settings=off)
+    assert list(ranked.frame["object_id"]) == [str(t1.id)]
