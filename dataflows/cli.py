@@ -148,12 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="build the embedded demo store and answer sample questions")
     demo.add_argument("--store", default=".rms/demo-store")
     demo.set_defaults(run=_cmd_demo)
-    for register in EXTRA_COMMANDS:
+    for register in _command_modules():
         register(sub)
     return parser
 
 
-EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """Commands that live beside the code they drive (benchmarks, audit, aggregation)."""
+    from dataflows.bench.command import register as register_bench
+
+    return [register_bench]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,146 @@
+"""Date phrases resolve to UTC windows against a fixed reference time (a Sunday)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from nodes import temporal
+from nodes.models import TemporalType
+from nodes.temporal import DATEPARSER_LOCK, date_words_read_as_names, parse_temporal_signals
+
+REFERENCE = datetime(2023, 8, 20, 12, 0, tzinfo=UTC)
+A, R, D = TemporalType.ABSOLUTE, TemporalType.RELATIVE, TemporalType.DURATION
+
+
+def _day(year: int, month: int, day: int) -> datetime:
+    return datetime(year, month, day, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("query", "text", "kind", "start", "end"),
+    [
+        ("What did she do yesterday?", "yesterday", R, _day(2023, 8, 19), _day(2023, 8, 20)),
+        ("What happened today?", "today", R, _day(2023, 8, 20), _day(2023, 8, 21)),
+        ("the day before yesterday", "the day before yesterday", R, _day(2023, 8, 18), _day(2023, 8, 19)),
+        # "last week" is the previous Monday-to-Sunday calendar week.
+        ("What did I do last week?", "last week", R, _day(2023, 8, 7), _day(2023, 8, 14)),
+        ("plans for next week", "next week", R, _day(2023, 8, 21), _day(2023, 8, 28)),
+        ("last month", "last month", R, _day(2023, 7, 1), _day(2023, 8, 1)),
+        ("last year", "last year", R, _day(2022, 1, 1), _day(2023, 1, 1)),
+        ("last weekend", "last weekend", R, _day(2023, 8, 12), _day(2023, 8, 14)),
+        ("two months ago", "two months ago", R, _day(2023, 6, 1), _day(2023, 7, 1)),
+        ("2 months ago", "2 months ago", R, _day(2023, 6, 1), _day(2023, 7, 1)),
+        ("3 days ago", "3 days ago", R, _day(2023, 8, 17), _day(2023, 8, 18)),
+        ("3 weeks ago", "3 weeks ago", R, _day(2023, 7, 24), _day(2023, 7, 31)),
+        ("a year ago", "a year ago", R, _day(2022, 1, 1), _day(2023, 1, 1)),
+        ("a couple of days ago", "a couple of days ago", R, _day(2023, 8, 18), _day(2023, 8, 19)),
+        ("What did she do last Tuesday?", "last Tuesday", R, _day(2023, 8, 15), _day(2023, 8, 16)),
+        ("on Sunday", "on Sunday", R, _day(2023, 8, 13), _day(2023, 8, 14)),
+        ("next Tuesday", "next Tuesday", R, _day(2023, 8, 22), _day(2023, 8, 23)),
+        ("What happened in 2022?", "in 2022", A, _day(2022, 1, 1), _day(2023, 1, 1)),
+        ("Where was she in June?", "in June", A, _day(2023, 6, 1), _day(2023, 7, 1)),
+        ("in August", "in August", A, _day(2023, 8, 1), _day(2023, 9, 1)),
+        ("in September", "in September", A, _day(2022, 9, 1), _day(2022, 10, 1)),
+        ("in may", "in may", A, _day(2023, 5, 1), _day(2023, 6, 1)),
+        ("last August", "last August", R, _day(2022, 8, 1), _day(2022, 9, 1)),
+        ("What did she do in May 2023?", "May 2023", A, _day(2023, 5, 1), _day(2023, 6, 1)),
+        ("in June 2022", "June 2022", A, _day(2022, 6, 1), _day(2022, 7, 1)),
+        ("since March", "since March", D, _day(2023, 3, 1), REFERENCE),
+        ("since 2020", "since 2020", D, _day(2020, 1, 1), REFERENCE),
+        ("since last week", "since last week", D, _day(2023, 8, 7), REFERENCE),
+        ("after June 2022", "after June 2022", R, _day(2022, 7, 1), REFERENCE),
+        # Durations end at the reference instant and start exactly N units before it.
+        ("over the past month", "over the past month", D, REFERENCE.replace(month=7), REFERENCE),
+        ("in the past 3 weeks", "in the past 3 weeks", D, REFERENCE - timedelta(weeks=3), REFERENCE),
+        ("last 10 days", "last 10 days", D, REFERENCE - timedelta(days=10), REFERENCE),
+        ("the last week", "the last week", D, REFERENCE - timedelta(days=7), REFERENCE),
+        ("On 8 May 2023 she sang.", "8 May 2023", A, _day(2023, 5, 8), _day(2023, 5, 9)),
+        ("May 7, 2023", "May 7, 2023", A, _day(2023, 5, 7), _day(2023, 5, 8)),
+        ("2023-05-07", "2023-05-07", A, _day(2023, 5, 7), _day(2023, 5, 8)),
+        ("5/7/2023", "5/7/2023", A, _day(2023, 5, 7), _day(2023, 5, 8)),
+        ("the 5th of June", "the 5th of June", A, _day(2023, 6, 5), _day(2023, 6, 6)),
+        ("December 25", "December 25", A, _day(2022, 12, 25), _day(2022, 12, 26)),
+    ],
+)
+def test_phrase_resolves_to_window(query, text, kind, start, end):
+    (signal,) = parse_temporal_signals(query, REFERENCE)
+    assert (signal.text, signal.type, signal.start, signal.end) == (text, kind, start, end)
+
+
+def test_month_duration_clamps_the_day_of_month():
+    (signal,) = parse_temporal_signals("over the past month", datetime(2023, 3, 31, tzinfo=UTC))
+    assert signal.start == _day(2023, 2, 28)
+
+
+def test_before_has_no_start():
+    (signal,) = parse_temporal_signals("before May 2023", REFERENCE)
+    assert (signal.type, signal.start, signal.end) == (R, None, _day(2023, 5, 1))
+
+
+@pytest.mark.parametrize(
+    ("query", "text"),
+    [("every Tuesday", "every Tuesday"), ("on Tuesdays", "on Tuesdays"), ("each month", "each month"),
+     ("every two weeks", "every two weeks")],
+)
+def test_recurring_has_no_window(query, text):
+    (signal,) = parse_temporal_signals(query, REFERENCE)
+    assert (signal.type, signal.text, signal.start, signal.end) == (TemporalType.RECURRING, text, None, None)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Who is June dating?",
+        "What does Sun Microsystems make?",
+        "I may march with them",
+        "What was the second thing she said just now?",
+        "3 may be enough",
+        "Add 1/2 cup of sugar",
+        "Was she on the Today show?",
+        'Who sang "Yesterday"?',
+        "Who said 'last week' first?",
+        "How many days ago did she paint?",
+    ],
+)
+def test_no_false_dates(query):
+    assert parse_temporal_signals(query, REFERENCE) == ()
+
+
+def test_several_phrases_in_order():
+    signals = parse_temporal_signals("Between 8 May 2023 and last week, what changed?", REFERENCE)
+    assert [s.text for s in signals] == ["8 May 2023", "last week"]
+
+
+def test_windows_are_utc_days_of_the_reference_instant():
+    reference = datetime(2023, 8, 21, 1, 0, tzinfo=timezone(timedelta(hours=5)))  # 2023-08-20T20:00Z
+    (signal,) = parse_temporal_signals("yesterday", reference)
+    assert (signal.start, signal.end) == (_day(2023, 8, 19), _day(2023, 8, 20))
+
+
+def test_dateless_query_skips_dateparser(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("dateparser called")
+
+    monkeypatch.setattr(temporal.dateparser, "parse", fail)
+    assert parse_temporal_signals("What is Caroline's favourite colour?", REFERENCE) == ()
+
+
+def test_dateparser_runs_under_the_shared_lock(monkeypatch):
+    held = []
+    real_parse = temporal.dateparser.parse
+
+    def spy(*args, **kwargs):
+        held.append(DATEPARSER_LOCK.locked())
+        return real_parse(*args, **kwargs)
+
+    monkeypatch.setattr(temporal.dateparser, "parse", spy)
+    parse_temporal_signals("8 May 2023", REFERENCE)
+    assert held == [True]
+    assert isinstance(DATEPARSER_LOCK, type(threading.Lock()))
+
+
+def test_month_names_read_as_names():
+    assert date_words_read_as_names("Who is June dating? What did May say in April about June 5?") == ("June", "May")
