@@ -8,7 +8,9 @@ vector path and flags the bundle (RFC 4.2), or raises when the settings ask for 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from uuid import UUID
 
 from nodes.models import (
@@ -114,6 +116,19 @@ def entity_catalog(graph_index: GraphIndex, request: RetrievalRequest) -> list[E
     return graph_index.entity_catalog(request.namespaces)
 
 
+@dataclass
+class _Reach:
+    """How the walk reached one object: fewest hops, and the weight each query entity lends it."""
+
+    hops: int
+    path: tuple[Edge, ...]
+    weights: dict[UUID, float] = field(default_factory=dict)
+
+    @property
+    def weight(self) -> float:
+        return sum(self.weights.values())
+
+
 def _traverse(
     graph_index: GraphIndex,
     starts: list[UUID],
@@ -121,48 +136,53 @@ def _traverse(
     request: RetrievalRequest,
     settings: RetrievalSettings,
     max_candidates: int,
-) -> list[tuple[UUID, int, int, tuple[Edge, ...]]]:
-    """Breadth-first from the query entities; one store round trip per hop, pruned between hops.
+) -> dict[UUID, _Reach]:
+    """Breadth-first from the query entities; one store call per hop, pruned between hops.
 
-    Returns (object id, hops, supporting query entities, edge path) for every object reached.
+    An object's weight sums, over the query entities that reach it, 1 / sqrt(degree) of the
+    entity next to it, divided by the hops: a turn reached through a rare entity outranks one
+    reached only through a speaker who said half the conversation.
     """
     cfg = settings.candidates
-    origin: dict[UUID, UUID] = {start: start for start in starts}  # entity -> query entity it came from
+    origin: dict[UUID, UUID] = {start: start for start in starts}
     path_to: dict[UUID, tuple[Edge, ...]] = {start: () for start in starts}
     frontier = sorted(starts)
     visited = set(frontier)
-    reached: dict[UUID, tuple[int, set[UUID], tuple[Edge, ...]]] = {}
+    reached: dict[UUID, _Reach] = {}
     for hop in range(1, cfg.graph_max_hops + 1):
         if not frontier:
             break
         frontier_set = set(frontier)
+        edges = graph_index.edges_touching(frontier, request.namespaces, cfg.graph_min_edge_confidence)
+        degree: dict[UUID, int] = {}
+        for edge in edges:
+            for node in {edge.source, edge.target} & frontier_set:
+                degree[node] = degree.get(node, 0) + 1
         next_entities: dict[UUID, tuple[Edge, ...]] = {}
-        for edge in graph_index.edges_touching(frontier, request.namespaces, cfg.graph_min_edge_confidence):
+        for edge in edges:
             for node in (edge.source, edge.target):
                 if node not in frontier_set:
                     continue
                 other = edge.other(node)
-                if other in visited:
-                    if other in reached and reached[other][0] == hop:
-                        reached[other][1].add(origin[node])
+                if other in visited and other not in reached:
                     continue
-                path = path_to[node] + (edge,)
                 if other in entity_ids:
                     if other not in next_entities:
-                        next_entities[other] = path
+                        next_entities[other] = path_to[node] + (edge,)
                         origin[other] = origin[node]
-                elif other in reached:
-                    reached[other][1].add(origin[node])
-                else:
-                    reached[other] = (hop, {origin[node]}, path)
+                    continue
+                reach = reached.setdefault(other, _Reach(hop, path_to[node] + (edge,)))
+                if reach.hops == hop:
+                    lent = edge.confidence / (math.sqrt(degree[node]) * hop)
+                    reach.weights[origin[node]] = max(reach.weights.get(origin[node], 0.0), lent)
         visited.update(reached)
+        visited.update(next_entities)
         # Pruning between hops (RFC 4.1): a hub cannot flood the next hop.
         ranked = sorted(next_entities, key=lambda e: (-next_entities[e][-1].confidence, next_entities[e][-1].edge_id))
         frontier = sorted(ranked[:max_candidates])
         for entity in frontier:
             path_to[entity] = next_entities[entity]
-        visited.update(next_entities)
-    return [(oid, hops, len(support), path) for oid, (hops, support, path) in reached.items()]
+    return reached
 
 
 def graph_candidates(
@@ -182,21 +202,18 @@ def graph_candidates(
 
     def search() -> ChannelResult:
         reached = _traverse(graph_index, starts, entity_ids, request, settings, limit)
-        # Fewer hops first, then objects linked to more of the query's entities, then stronger
-        # edges, then edge id: deterministic, and a hub entity's mentions cannot crowd out the
-        # objects that connect two of the question's entities.
-        reached.sort(key=lambda r: (r[1], -r[2], -min(e.confidence for e in r[3]), r[3][-1].edge_id))
+        ranked = sorted(reached.items(), key=lambda kv: (-round(kv[1].weight, 12), kv[1].hops, kv[1].path[-1].edge_id))
         hits = tuple(
             ChannelHit(
                 oid,
                 PathType.GRAPH,
                 rank,
-                raw_score=1.0 / hops,
-                score=1.0 / hops,
-                detail={"hops": hops, "support": support, "edge_path": [e.edge_id for e in path],
-                        "edge_types": [e.edge_type for e in path]},
+                raw_score=reach.weight,
+                score=1.0 / reach.hops,
+                detail={"hops": reach.hops, "support": len(reach.weights),
+                        "edge_path": [e.edge_id for e in reach.path], "edge_types": [e.edge_type for e in reach.path]},
             )
-            for rank, (oid, hops, support, path) in enumerate(reached[:limit], start=1)
+            for rank, (oid, reach) in enumerate(ranked[:limit], start=1)
         )
         return ChannelResult(path=PathType.GRAPH, hits=hits, limit=limit)
 

@@ -40,6 +40,15 @@ class Selection:
     min_score_skipped: bool = False
 
 
+@dataclass(frozen=True)
+class _Item:
+    row: dict
+    obj: MemoryObject
+    text: str
+    tokens: int
+    tier: int
+
+
 def _is_pinned(paths: tuple[str, ...], obj: MemoryObject) -> bool:
     active_task = obj.node_type is NodeType.TASK and obj.lifecycle_state is LifecycleState.ACTIVE
     return PathType.PINNED.value in paths or active_task
@@ -88,25 +97,43 @@ def selected_candidates(ranked_candidates: RankedCandidates, request: RetrievalR
 
 
 def format_item(obj: MemoryObject, item_format: str) -> str:
-    """The text an item takes in the context. "reader" dates it, so "when" questions can be answered."""
+    """The line an item takes in the context. "reader" dates every line; "dated_groups" dates
+    the group of lines it heads (see `group_header`), so "when" questions stay answerable."""
     if item_format == "reader":
-        return f"[{obj.stated_time:%Y-%m-%d}] {obj.content}"
+        return f"{group_header(obj)} {obj.content}"
     return obj.content
+
+
+def group_header(obj: MemoryObject) -> str:
+    """The date line that heads an item's group under "dated_groups": the day it was stated."""
+    return f"[{obj.stated_time:%Y-%m-%d}]"
+
+
+def _context_order(item: _Item) -> tuple:
+    obj = item.obj
+    return (obj.stated_time, obj.session_id or "", obj.session_seq or 0, str(obj.id))
+
+
+def assemble_context(packed: list[_Item], item_format: str) -> str:
+    """The packed text. Under "dated_groups" items are chronological under one date line per day;
+    otherwise they keep packing order."""
+    if item_format != "dated_groups":
+        return SEPARATOR.join(item.text for item in packed)
+    lines: list[str] = []
+    current = None
+    for item in sorted(packed, key=_context_order):
+        header = group_header(item.obj)
+        if header != current:
+            lines.append(header)
+            current = header
+        lines.append(item.text)
+    return SEPARATOR.join(lines)
 
 
 def _tier(paths: tuple[str, ...], path_count: int, obj: MemoryObject) -> int:
     if _is_pinned(paths, obj):
         return 1
     return 2 if path_count >= 2 else 3
-
-
-@dataclass(frozen=True)
-class _Item:
-    row: dict
-    obj: MemoryObject
-    text: str
-    tokens: int
-    tier: int
 
 
 def _order(items: list[_Item], settings: RetrievalSettings) -> list[_Item]:
@@ -178,17 +205,25 @@ def packed_bundle(
         text = format_item(obj, settings.packing.item_format)
         items.append(_Item(row, obj, text, count_tokens(text), _tier(tuple(row["paths"]), row["path_count"], obj)))
     budget = request.token_budget
+    item_format = settings.packing.item_format
+    separator = count_tokens(SEPARATOR)
     used = 0
+    headers: set[str] = set()
     packed: list[_Item] = []
     for item in _order(items, settings):
-        cost = item.tokens + (count_tokens(SEPARATOR) if packed else 0)
+        cost = item.tokens + (separator if packed else 0)
+        header = group_header(item.obj) if item_format == "dated_groups" else None
+        if header is not None and header not in headers:
+            cost += count_tokens(header) + separator
         if used + cost <= budget:
             packed.append(item)
             used += cost
-    context = SEPARATOR.join(item.text for item in packed)
-    while packed and count_tokens(context) > budget:  # BPE merges across items never add tokens in
+            if header is not None:
+                headers.add(header)
+    context = assemble_context(packed, item_format)
+    while packed and count_tokens(context) > budget:  # BPE merges across lines never add tokens in
         packed.pop()  # practice; this guard keeps the budget a hard limit if they ever do
-        context = SEPARATOR.join(item.text for item in packed)
+        context = assemble_context(packed, item_format)
     bundle_items = tuple(
         BundleItem(
             id=item.obj.id,

@@ -29,8 +29,8 @@ class CandidateSettings(BaseModel):
 
     model_config = _FROZEN
 
-    vector_k: int = Field(default=150, ge=0, le=100_000)
-    lexical_k: int = Field(default=150, ge=0, le=100_000)
+    vector_k: int = Field(default=500, ge=0, le=100_000)
+    lexical_k: int = Field(default=500, ge=0, le=100_000)
     graph_max_hops: int = Field(default=2, ge=1, le=3, description="RFC 4.1 hard limit: 3.")
     graph_min_edge_confidence: float = Field(default=0.40, ge=0.0, le=1.0)
     graph_max_candidates: int = Field(default=50, ge=0, le=10_000)
@@ -170,7 +170,7 @@ class PackingSettings(BaseModel):
 
     model_config = _FROZEN
 
-    item_format: Literal["reader", "plain"] = "reader"
+    item_format: Literal["dated_groups", "reader", "plain"] = "dated_groups"
     tier_order: Literal["tiered", "score"] = "tiered"
     density_exponent: float = Field(default=0.25, ge=0.0, le=1.0)
 

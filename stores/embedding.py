@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from stores.protocols import EmbeddingIdentity, QueryEncoder
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_DIMENSION = 384
 ENCODE_BATCH_SIZE = 64
+_SMALL_BATCH = 8
 # Progress is reported per chunk; a chunk is several encoder batches so the bar stays cheap.
 _PROGRESS_CHUNK = 1024
 _WEIGHTS_FILE = "model.safetensors"
@@ -89,13 +92,15 @@ class SentenceEncoder(QueryEncoder):
         """Float32 unit vectors, shape (len(texts), dimension)."""
         if not texts:
             return np.zeros((0, self._dimension), dtype=np.float32)
-        vectors = self._loaded_model().encode(
-            list(texts),
-            batch_size=ENCODE_BATCH_SIZE,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        model = self._loaded_model()
+        with _threads_for(len(texts)):
+            vectors = model.encode(
+                list(texts),
+                batch_size=ENCODE_BATCH_SIZE,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         return validated_vectors(vectors, len(texts), self._dimension)
 
     def encode_many(self, texts: Sequence[str], progress: bool = True) -> np.ndarray:
@@ -110,6 +115,31 @@ class SentenceEncoder(QueryEncoder):
 
             self._model = SentenceTransformer(str(self._path), device="cpu")
         return self._model
+
+
+_THREADS_LOCK = threading.Lock()
+
+
+@contextmanager
+def _threads_for(batch: int) -> Iterator[None]:
+    """One torch thread for a query-sized batch, the default for ingestion-sized ones.
+
+    A query of a dozen words gains nothing from intra-op threads, and on a busy two-core machine
+    they oversubscribe: measured 498 ms per query with two threads under load against 13.6 ms
+    with one. Torch's thread count is process-wide, hence the lock.
+    """
+    if batch > _SMALL_BATCH:
+        yield
+        return
+    import torch
+
+    with _THREADS_LOCK:
+        previous = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(previous)
 
 
 def _weights_hash(model_path: Path) -> str:

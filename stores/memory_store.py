@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from stores import vector_index
+from stores.adjacency import Adjacency
 from stores.embedding import encode_many
 from stores.entity_graph import GraphEdge, entity_graph, entity_names
 from stores.errors import EmbeddingMismatchError, StoreError
@@ -134,14 +135,12 @@ WHERE bm25 IS NOT NULL
 ORDER BY round(bm25, {_BM25_TIE_DECIMALS}) DESC, id
 LIMIT $limit
 """
-EDGES_TOUCHING = """
+EDGES_IN_SCOPE = """
 SELECT edge.edge_id, edge.source, edge.target, edge.edge_type, edge.confidence
 FROM edges AS edge
 JOIN objects AS source_object ON source_object.id = edge.source
 JOIN objects AS target_object ON target_object.id = edge.target
-WHERE (edge.source = ANY($nodes) OR edge.target = ANY($nodes))
-  AND edge.confidence >= $min_confidence
-  AND source_object.namespace = ANY($namespaces)
+WHERE source_object.namespace = ANY($namespaces)
   AND target_object.namespace = ANY($namespaces)
 ORDER BY edge.edge_id
 """
@@ -315,6 +314,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         self._vec_ids = {namespace: np.asarray(ids, dtype=np.int64) for namespace, ids in by_namespace.items()}
         self._edge_count, self._max_edge_id = self._connection.execute(COUNT_EDGES).fetchone()
         self._entity_catalogs: dict[tuple[str, ...], list[EntityRef]] = {}
+        self._adjacency: dict[tuple[str, ...], Adjacency] = {}
 
     # ----- ingestion -----------------------------------------------------------------------------
 
@@ -500,14 +500,17 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
 
     def edges_touching(self, nodes: Iterable[UUID], namespaces: Sequence[str], min_confidence: float) -> list[Edge]:
         """Edges with an endpoint in `nodes` whose both endpoints lie in `namespaces`, by edge id."""
-        node_list = list(nodes)
-        if not node_list or not namespaces:
+        if not namespaces:
             return []
-        rows = self._connection.execute(
-            EDGES_TOUCHING,
-            {"nodes": node_list, "namespaces": list(namespaces), "min_confidence": min_confidence},
-        ).fetchall()
-        return [Edge(*row) for row in rows]
+        return self.adjacency(namespaces).touching(nodes, min_confidence)
+
+    def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
+        """The graph of one namespace scope, read once per store generation."""
+        key = tuple(sorted(set(namespaces)))
+        if key not in self._adjacency:
+            rows = self._connection.execute(EDGES_IN_SCOPE, {"namespaces": list(key)}).fetchall()
+            self._adjacency[key] = Adjacency([Edge(*row) for row in rows])
+        return self._adjacency[key]
 
     # ----- ObjectStore ---------------------------------------------------------------------------
 

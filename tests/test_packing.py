@@ -36,13 +36,29 @@ def test_tiers_pinned_then_multi_path_then_the_rest():
     assert [i.content for i in bundle.items][2:] == ["beta", "alpha"]
 
 
-def test_budget_is_counted_in_cl100k_tokens_including_formatting():
-    objs = [make_candidate(make_object(f"o{i}", f"memory number {i} " * 5), VECTOR=(i, 1 - i / 100)) for i in range(1, 30)]
-    bundle = _bundle(objs, make_request(token_budget=60))
-    assert bundle.tokens_used == count_tokens(bundle.context) <= 60
+@pytest.mark.parametrize("item_format", ["dated_groups", "reader", "plain"])
+def test_budget_is_counted_in_cl100k_tokens_including_formatting(item_format):
+    objs = [make_candidate(make_object(f"o{i}", f"memory number {i} " * 5, days=i % 3), VECTOR=(i, 1 - i / 100))
+            for i in range(1, 30)]
+    settings = RetrievalSettings(packing={"item_format": item_format})
+    bundle = _bundle(objs, make_request(token_budget=90), settings)
+    assert bundle.tokens_used == count_tokens(bundle.context) <= 90
     assert all(item.tokens == count_tokens(item.text) for item in bundle.items)
-    assert bundle.items[0].text == format_item(objs[0].object, "reader")
-    assert bundle.items[0].text.startswith("[2025-06-01] ")
+    assert bundle.items[0].text == format_item(objs[0].object, item_format)
+    assert all(item.text in bundle.context for item in bundle.items)
+
+
+def test_dated_groups_put_one_date_line_over_each_day_in_time_order():
+    objs = [make_candidate(make_object(f"d{i}", f"event {i}", days=-i), VECTOR=(i + 1, 0.9 - i / 10)) for i in range(3)]
+    objs.append(make_candidate(make_object("same-day", "also that day", days=-1.9), VECTOR=(9, 0.1)))
+    bundle = _bundle(objs)
+    assert bundle.context.splitlines() == [
+        "[2025-05-30]", "event 2", "also that day", "[2025-05-31]", "event 1", "[2025-06-01]", "event 0"]
+
+
+def test_reader_format_dates_every_line():
+    obj = make_object("r", "Caroline: hello")
+    assert format_item(obj, "reader") == "[2025-06-01] Caroline: hello"
 
 
 def test_density_decides_inside_a_tier_when_the_budget_is_tight():
