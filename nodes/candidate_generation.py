@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from uuid import UUID
@@ -243,15 +244,71 @@ def candidate_objects(
     lexical_candidates: ChannelResult,
     graph_candidates: ChannelResult,
     pinned_candidates: ChannelResult,
+    keyword_scan_candidates: ChannelResult,
     object_store: ObjectStore,
 ) -> dict[UUID, MemoryObject]:
     """The stored objects behind every hit, read in one round trip."""
     wanted = {
         hit.object_id
-        for result in (vector_candidates, lexical_candidates, graph_candidates)
+        for result in (vector_candidates, lexical_candidates, graph_candidates, keyword_scan_candidates)
         for hit in result.hits
     } - set(pinned_candidates.objects)
     objects = dict(pinned_candidates.objects)
     if wanted:
         objects.update(object_store.get_objects(sorted(wanted)))
     return objects
+
+
+_SCAN_STOPWORDS = frozenset(
+    """a an the and or of to in on at for with from by about into over after before since until
+    how many much times time often number count list all every each any some what which who whom
+    whose when where why did do does done is are was were be been being have has had i me my we us
+    our you your he him his she her they them their it its this that these those there here ever
+    name kinds kind types type things thing""".split()
+)
+_TERM = re.compile(r"[A-Za-z][A-Za-z'\-]{2,}")
+
+
+def _scan_terms(query_analysis: QueryAnalysis) -> list[str]:
+    entity_words = {w.lower() for e in query_analysis.entities for w in e.name.split()}
+    terms = []
+    for word in _TERM.findall(query_analysis.raw_query):
+        lower = word.lower().removesuffix("'s")
+        if lower not in _SCAN_STOPWORDS and lower not in entity_words and lower not in terms:
+            terms.append(lower)
+    return terms
+
+
+def keyword_scan_candidates(
+    query_analysis: QueryAnalysis,
+    lexical_index: LexicalIndex,
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+) -> ChannelResult:
+    """For count and list questions only: BM25 hits per content word and per entity name (RFC 4.3).
+
+    These scans widen the pool beyond the per-path limits so a list has more of its members to
+    draw on; they are not ranked evidence, so they neither count toward path_count nor fuse.
+    """
+    cfg = settings.candidates
+    if query_analysis.aggregation is None or PathType.LEXICAL not in cfg.enabled_paths:
+        return ChannelResult(path=PathType.KEYWORD_SCAN)
+    scans = [(term, cfg.keyword_scan_hits_per_term) for term in _scan_terms(query_analysis)]
+    scans += [(entity.name, cfg.entity_scan_hits_per_entity) for entity in query_analysis.entities]
+
+    def search() -> ChannelResult:
+        best: dict[UUID, tuple[float, str]] = {}
+        for text, limit in scans:
+            if limit == 0:
+                continue
+            for hit in lexical_index.search_lexical(text, request.namespaces, limit):
+                if hit.object_id not in best or hit.score > best[hit.object_id][0]:
+                    best[hit.object_id] = (hit.score, text)
+        ordered = sorted(best.items(), key=lambda kv: (-kv[1][0], str(kv[0])))
+        hits = tuple(
+            ChannelHit(oid, PathType.KEYWORD_SCAN, rank, score, score, detail={"scan": text})
+            for rank, (oid, (score, text)) in enumerate(ordered, start=1)
+        )
+        return ChannelResult(path=PathType.KEYWORD_SCAN, hits=hits)
+
+    return _guarded(PathType.KEYWORD_SCAN, 0, search)

@@ -13,10 +13,11 @@ def merged_candidates(
     lexical_candidates: ChannelResult,
     graph_candidates: ChannelResult,
     pinned_candidates: ChannelResult,
+    keyword_scan_candidates: ChannelResult,
     candidate_objects: dict[UUID, MemoryObject],
 ) -> CandidatePool:
     """One candidate per object id with its `paths`, `path_count` and each path's rank and raw score."""
-    channels = (vector_candidates, lexical_candidates, graph_candidates, pinned_candidates)
+    channels = (vector_candidates, lexical_candidates, graph_candidates, pinned_candidates, keyword_scan_candidates)
     hits: dict[UUID, dict[PathType, ChannelHit]] = {}
     for channel in channels:
         for hit in channel.hits:

@@ -163,6 +163,10 @@ class PathType(StrEnum):
     GRAPH = "GRAPH"
     PINNED = "PINNED"
     SESSION_CONTEXT = "SESSION_CONTEXT"
+    KEYWORD_SCAN = "KEYWORD_SCAN"
+
+
+PRIMARY_PATHS = frozenset({PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +214,9 @@ class Candidate:
 
     @property
     def path_count(self) -> int:
-        """Retrieval paths that found it; session context does not count (RFC 4.5)."""
-        return sum(1 for p in self.hits if p is not PathType.SESSION_CONTEXT)
+        """Primary retrieval paths that found it (RFC 5); session context and the count/list
+        keyword scans widen the pool without counting as evidence of relevance."""
+        return sum(1 for p in self.hits if p in PRIMARY_PATHS)
 
 
 @dataclass(frozen=True)

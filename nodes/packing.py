@@ -28,6 +28,10 @@ from nodes.tokens import count_tokens
 from stores.models import LifecycleState, MemoryObject, NodeType
 
 SEPARATOR = "\n"
+COVERAGE_WARNING = (
+    "[coverage] These memories come from a search, not a complete record: a count or list "
+    "built from them may miss items or count one thing twice."
+)
 
 
 @dataclass(frozen=True)
@@ -114,12 +118,12 @@ def _context_order(item: _Item) -> tuple:
     return (obj.stated_time, obj.session_id or "", obj.session_seq or 0, str(obj.id))
 
 
-def assemble_context(packed: list[_Item], item_format: str) -> str:
-    """The packed text. Under "dated_groups" items are chronological under one date line per day;
-    otherwise they keep packing order."""
+def assemble_context(packed: list[_Item], item_format: str, warning: str | None = None) -> str:
+    """The packed text, after the warning line if any. Under "dated_groups" items are
+    chronological under one date line per day; otherwise they keep packing order."""
+    lines: list[str] = [warning] if warning else []
     if item_format != "dated_groups":
-        return SEPARATOR.join(item.text for item in packed)
-    lines: list[str] = []
+        return SEPARATOR.join(lines + [item.text for item in packed])
     current = None
     for item in sorted(packed, key=_context_order):
         header = group_header(item.obj)
@@ -148,6 +152,34 @@ def _order(items: list[_Item], settings: RetrievalSettings) -> list[_Item]:
     return sorted(items, key=key)
 
 
+def _aggregation_coverage(
+    selection: Selection, filtered: FilteredPool, analysis: QueryAnalysis, packed: int, budget_cut: int,
+    warning_fits: bool,
+) -> dict | None:
+    """RFC "aggregation coverage": what a count or list question's bundle can and cannot claim."""
+    if analysis.aggregation is None:
+        return None
+    pool = filtered.source
+    codes = ["semantic_matching"]
+    if pool.paths_at_limit:
+        codes.append("candidate_limit")
+    if pool.backend_failures:
+        codes.append("backend_failure")
+    if selection.excluded:
+        codes.append("score_selection")
+    if budget_cut or not warning_fits:
+        codes.append("token_budget")
+    return {
+        "kind": str(analysis.aggregation),
+        "unique_candidates": len(pool.candidates),
+        "returned": len(selection.frame),
+        "packed": packed,
+        "limitation_codes": codes,
+        "candidate_limit_paths": [str(p) for p in pool.paths_at_limit],
+        "exhaustive": False,
+    }
+
+
 def _metadata(
     selection: Selection,
     ranked: RankedCandidates,
@@ -156,6 +188,7 @@ def _metadata(
     settings: RetrievalSettings,
     fusion: str,
     budget_cut: int,
+    coverage: dict | None,
 ) -> dict:
     pool = filtered.source
     excluded = {**filtered.excluded, **ranked.excluded, **selection.excluded}
@@ -180,6 +213,7 @@ def _metadata(
         "backend_failures": {str(k): v for k, v in sorted(pool.backend_failures.items())},
         "min_score_skipped": selection.min_score_skipped,
         "excluded": {str(k): v for k, v in sorted(excluded.items(), key=lambda kv: str(kv[0]))},
+        "aggregation_coverage": coverage,
     }
 
 
@@ -207,11 +241,15 @@ def packed_bundle(
     budget = request.token_budget
     item_format = settings.packing.item_format
     separator = count_tokens(SEPARATOR)
-    used = 0
+    # A count or list question's bundle starts with the coverage warning; when the warning
+    # cannot fit, nothing unqualified is packed.
+    warning = COVERAGE_WARNING if query_analysis.aggregation is not None else None
+    warning_fits = warning is None or count_tokens(warning) <= budget
+    used = count_tokens(warning) if warning and warning_fits else 0
     headers: set[str] = set()
     packed: list[_Item] = []
-    for item in _order(items, settings):
-        cost = item.tokens + (separator if packed else 0)
+    for item in _order(items, settings) if warning_fits else ():
+        cost = item.tokens + (separator if packed or warning else 0)
         header = group_header(item.obj) if item_format == "dated_groups" else None
         if header is not None and header not in headers:
             cost += count_tokens(header) + separator
@@ -220,10 +258,10 @@ def packed_bundle(
             used += cost
             if header is not None:
                 headers.add(header)
-    context = assemble_context(packed, item_format)
+    context = assemble_context(packed, item_format, warning if warning_fits else None)
     while packed and count_tokens(context) > budget:  # BPE merges across lines never add tokens in
         packed.pop()  # practice; this guard keeps the budget a hard limit if they ever do
-        context = assemble_context(packed, item_format)
+        context = assemble_context(packed, item_format, warning)
     bundle_items = tuple(
         BundleItem(
             id=item.obj.id,
@@ -253,5 +291,9 @@ def packed_bundle(
         retrieval_metadata=_metadata(
             selected_candidates, ranked_candidates, filtered_candidates, query_analysis, settings,
             fusion, budget_cut=len(items) - len(packed),
+            coverage=_aggregation_coverage(
+                selected_candidates, filtered_candidates, query_analysis, len(packed),
+                len(items) - len(packed), warning_fits,
+            ),
         ),
     )

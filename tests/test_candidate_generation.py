@@ -130,3 +130,19 @@ def test_pinned_candidates_hold_pins_active_tasks_and_intents_only():
     result = cg.pinned_candidates(store, make_request(), RetrievalSettings())
     assert {h.object_id for h in result.hits} == {pin.id, task.id}
     assert set(result.objects) == {pin.id, task.id}
+
+
+def test_keyword_scans_run_for_count_questions_only_and_ignore_their_limits():
+    from nodes.models import AggregationKind
+
+    hikes = [make_object(f"h{i}", f"went hiking on trail {i}") for i in range(30)]
+    store = FakeStore(hikes)
+    request = make_request("How many times did I go hiking?")
+    settings = RetrievalSettings(candidates=CandidateSettings(keyword_scan_hits_per_term=25))
+    plain = QueryAnalysis(raw_query=request.query, namespace_scope=("ns",), reference_time=BASE_TIME)
+    assert cg.keyword_scan_candidates(plain, store, request, settings).hits == ()
+    count = plain.model_copy(update={"aggregation": AggregationKind.COUNT})
+    result = cg.keyword_scan_candidates(count, store, request, settings)
+    assert len(result.hits) == 25
+    assert {h.detail["scan"] for h in result.hits} == {"hiking"}
+    assert all(h.path is PathType.KEYWORD_SCAN for h in result.hits)

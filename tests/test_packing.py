@@ -129,3 +129,39 @@ def test_no_excluded_object_is_ever_packed(kinds):
     packed = {item.id for item in bundle.items}
     assert packed.isdisjoint(filtered.excluded)
     assert all(str(k) in bundle.retrieval_metadata["excluded"] for k in filtered.excluded)
+
+
+def _count_bundle(candidates, budget):
+    from nodes.models import AggregationKind
+
+    request = make_request("How many times did Caroline go hiking?", token_budget=budget)
+    pool = FilteredPool(tuple(candidates), {}, CandidatePool(tuple(candidates)))
+    analysis = QueryAnalysis(raw_query=request.query, aggregation=AggregationKind.COUNT,
+                             namespace_scope=("ns",), reference_time=BASE_TIME)
+    ranked = ranked_candidates(fused_scores__rrf(pool, analysis, SETTINGS), [], pool, request, SETTINGS)
+    return packed_bundle(selected_candidates(ranked, request), ranked, pool, analysis, request, SETTINGS, "rrf")
+
+
+def test_a_count_question_starts_with_the_coverage_warning_and_reports_coverage():
+    from nodes.packing import COVERAGE_WARNING
+
+    hikes = [make_candidate(make_object(f"hike{i}", f"Caroline went hiking {i}"), VECTOR=(i + 1, 0.8)) for i in range(3)]
+    bundle = _count_bundle(hikes, 500)
+    assert bundle.context.splitlines()[0] == COVERAGE_WARNING
+    assert bundle.tokens_used == count_tokens(bundle.context) <= 500
+    assert bundle.retrieval_metadata["aggregation_coverage"] == {
+        "kind": "COUNT", "unique_candidates": 3, "returned": 3, "packed": 3,
+        "limitation_codes": ["semantic_matching"], "candidate_limit_paths": [], "exhaustive": False,
+    }
+
+
+def test_when_the_warning_cannot_fit_nothing_unqualified_is_packed():
+    hikes = [make_candidate(make_object("hike", "hiking"), VECTOR=(1, 0.8))]
+    bundle = _count_bundle(hikes, 5)
+    assert bundle.items == () and bundle.context == "" and bundle.tokens_used == 0
+    assert "token_budget" in bundle.retrieval_metadata["aggregation_coverage"]["limitation_codes"]
+
+
+def test_other_questions_have_no_coverage_block():
+    bundle = _bundle([make_candidate(make_object("x"), VECTOR=(1, 0.5))])
+    assert bundle.retrieval_metadata["aggregation_coverage"] is None
