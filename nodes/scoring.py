@@ -210,6 +210,7 @@ def fused_scores__weighted(
         anchor, clock = request.reference_time, "updated_at"
     boost = settings.scoring.temporal_boost
     for r in rows:
+        r["lexical"] = r["lexical"] or 0.0  # the input formula 1 reads: no lexical hit is zero relevance
         r["recency"] = math.exp(-w.recency_lambda_per_day * _days(anchor, r[clock]))
         r["semantic_rank"] = r["lexical_rank"] = r["graph_rank"] = None
         r["temporal_factor"] = (1.0 + boost * r["temporal_affinity"]) / (1.0 + boost)
@@ -218,7 +219,7 @@ def fused_scores__weighted(
         r["recency_boost_factor"] = r["tie_break"] = None
         additive = (
             w.w_semantic * r["semantic_relevance"]
-            + w.w_lexical * (r["lexical"] or 0.0)
+            + w.w_lexical * r["lexical"]
             + w.w_graph * r["graph_proximity"]
             + w.w_recency * r["recency"]
             + w.w_salience * r["salience"]
