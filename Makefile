@@ -32,5 +32,10 @@ test: install
 bench: install
 	$(RMS) bench locomo --data $(LOCOMO) --store .rms/locomo-store --out bench-out
 
+# The DAG picture the README shows, redrawn from the code.
+dag: install
+	$(RMS) dag --out docs/retrieval_dag.svg
+	$(RMS) dag --out docs/retrieval_dag.png
+
 clean:
 	rm -rf $(VENV) .rms bench-out .pytest_cache

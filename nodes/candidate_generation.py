@@ -155,27 +155,30 @@ def _traverse(
             break
         frontier_set = set(frontier)
         edges = graph_index.edges_touching(frontier, request.namespaces, cfg.graph_min_edge_confidence)
-        degree: dict[UUID, int] = {}
+        degree: dict[UUID, int] = dict.fromkeys(frontier_set, 0)
         for edge in edges:
-            for node in {edge.source, edge.target} & frontier_set:
-                degree[node] = degree.get(node, 0) + 1
+            if edge.source in degree:
+                degree[edge.source] += 1
+            if edge.target in degree and edge.target != edge.source:
+                degree[edge.target] += 1
         next_entities: dict[UUID, tuple[Edge, ...]] = {}
         for edge in edges:
-            for node in (edge.source, edge.target):
-                if node not in frontier_set:
-                    continue
-                other = edge.other(node)
-                if other in visited and other not in reached:
+            for node, other in ((edge.source, edge.target), (edge.target, edge.source)):
+                if node not in frontier_set or (other in visited and other not in reached):
                     continue
                 if other in entity_ids:
                     if other not in next_entities:
                         next_entities[other] = path_to[node] + (edge,)
                         origin[other] = origin[node]
                     continue
-                reach = reached.setdefault(other, _Reach(hop, path_to[node] + (edge,)))
+                reach = reached.get(other)
+                if reach is None:
+                    reach = reached[other] = _Reach(hop, path_to[node] + (edge,))
                 if reach.hops == hop:
+                    source = origin[node]
                     lent = edge.confidence / (math.sqrt(degree[node]) * hop)
-                    reach.weights[origin[node]] = max(reach.weights.get(origin[node], 0.0), lent)
+                    if lent > reach.weights.get(source, 0.0):
+                        reach.weights[source] = lent
         visited.update(reached)
         visited.update(next_entities)
         # Pruning between hops (RFC 4.1): a hub cannot flood the next hop.

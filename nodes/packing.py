@@ -24,6 +24,7 @@ from nodes.models import (
 )
 from nodes.session_context import RankedCandidates
 from nodes.settings import RetrievalSettings
+from nodes.formatting import format_item, group_header
 from nodes.tokens import count_tokens
 from stores.models import LifecycleState, MemoryObject, NodeType
 
@@ -100,25 +101,12 @@ def selected_candidates(ranked_candidates: RankedCandidates, request: RetrievalR
     return Selection(frame=selected, objects=objects, excluded=excluded, min_score_skipped=skipped)
 
 
-def format_item(obj: MemoryObject, item_format: str) -> str:
-    """The line an item takes in the context. "reader" dates every line; "dated_groups" dates
-    the group of lines it heads (see `group_header`), so "when" questions stay answerable."""
-    if item_format == "reader":
-        return f"{group_header(obj)} {obj.content}"
-    return obj.content
-
-
-def group_header(obj: MemoryObject) -> str:
-    """The date line that heads an item's group under "dated_groups": the day it was stated."""
-    return f"[{obj.stated_time:%Y-%m-%d}]"
-
-
 def _context_order(item: _Item) -> tuple:
     obj = item.obj
     return (obj.stated_time, obj.session_id or "", obj.session_seq or 0, str(obj.id))
 
 
-def assemble_context(packed: list[_Item], item_format: str, warning: str | None = None) -> str:
+def _assemble_context(packed: list[_Item], item_format: str, warning: str | None = None) -> str:
     """The packed text, after the warning line if any. Under "dated_groups" items are
     chronological under one date line per day; otherwise they keep packing order."""
     lines: list[str] = [warning] if warning else []
@@ -258,10 +246,10 @@ def packed_bundle(
             used += cost
             if header is not None:
                 headers.add(header)
-    context = assemble_context(packed, item_format, warning if warning_fits else None)
+    context = _assemble_context(packed, item_format, warning if warning_fits else None)
     while packed and count_tokens(context) > budget:  # BPE merges across lines never add tokens in
         packed.pop()  # practice; this guard keeps the budget a hard limit if they ever do
-        context = assemble_context(packed, item_format, warning)
+        context = _assemble_context(packed, item_format, warning)
     bundle_items = tuple(
         BundleItem(
             id=item.obj.id,

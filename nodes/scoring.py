@@ -17,6 +17,7 @@ from hamilton.function_modifiers import config
 
 from nodes.models import Candidate, FilteredPool, PathType, QueryAnalysis, QueryIntent, RetrievalRequest
 from nodes.settings import RetrievalSettings
+from nodes.temporal import temporal_affinity
 
 SCORE_DECIMALS = 10
 TIE_BREAK_SCALE = 1e-11
@@ -46,17 +47,6 @@ def _competition_ranks(values: dict[str, float]) -> dict[str, int]:
     for position, value in enumerate(ordered, start=1):
         first.setdefault(value, position)
     return {key: first[value] for key, value in values.items()}
-
-
-def temporal_affinity(when: datetime, window: tuple[datetime, datetime] | None) -> float:
-    """1.0 inside the query's date window, decaying by a week per e-fold outside it."""
-    if window is None:
-        return 0.0
-    start, end = window
-    if start <= when < end:
-        return 1.0
-    distance = _days(start, when) if when < start else _days(when, end)
-    return math.exp(-distance / 7.0)
 
 
 def _hit_value(candidate: Candidate, path: PathType, field: str) -> float | None:

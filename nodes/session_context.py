@@ -13,7 +13,7 @@ from uuid import UUID
 
 import pandas as pd
 
-from nodes.filtering import exclusion_reason
+from nodes.eligibility import exclusion_reason
 from nodes.models import FilteredPool, PathType, RetrievalRequest
 from nodes.scoring import COLUMNS, SCORE_DECIMALS
 from nodes.settings import RetrievalSettings

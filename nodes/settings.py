@@ -11,7 +11,7 @@ import json
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from nodes.models import PRIMARY_PATHS, PathType
 from stores.models import EpistemicType, NodeType
@@ -48,6 +48,12 @@ class CandidateSettings(BaseModel):
 
     keyword_scan_hits_per_term: int = Field(default=50, ge=0, le=10_000)
     entity_scan_hits_per_entity: int = Field(default=20, ge=0, le=10_000)
+
+    @field_serializer("enabled_paths")
+    def _paths_in_order(self, value: frozenset[PathType]) -> list[str]:
+        # A frozenset iterates in hash-seed order; serialise sorted so fingerprints, bundles and
+        # logged settings are the same in every process.
+        return sorted(str(p) for p in value)
 
     @field_validator("enabled_paths")
     @classmethod

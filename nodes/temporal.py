@@ -36,6 +36,7 @@ shared mutable settings and locale caches (RFC 11); ingestion code takes the sam
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Callable
@@ -372,3 +373,14 @@ def date_words_read_as_names(text: str) -> tuple[str, ...]:
         if match.group(1) not in names:
             names.append(match.group(1))
     return tuple(names)
+
+
+def temporal_affinity(when: datetime, window: tuple[datetime, datetime] | None) -> float:
+    """1.0 inside the query's date window, decaying by a week per e-fold outside it."""
+    if window is None:
+        return 0.0
+    start, end = window
+    if start <= when < end:
+        return 1.0
+    distance = ((start - when) if when < start else (when - end)).total_seconds() / 86400.0
+    return math.exp(-distance / 7.0)

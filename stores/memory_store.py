@@ -26,6 +26,7 @@ import pandas as pd
 
 from stores import vector_index
 from stores.adjacency import Adjacency
+from stores.claims import Assertion, Quantity, normalize_predicate, normalize_value
 from stores.embedding import encode_many
 from stores.entity_graph import GraphEdge, entity_graph, entity_names
 from stores.errors import EmbeddingMismatchError, StoreError
@@ -46,7 +47,7 @@ from stores.protocols import (
     VectorHit,
 )
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 DATABASE_FILE = "store.duckdb"
 EMBEDDING_META_FILE = "embedding_meta.json"
 _REBUILD_HINT = "rebuild the store with `rms ingest` into an empty directory"
@@ -58,8 +59,12 @@ _FTS_EXTENSION = os.path.join(
 # Near-equal BM25 sums can differ in the last bits with summation order; rounding makes them
 # exact ties, which the id then breaks (RFC-0005 Section 11).
 _BM25_TIE_DECIMALS = 9
+_OBJECT_CACHE_LIMIT = 200_000
 
 OBJECT_FIELDS = tuple(MemoryObject.model_fields)
+# Written beside the raw claim JSON so exact aggregation can match and group in SQL.
+ASSERTION_NORM_COLUMNS = ("assertion_subject_norm", "assertion_predicate_norm", "assertion_object_norm", "assertion_polarity")
+_ROW_COLUMNS = (*OBJECT_FIELDS, *ASSERTION_NORM_COLUMNS)
 
 CREATE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
@@ -84,7 +89,13 @@ CREATE TABLE IF NOT EXISTS objects (
     valid_to TIMESTAMPTZ,
     evidence_refs JSON NOT NULL,
     source_ref VARCHAR,
-    metadata JSON NOT NULL
+    metadata JSON NOT NULL,
+    assertion JSON,
+    quantity JSON,
+    assertion_subject_norm VARCHAR,
+    assertion_predicate_norm VARCHAR,
+    assertion_object_norm VARCHAR,
+    assertion_polarity VARCHAR
 );
 CREATE TABLE IF NOT EXISTS edges (
     edge_id BIGINT NOT NULL,
@@ -118,7 +129,8 @@ SELECT CAST(id AS UUID), vec_id, namespace, owner, scope, session_id, session_se
        entity_canonical_name, epistemic_type, confidence, salience, lifecycle_state,
        CAST(created_at AS TIMESTAMPTZ), CAST(updated_at AS TIMESTAMPTZ), CAST(event_time AS TIMESTAMPTZ),
        CAST(valid_from AS TIMESTAMPTZ), CAST(valid_to AS TIMESTAMPTZ), CAST(evidence_refs AS JSON),
-       source_ref, CAST(metadata AS JSON)
+       source_ref, CAST(metadata AS JSON), CAST(assertion AS JSON), CAST(quantity AS JSON),
+       assertion_subject_norm, assertion_predicate_norm, assertion_object_norm, assertion_polarity
 FROM incoming_objects
 """
 INSERT_EDGES = """
@@ -315,6 +327,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         self._edge_count, self._max_edge_id = self._connection.execute(COUNT_EDGES).fetchone()
         self._entity_catalogs: dict[tuple[str, ...], list[EntityRef]] = {}
         self._adjacency: dict[tuple[str, ...], Adjacency] = {}
+        self._object_cache: dict[UUID, MemoryObject] = {}
 
     # ----- ingestion -----------------------------------------------------------------------------
 
@@ -404,7 +417,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             raise StoreError(f"object {min(row[0] for row in clashes)} is already in {self.path}; objects are added once")
 
     def _insert_objects(self, rows: Sequence[MemoryObject], vec_ids: np.ndarray) -> None:
-        frame = pd.DataFrame([_row_values(memory) for memory in rows], columns=list(OBJECT_FIELDS), dtype=object)
+        frame = pd.DataFrame([_row_values(memory) for memory in rows], columns=list(_ROW_COLUMNS), dtype=object)
         frame.insert(1, "vec_id", vec_ids)
         frame["session_seq"] = frame["session_seq"].astype("Int64")
         self._connection.register("incoming_objects", frame)
@@ -515,12 +528,25 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
     # ----- ObjectStore ---------------------------------------------------------------------------
 
     def get_objects(self, ids: Iterable[UUID]) -> dict[UUID, MemoryObject]:
-        """The stored objects among `ids`; unknown ids are left out."""
+        """The stored objects among `ids`; unknown ids are left out.
+
+        Objects are immutable once added, so they are cached until the next write: a question
+        over one conversation reads mostly the same few hundred objects as the last one did.
+        """
         id_list = list(ids)
-        if not id_list:
-            return {}
-        objects = [_memory_object(row) for row in self._connection.execute(SELECT_OBJECTS_BY_ID, [id_list]).fetchall()]
-        return {memory.id: memory for memory in sorted(objects, key=lambda memory: memory.id)}
+        missing = [object_id for object_id in id_list if object_id not in self._object_cache]
+        if missing:
+            rows = self._connection.execute(SELECT_OBJECTS_BY_ID, [missing]).fetchall()
+            if len(self._object_cache) + len(rows) > _OBJECT_CACHE_LIMIT:
+                self._object_cache.clear()
+            for row in rows:
+                memory = _memory_object(row)
+                self._object_cache[memory.id] = memory
+        return {
+            object_id: self._object_cache[object_id]
+            for object_id in sorted(set(id_list))
+            if object_id in self._object_cache
+        }
 
     def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
         """Salience 1.0, ACTIVE TASK and ACTIVE INTENT objects in the namespaces, by id."""
@@ -548,6 +574,18 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
 
     def namespaces(self) -> list[str]:
         return sorted(self._vec_ids)
+
+    # ----- exact reads (stores/enumeration.py, stores/aggregation.py) ---------------------------
+
+    def read(self, query: str, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """The rows of one SELECT (or WITH ... SELECT) over the store, every value a bound `$name`."""
+        if not query.lstrip().upper().startswith(("SELECT", "WITH")):
+            raise ValueError("MemoryStore.read runs queries only; objects are written with add()")
+        return self._connection.execute(query, dict(parameters)).fetchall()
+
+    def read_objects(self, query: str, parameters: Mapping[str, Any]) -> list[MemoryObject]:
+        """`read` for a query whose columns are OBJECT_FIELDS in order, as MemoryObjects in row order."""
+        return [_memory_object(row) for row in self.read(query, parameters)]
 
     # ----- RetrievalLog --------------------------------------------------------------------------
 
@@ -594,7 +632,7 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def _row_values(memory: MemoryObject) -> list[Any]:
-    """One object as the column values INSERT_OBJECTS casts (strings for UUIDs, times and JSON)."""
+    """One object as the `_ROW_COLUMNS` values INSERT_OBJECTS casts (strings for UUIDs, times and JSON)."""
     try:
         metadata = json.dumps(memory.metadata, sort_keys=True)
     except (TypeError, ValueError) as error:
@@ -612,8 +650,22 @@ def _row_values(memory: MemoryObject) -> list[Any]:
         "valid_to": _iso(memory.valid_to),
         "evidence_refs": json.dumps(list(memory.evidence_refs)),
         "metadata": metadata,
+        "assertion": None if memory.assertion is None else memory.assertion.model_dump_json(),
+        "quantity": None if memory.quantity is None else memory.quantity.model_dump_json(),
+        **_assertion_norms(memory.assertion),
     }
-    return [values[name] for name in OBJECT_FIELDS]
+    return [values[name] for name in _ROW_COLUMNS]
+
+
+def _assertion_norms(assertion: Assertion | None) -> dict[str, str | None]:
+    if assertion is None:
+        return dict.fromkeys(ASSERTION_NORM_COLUMNS)
+    return {
+        "assertion_subject_norm": normalize_value(assertion.subject),
+        "assertion_predicate_norm": normalize_predicate(assertion.predicate),
+        "assertion_object_norm": normalize_value(assertion.object),
+        "assertion_polarity": assertion.polarity,
+    }
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -634,5 +686,7 @@ def _memory_object(row: Sequence[Any]) -> MemoryObject:
         valid_to=_utc(fields["valid_to"]),
         evidence_refs=tuple(json.loads(fields["evidence_refs"])),
         metadata=json.loads(fields["metadata"]),
+        assertion=None if fields["assertion"] is None else Assertion.model_construct(**json.loads(fields["assertion"])),
+        quantity=None if fields["quantity"] is None else Quantity.model_construct(**json.loads(fields["quantity"])),
     )
     return MemoryObject.model_construct(**fields)

@@ -10,6 +10,8 @@ from uuid import UUID, uuid4
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from stores.claims import Assertion, QuantityOfAssertion
+
 
 class NodeType(StrEnum):
     TURN = "TURN"
@@ -75,6 +77,8 @@ class MemoryObject(BaseModel):
     evidence_refs: tuple[str, ...] = ()
     source_ref: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    assertion: Assertion | None = None
+    quantity: QuantityOfAssertion = None
 
     @field_validator("content")
     @classmethod

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from uuid import UUID
+
 import pytest
 
+from dataflows.demo import DemoCorpus
 from stores.embedding import SentenceEncoder
 
 
@@ -11,3 +17,36 @@ from stores.embedding import SentenceEncoder
 def encoder() -> SentenceEncoder:
     """The packaged MiniLM encoder, loaded once."""
     return SentenceEncoder()
+
+
+@dataclass(frozen=True)
+class DemoStore:
+    """The demo store's directory and what tests need to query it; open it where you need it."""
+
+    path: Path
+    corpus: DemoCorpus
+    reference_time: datetime
+    other_namespace_id: UUID
+
+    @property
+    def namespace(self) -> str:
+        return self.corpus.namespace
+
+
+@pytest.fixture(scope="session")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> DemoStore:
+    """The demo corpus in one store for the session (closed, so a notebook kernel can open it),
+    plus one memory in a second namespace, for namespace-isolation checks."""
+    from dataflows.demo import load_demo
+    from dataflows.locomo import reference_time
+    from dataflows.retrieval import default_encoder
+    from stores.memory_store import MemoryStore
+    from stores.models import MemoryObject
+
+    corpus = load_demo()
+    other = MemoryObject(namespace="demo-other-conversation", node_type="FACT",
+                         content="Tomas works as a carpenter in Bristol.")
+    path = tmp_path_factory.mktemp("demo") / "store"
+    with MemoryStore.open(path, encoder=default_encoder()) as store:
+        store.add([*corpus.objects, other])
+    return DemoStore(path, corpus, reference_time(corpus.dataset.conversations[0]), other.id)

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from nodes.models import CandidatePool, FilteredPool, QueryAnalysis
-from nodes.packing import format_item, packed_bundle, selected_candidates
+from nodes.formatting import format_item
+from nodes.packing import packed_bundle, selected_candidates
 from nodes.scoring import fused_scores__rrf
 from nodes.session_context import ranked_candidates
 from nodes.settings import RetrievalSettings
@@ -56,9 +57,6 @@ def test_dated_groups_put_one_date_line_over_each_day_in_time_order():
         "[2025-05-30]", "event 2", "also that day", "[2025-05-31]", "event 1", "[2025-06-01]", "event 0"]
 
 
-def test_reader_format_dates_every_line():
-    obj = make_object("r", "Caroline: hello")
-    assert format_item(obj, "reader") == "[2025-06-01] Caroline: hello"
 
 
 def test_density_decides_inside_a_tier_when_the_budget_is_tight():

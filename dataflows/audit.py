@@ -1,0 +1,259 @@
+"""Pictures of the retrieval DAG: the whole DAG as built, and the execution of one request.
+
+Both start from Hamilton's own drawings (`display_upstream_of`, `visualize_execution`) and
+restate each function node's label: its name, its type, and either the stage module it comes
+from (whole DAG) or a short summary of the value it produced (one execution). Nodes are
+grouped by stage module; the graph label names the configuration the DAG was built with.
+"""
+
+from __future__ import annotations
+
+import html
+import shutil
+from collections.abc import Sequence
+from datetime import datetime
+from functools import singledispatch
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import graphviz
+import pandas as pd
+from hamilton import driver
+from hamilton.htypes import get_type_as_string
+
+from dataflows.explain import pipeline_lineage
+from dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
+from dataflows.retrieval import RetrievalResult, default_encoder, retrieve
+from nodes.models import (
+    CandidateLimits,
+    CandidatePool,
+    ChannelResult,
+    FilteredPool,
+    MemoryBundle,
+    QueryAnalysis,
+    QueryEmbedding,
+    RetrievalRequest,
+)
+from nodes.packing import Selection
+from nodes.session_context import RankedCandidates
+from nodes.settings import RetrievalSettings
+from stores.protocols import QueryEncoder
+
+FORMATS = ("svg", "png", "pdf")
+DOT_MISSING = ("Graphviz's `dot` program is not installed (or not on PATH); install it with "
+               "`apt-get install graphviz` (or `make system-deps`) and retry")
+_STAGE_COLOURS = ("#eef4fb", "#f3f9ee", "#fdf6e9", "#f7eef9", "#eef8f7", "#fbeeee", "#f4f4f4")
+
+
+class GraphvizMissingError(RuntimeError):
+    """Graphviz's `dot` program is needed to render a picture and is not installed."""
+
+
+def require_dot() -> None:
+    """Fail early, with the install hint, when `dot` is missing."""
+    if shutil.which("dot") is None:
+        raise GraphvizMissingError(DOT_MISSING)
+
+
+def _label(name: str, type_name: str, note: str, note_colour: str = "#555555") -> str:
+    rows = [f"<b>{html.escape(name)}</b>", f"<i>{html.escape(type_name)}</i>"]
+    rows += [f'<font point-size="10" color="{note_colour}">{html.escape(line)}</font>' for line in note.splitlines()]
+    return "<" + "<br/>".join(rows) + ">"
+
+
+def _variables(dr: driver.Driver) -> dict[str, driver.Variable]:
+    return {v.name: v for v in dr.list_available_variables()}
+
+
+def _stage_of(variable: driver.Variable) -> str:
+    functions = variable.originating_functions or ()
+    return functions[0].__module__ if functions else "inputs"
+
+
+def _restyle(graph: graphviz.Digraph, dr: driver.Driver, notes: dict[str, str], note_colour: str) -> graphviz.Digraph:
+    """Re-declare each function node with a fuller label, inside one cluster per stage module,
+    and list the driver inputs (hidden as boxes, named in each label) in one table.
+
+    A later DOT statement for an existing node updates its attributes and cluster membership,
+    so Hamilton's own styling (shapes, colours, the legend) is kept.
+    """
+    variables = _variables(dr)
+    config = dr.graph.config
+    stages: dict[str, list[str]] = {}
+    inputs: set[str] = set()
+    for name in notes:
+        stages.setdefault(_stage_of(variables[name]), []).append(name)
+    for position, (stage, names) in enumerate(stages.items()):
+        with graph.subgraph(name=f"cluster_{stage.replace('.', '_')}") as cluster:
+            cluster.attr(label=stage, style="rounded,filled", color="#bbbbbb",
+                         fillcolor=_STAGE_COLOURS[position % len(_STAGE_COLOURS)], fontname="Helvetica")
+            for name in names:
+                variable = variables[name]
+                reads = sorted(d for d in variable.required_dependencies | variable.optional_dependencies
+                               if variables[d].is_external_input)
+                inputs.update(reads)
+                type_name = get_type_as_string(variable.type) or ""
+                switch = variable.tags.get("hamilton.config")
+                if switch:
+                    type_name += f"  @config.when({switch}={config.get(switch, '?')})"
+                note = notes[name] + (f"\nreads {', '.join(reads)}" if reads else "")
+                cluster.node(name, label=_label(name, type_name, note, note_colour))
+    rows = "".join(
+        f"<tr><td align='left'>{html.escape(name)}</td><td align='left'><i>"
+        f"{html.escape(get_type_as_string(variables[name].type) or '')}</i></td></tr>"
+        for name in sorted(inputs)
+    )
+    graph.node("_driver_inputs", label=f"<<table border='0'><tr><td colspan='2'><b>driver inputs</b></td></tr>{rows}</table>>",
+               shape="rectangle", style="dashed", fontname="Helvetica")
+    return graph
+
+
+def _graph_attr(title: str) -> dict[str, Any]:
+    return {"graph_attr": {"label": title, "labelloc": "t", "fontsize": "16", "fontname": "Helvetica"}}
+
+
+def _hamilton_version() -> str:
+    try:
+        return metadata.version("apache-hamilton")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def dag_graph(settings: RetrievalSettings | None = None) -> graphviz.Digraph:
+    """The whole retrieval DAG for these settings: every node `packed_bundle` depends on, its type,
+    its stage module, and (graph label) the Hamilton config and settings fingerprint it was built with."""
+    settings = settings or RetrievalSettings()
+    dr = build_driver(settings)
+    lineage = pipeline_lineage(dr)
+    config = ", ".join(f"{k}={v}" for k, v in settings.hamilton_config().items())
+    title = (f"rms-retrieval DAG ({len(lineage.computed)} nodes): Hamilton config {config}; "
+             f"settings fingerprint {settings.fingerprint()}; apache-hamilton {_hamilton_version()}")
+    graph = dr.display_upstream_of(FINAL_NODE, graphviz_kwargs=_graph_attr(title), hide_inputs=True)
+    variables = _variables(dr)
+    notes = {name: _wrap(_first_line(variables[name].documentation)) for name in lineage.computed}
+    return _restyle(graph, dr, notes, "#555555")
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _wrap(text: str, width: int = 48) -> str:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return "\n".join(lines + [line] if line else lines)
+
+
+@singledispatch
+def value_summary(value: Any) -> str:
+    """A short description of a node's value for the execution picture."""
+    if isinstance(value, list | tuple | dict):
+        return f"{len(value)} items"
+    return type(value).__name__
+
+
+@value_summary.register
+def _(value: ChannelResult) -> str:
+    limit = f" (limit {value.limit}{', at the limit' if value.at_limit else ''})" if value.limit else ""
+    failure = f"\nfailed: {value.failure}" if value.failure else ""
+    return f"{len(value.hits)} hits{limit}{failure}"
+
+
+@value_summary.register
+def _(value: CandidatePool) -> str:
+    return f"{len(value.candidates)} candidates"
+
+
+@value_summary.register
+def _(value: FilteredPool) -> str:
+    return f"{len(value.candidates)} kept, {len(value.excluded)} excluded"
+
+
+@value_summary.register
+def _(value: pd.DataFrame) -> str:
+    scored = int((value["score"] > 0).sum()) if "score" in value else len(value)
+    return f"{len(value)} rows, {scored} scored above 0"
+
+
+@value_summary.register
+def _(value: RankedCandidates) -> str:
+    joined = int(value.frame["paths"].map(lambda p: p == ("SESSION_CONTEXT",)).sum()) if len(value.frame) else 0
+    return f"{len(value.frame)} ranked ({joined} joined by session context)"
+
+
+@value_summary.register
+def _(value: Selection) -> str:
+    return f"{len(value.frame)} selected, {len(value.excluded)} left out"
+
+
+@value_summary.register
+def _(value: MemoryBundle) -> str:
+    return f"{len(value.items)} items, {value.tokens_used}/{value.token_budget} tokens"
+
+
+@value_summary.register
+def _(value: QueryAnalysis) -> str:
+    entities = ", ".join(e.name for e in value.entities) or "no entities"
+    return f"intent {value.intent}\n{entities}"
+
+
+@value_summary.register
+def _(value: CandidateLimits) -> str:
+    return f"vector {value.vector_k}, lexical {value.lexical_k}, graph {value.graph_max_candidates}"
+
+
+@value_summary.register
+def _(value: QueryEmbedding) -> str:
+    return f"{value.identity.dimension}-d, {value.identity.model_name.rsplit('/', 1)[-1]}"
+
+
+def execution_graph(
+    store: Any,
+    question: str,
+    *,
+    namespaces: Sequence[str],
+    reference_time: datetime | None = None,
+    token_budget: int = 4096,
+    config: RetrievalSettings | None = None,
+    encoder: QueryEncoder | None = None,
+    **options: Any,
+) -> tuple[graphviz.Digraph, RetrievalResult]:
+    """Run one request (not logged) and draw its execution: the nodes that ran, each with a
+    summary of its value. Returns the picture and the result, whose `nodes` hold every value."""
+    settings = config or RetrievalSettings()
+    encoder = encoder or default_encoder()
+    dr = build_driver(settings)
+    computed = pipeline_lineage(dr).computed
+    result = retrieve(store, question, namespaces=namespaces, reference_time=reference_time, token_budget=token_budget,
+                      config=settings, encoder=encoder, extra_nodes=computed, log=False, **options)
+    request = RetrievalRequest.model_validate(result.log_record["payload"]["request"])
+    title = (f"{request.query!r} in {', '.join(request.namespaces)} at {request.reference_time:%Y-%m-%d %H:%M}; "
+             f"{value_summary(result.bundle)}; config fusion={settings.scoring.fusion}, "
+             f"settings {settings.fingerprint()}")
+    graph = dr.visualize_execution([FINAL_NODE], inputs=pipeline_inputs(store, request, settings, encoder),
+                                   graphviz_kwargs=_graph_attr(title), hide_inputs=True)
+    notes = {name: value_summary(result.nodes[name]) for name in computed}
+    return _restyle(graph, dr, notes, "#1a5e20"), result
+
+
+def render(graph: graphviz.Digraph, out: str | Path) -> Path:
+    """Write `graph` to `out`; the suffix (.svg, .png, .pdf) picks the format."""
+    out = Path(out)
+    fmt = out.suffix.lstrip(".").lower()
+    if fmt not in FORMATS:
+        raise ValueError(f"{out}: the picture's suffix must be one of {', '.join('.' + f for f in FORMATS)}")
+    require_dot()
+    try:
+        picture = graph.pipe(format=fmt)
+    except graphviz.ExecutableNotFound as error:
+        raise GraphvizMissingError(DOT_MISSING) from error
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(picture)
+    return out

@@ -1,0 +1,64 @@
+"""Which memories a request may see: the epistemic and time rules of RFC 3 and RFC 6.
+
+DEFAULT mode removes DEPRECATED, HYPOTHETICAL, UNVERIFIED below the namespace threshold and
+anything not ACTIVE. EXPLICIT mode (the caller asked for uncertain memories by name) keeps
+UNVERIFIED, HYPOTHETICAL and TENTATIVE but still removes DEPRECATED, ARCHIVED, SUPERSEDED and
+DELETED. AUDIT mode keeps everything except DELETED. Explicit `time_from`/`time_to` filter
+validity windows (ENTITY and PREFERENCE objects are exempt); `event_time_from`/`event_time_to`
+filter episode dates, falling back to ingestion time, without that exemption.
+
+A plain module, not a stage: `filtered_candidates` and session context both apply it.
+"""
+
+from __future__ import annotations
+
+from nodes.models import RetrievalMode, RetrievalRequest
+from nodes.settings import FilterSettings, RetrievalSettings
+from stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
+
+_VALIDITY_EXEMPT = frozenset({NodeType.ENTITY, NodeType.PREFERENCE})
+_EXPLICIT_DROPPED_STATES = frozenset(
+    {LifecycleState.ARCHIVED, LifecycleState.SUPERSEDED, LifecycleState.DELETED}
+)
+
+
+def _epistemic_reason(obj: MemoryObject, mode: RetrievalMode, filtering: FilterSettings) -> str | None:
+    if mode is RetrievalMode.AUDIT:
+        return "lifecycle:DELETED" if obj.lifecycle_state is LifecycleState.DELETED else None
+    if obj.epistemic_type is EpistemicType.DEPRECATED:
+        return "DEPRECATED"
+    if mode is RetrievalMode.EXPLICIT:
+        if obj.lifecycle_state in _EXPLICIT_DROPPED_STATES:
+            return f"lifecycle:{obj.lifecycle_state}"
+        return None
+    if obj.epistemic_type is EpistemicType.HYPOTHETICAL:
+        return "HYPOTHETICAL"
+    if (
+        obj.epistemic_type is EpistemicType.UNVERIFIED
+        and obj.confidence < filtering.threshold_for(obj.namespace)
+    ):
+        return "UNVERIFIED_BELOW_THRESHOLD"
+    if obj.lifecycle_state is not LifecycleState.ACTIVE:
+        return f"lifecycle:{obj.lifecycle_state}"
+    return None
+
+
+def _time_reason(obj: MemoryObject, request: RetrievalRequest) -> str | None:
+    if (request.time_from or request.time_to) and obj.node_type not in _VALIDITY_EXEMPT:
+        if request.time_to and obj.valid_from and obj.valid_from > request.time_to:
+            return "valid_after_time_to"
+        if request.time_from and obj.valid_to and obj.valid_to < request.time_from:
+            return "valid_before_time_from"
+    when = obj.stated_time
+    if request.event_time_from and when < request.event_time_from:
+        return "event_before_event_time_from"
+    if request.event_time_to and when > request.event_time_to:
+        return "event_after_event_time_to"
+    return None
+
+
+def exclusion_reason(obj: MemoryObject, request: RetrievalRequest, settings: RetrievalSettings) -> str | None:
+    """Why `obj` must not reach scoring for this request, or None. Session context reuses it."""
+    if obj.namespace not in request.namespaces:
+        return "namespace_out_of_scope"
+    return _epistemic_reason(obj, request.retrieval_mode, settings.filtering) or _time_reason(obj, request)

@@ -1,0 +1,18 @@
+"""How a memory is written into the context: its line, and the date line over its group."""
+
+from __future__ import annotations
+
+from stores.models import MemoryObject
+
+
+def format_item(obj: MemoryObject, item_format: str) -> str:
+    """The line an item takes in the context. "reader" dates every line; "dated_groups" dates
+    the group of lines it heads (see `group_header`), so "when" questions stay answerable."""
+    if item_format == "reader":
+        return f"{group_header(obj)} {obj.content}"
+    return obj.content
+
+
+def group_header(obj: MemoryObject) -> str:
+    """The date line that heads an item's group under "dated_groups": the day it was stated."""
+    return f"[{obj.stated_time:%Y-%m-%d}]"

@@ -1,0 +1,72 @@
+"""DAG pictures: the whole DAG and one execution render to SVG, with types, configuration and values."""
+
+from __future__ import annotations
+
+import graphviz
+import pytest
+
+from dataflows import audit
+from dataflows.audit import DOT_MISSING, GraphvizMissingError, dag_graph, execution_graph, render
+from dataflows.explain import pipeline_lineage
+from dataflows.pipeline import build_driver
+from nodes.settings import RetrievalSettings, ScoringSettings
+from stores.memory_store import MemoryStore
+
+
+@pytest.fixture(scope="module")
+def store(demo_store):
+    with MemoryStore.open(demo_store.path, create=False) as opened:
+        yield opened
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "weighted"])
+def test_the_whole_dag_renders_every_node_with_its_type_and_configuration(tmp_path, fusion):
+    settings = RetrievalSettings(scoring=ScoringSettings(fusion=fusion))
+    svg = render(dag_graph(settings), tmp_path / "dag.svg").read_text()
+    assert svg.startswith("<?xml") and "</svg>" in svg
+    for name in pipeline_lineage(build_driver(settings)).computed:
+        assert f">{name}<" in svg, name
+    assert f"fusion={fusion}" in svg and settings.fingerprint() in svg
+    assert f"@config.when(fusion={fusion})" in svg
+    assert ">CandidatePool<" in svg and ">MemoryBundle<" in svg and ">nodes.scoring<" in svg
+    assert "driver inputs" in svg
+
+
+def test_one_execution_renders_the_nodes_that_ran_with_their_values(tmp_path, store, demo_store):
+    graph, result = execution_graph(store, "Where does Tomas work now?", namespaces=[demo_store.namespace],
+                                    reference_time=demo_store.reference_time, token_budget=300)
+    svg = render(graph, tmp_path / "run.svg").read_text()
+    bundle = result.bundle
+    assert f"{len(bundle.items)} items, {bundle.tokens_used}/300 tokens" in svg
+    pool = result.nodes["merged_candidates"]
+    assert f"{len(pool.candidates)} candidates" in svg
+    assert f"{len(result.nodes['vector_candidates'].hits)} hits" in svg
+    assert "Where does Tomas work now?" in svg and "intent ENTITY_LOOKUP" in svg
+    assert render(graph, tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_value_summaries_fall_back_to_sizes_and_type_names():
+    assert audit.value_summary([1, 2, 3]) == "3 items"
+    assert audit.value_summary(3.5) == "float"
+
+
+def test_a_missing_dot_gets_the_install_hint_not_a_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(GraphvizMissingError, match="apt-get install graphviz.*make system-deps"):
+        render(dag_graph(), tmp_path / "dag.svg")
+    assert not (tmp_path / "dag.svg").exists()
+
+
+def test_dot_vanishing_after_the_check_gets_the_same_message(tmp_path, monkeypatch):
+    def missing(*args, **kwargs):
+        raise graphviz.ExecutableNotFound(("dot",))
+
+    monkeypatch.setattr(graphviz.Digraph, "pipe", missing)
+    with pytest.raises(GraphvizMissingError) as raised:
+        render(dag_graph(), tmp_path / "dag.svg")
+    assert str(raised.value) == DOT_MISSING
+
+
+def test_an_unknown_picture_format_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"must be one of \.svg, \.png, \.pdf"):
+        render(dag_graph(), tmp_path / "dag.gif")

@@ -1,0 +1,76 @@
+"""`rms dag`, `rms explain`, `rms replay` end to end on the demo store, in process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dataflows.cli import main
+from dataflows.retrieval import retrieve
+from stores.memory_store import MemoryStore
+
+QUESTION = "Where does Tomas work now?"
+
+
+def _request(demo_store) -> list[str]:
+    return ["--store", str(demo_store.path), "--namespace", demo_store.namespace,
+            "--reference-time", demo_store.reference_time.isoformat()]
+
+
+def test_rms_dag_draws_the_whole_dag_and_one_execution(tmp_path, demo_store, capsys):
+    assert main(["dag", "--out", str(tmp_path / "dag.svg")]) == 0
+    assert "</svg>" in (tmp_path / "dag.svg").read_text()
+    assert main(["dag", "--fusion", "weighted", "--out", str(tmp_path / "weighted.png")]) == 0
+    assert (tmp_path / "weighted.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["dag", *_request(demo_store), "--budget", "200", "--out", str(tmp_path / "run.svg"), QUESTION]) == 0
+    out = capsys.readouterr().out
+    assert "wrote the retrieval DAG (fusion=rrf)" in out and f"/200 tokens) to {tmp_path / 'run.svg'}" in out
+    assert "/200 tokens" in (tmp_path / "run.svg").read_text()
+
+
+def test_rms_dag_without_dot_prints_one_line_with_the_install_hint(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["dag", "--out", str(tmp_path / "dag.svg")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "apt-get install graphviz" in err and "make system-deps" in err
+    assert "Traceback" not in err
+
+
+def test_rms_dag_of_a_request_needs_a_store_and_a_namespace(tmp_path, capsys):
+    assert main(["dag", "--out", str(tmp_path / "run.svg"), QUESTION]) == 2
+    assert "needs --store and --namespace" in capsys.readouterr().err
+
+
+def test_rms_explain_prints_the_lineage_or_json(demo_store, capsys):
+    deprecated = next(o for o in demo_store.corpus.objects if o.epistemic_type == "DEPRECATED")
+    assert main(["explain", *_request(demo_store), "--id", str(deprecated.id), QUESTION]) == 0
+    out = capsys.readouterr().out
+    assert "outcome: EXCLUDED at filtered_candidates: DEPRECATED" in out
+    assert "fused_scores <- filtered_candidates, query_analysis, settings" in out
+    assert main(["explain", *_request(demo_store), "--id", str(deprecated.id), "--json", QUESTION]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["outcome"] == "EXCLUDED" and document["decided_by"] == "filtered_candidates"
+
+
+@pytest.mark.parametrize(("argument", "message"), [
+    (["--id", "not-a-uuid"], "is not an object id"),
+    (["--id", "00000000-0000-0000-0000-000000000001", "--namespace", "nobody"], "namespace nobody has no memories"),
+])
+def test_rms_explain_rejects_bad_input_in_one_line(demo_store, capsys, argument, message):
+    assert main(["explain", *_request(demo_store), *argument, QUESTION]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_rms_replay_replays_logged_requests(demo_store, capsys):
+    with MemoryStore.open(demo_store.path, create=False) as store:
+        ids = [str(retrieve(store, question, namespaces=[demo_store.namespace],
+                            reference_time=demo_store.reference_time, token_budget=150).request_id)
+               for question in demo_store.corpus.sample_questions[:2]]
+    assert main(["replay", "--store", str(demo_store.path), *ids]) == 0
+    out = capsys.readouterr().out
+    assert out.count("identical bundle") == 2 and "2 of 2 replayed bundles are identical" in out
+    assert main(["replay", "--store", str(demo_store.path), "--last", "1"]) == 0
+    assert main(["replay", "--store", str(demo_store.path), "no-such-request"]) == 2
+    assert "no retrieval record no-such-request" in capsys.readouterr().err
+    assert main(["replay", "--store", str(demo_store.path)]) == 2

@@ -1,0 +1,16 @@
+from nodes.eligibility import exclusion_reason
+from nodes.models import RetrievalMode
+from nodes.settings import RetrievalSettings
+from tests.factories import make_object, make_request
+
+
+def test_out_of_scope_namespace_is_refused_before_any_other_rule():
+    obj = make_object("x", namespace="elsewhere", epistemic_type="DEPRECATED")
+    assert exclusion_reason(obj, make_request(), RetrievalSettings()) == "namespace_out_of_scope"
+
+
+def test_audit_mode_refuses_only_deleted_memories():
+    settings = RetrievalSettings()
+    audit = make_request(retrieval_mode=RetrievalMode.AUDIT)
+    assert exclusion_reason(make_object("d", epistemic_type="DEPRECATED"), audit, settings) is None
+    assert exclusion_reason(make_object("x", lifecycle_state="DELETED"), audit, settings) == "lifecycle:DELETED"
