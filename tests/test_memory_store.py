@@ -57,6 +57,21 @@ def test_bm25_ranking_on_three_documents(store):
     assert single.object_id == UUID(int=2) and single.score == 1.0
 
 
+REFERENCE_BM25 = """
+SELECT id, score FROM (SELECT id, fts_main_objects.match_bm25(id, $text) AS score FROM objects)
+WHERE score IS NOT NULL ORDER BY score DESC, id
+"""
+
+
+@pytest.mark.parametrize("query", ["cat", "the cat chased a bird", "garden mat dog", "cats!"])
+def test_lexical_scores_equal_duckdbs_own_match_bm25(store, query):
+    store.add(THREE_DOCUMENTS + [_memory(4, "cat cat cat", entity_canonical_name="Cat Stevens")])
+    reference = store.read(REFERENCE_BM25, {"text": query})
+    hits = store.search_lexical(query, ["a"], 10)
+    assert [hit.object_id for hit in hits] == [row[0] for row in reference]
+    assert [hit.bm25 for hit in hits] == pytest.approx([row[1] for row in reference], abs=1e-8)
+
+
 def test_round_trip_and_fingerprint(store, encoder):
     rich = _memory(
         9, "Caroline adopted a dog", session_id="s", session_seq=4, event_time=T0 - timedelta(days=2),
