@@ -157,8 +157,9 @@ def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands that live beside the code they drive (benchmarks, audit, aggregation)."""
     from dataflows.aggregate_command import register as register_aggregate
     from dataflows.audit_command import register as register_audit
+    from dataflows.bench.command import register as register_bench
 
-    return [register_audit, register_aggregate]
+    return [register_bench, register_audit, register_aggregate]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

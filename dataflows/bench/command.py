@@ -1,0 +1,324 @@
+"""`rms bench locomo` and `rms bench scale`: run the benchmarks, write results.json and the plots."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+EXIT_FAILED_CHECK = 1
+RESULTS_FILE = "results.json"
+SCALE_RESULTS_FILE = "scale_results.json"
+_VERSIONED = ("torch", "duckdb", "faiss-cpu", "apache-hamilton", "numpy", "pandas", "sentence-transformers",
+              "tiktoken", "pydantic")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `bench locomo` and `bench scale` to the `rms` parser."""
+    from dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS
+
+    bench = sub.add_parser("bench", help="benchmarks: LoCoMo relevance and operations, scaling")
+    commands = bench.add_subparsers(dest="bench_command", required=True)
+
+    locomo = commands.add_parser(
+        "locomo", help="relevance (all arms), latency, node times, isolation and determinism on LoCoMo")
+    locomo.add_argument("--data", required=True, help="the LoCoMo JSON file (locomo10.json)")
+    locomo.add_argument("--store", required=True, help="store directory; built from --data when it is empty")
+    locomo.add_argument("--out", required=True, help="directory for results.json and the plots")
+    locomo.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), metavar="ARM",
+                        help=f"arms to run (default all: {', '.join(ARMS)})")
+    locomo.add_argument("--budgets", nargs="+", type=int, default=list(DEFAULT_BUDGETS), metavar="TOKENS")
+    locomo.add_argument("--limit-questions", type=int, help="evaluate N evenly spaced questions per question set")
+    locomo.add_argument("--latency-queries", type=int, default=200, help="queries per bundle size (default 200)")
+    locomo.add_argument("--node-time-queries", type=int, default=50)
+    locomo.add_argument("--isolation-queries", type=int, default=10_000)
+    locomo.add_argument("--determinism-queries", type=int, default=10)
+    locomo.add_argument("--determinism-repeats", type=int, default=100)
+    locomo.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _threads_option(locomo)
+    locomo.set_defaults(run=_cmd_locomo)
+
+    scale = commands.add_parser("scale", help="latency against store size on synthetic stores")
+    scale.add_argument("--out", required=True, help="directory for scale_results.json, the plot and the stores")
+    scale.add_argument("--sizes", nargs="+", type=int, default=[10_000, 100_000], metavar="N",
+                       help="store sizes (default 10000 100000; add 1000000 to opt in to the slow one)")
+    scale.add_argument("--queries", type=int, default=50, help="queries per size (default 50)")
+    scale.add_argument("--no-progress", action="store_true")
+    _threads_option(scale)
+    scale.set_defaults(run=_cmd_scale)
+
+
+def _threads_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--torch-threads", type=int, default=0,
+        help="torch intra-op threads for the whole process (default 0: torch's default; the encoder "
+             "already uses one thread for query-sized batches)")
+
+
+def _set_torch_threads(threads: int) -> int:
+    import torch
+
+    _positive("--torch-threads", threads, zero_ok=True)
+    if threads:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+def _positive(name: str, value: int | None, *, zero_ok: bool = False) -> None:
+    if value is not None and (value < 0 or (value == 0 and not zero_ok)):
+        raise ValueError(f"{name} must be {'non-negative' if zero_ok else 'positive'}, got {value}")
+
+
+def machine_info() -> dict[str, Any]:
+    """Cores, CPU model, load, Python and library versions, and the repository commit."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for name in _VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": cpu,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "load_average": list(os.getloadavg()),
+        "memory_gb": _memory_gb(),
+        "git": _git_state(),
+    }
+
+
+def _memory_gb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _git_state() -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = git("status", "--porcelain")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    staged = path.with_suffix(".json.tmp")
+    staged.write_text(json.dumps(payload, indent=1, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    os.replace(staged, path)
+
+
+def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool) -> dict[str, Any]:
+    """Reuse the store when it holds objects, else build it from the LoCoMo file and time that."""
+    from dataflows.bench.speed_bench import directory_size_mb, peak_memory_mb
+    from dataflows.ingest import ingest_locomo
+    from stores.memory_store import MemoryStore
+
+    existing = Path(store_path) / "store.duckdb"
+    if existing.exists():
+        with MemoryStore.open(store_path, read_only=True) as store:
+            present = store.count_objects()
+            namespaces = set(store.namespaces())
+    else:
+        present, namespaces = 0, set()
+    ingest: dict[str, Any] | None = None
+    if present == 0:
+        report, _ = ingest_locomo(data, store_path, progress=progress)
+        turns = sum(len(c.turns) for c in dataset.conversations)
+        ingest = {
+            "objects_added": report.objects_added, "entities_added": report.entities_added,
+            "edges_added": report.edges_added, "turns": turns, "seconds": report.seconds,
+            "turns_per_second": turns / report.seconds, "details": report.details,
+            "peak_memory_mb_after_ingest": peak_memory_mb(),
+        }
+    else:
+        wanted = {c.sample_id for c in dataset.conversations}
+        if not wanted <= namespaces:
+            missing = ", ".join(sorted(wanted - namespaces))
+            raise ValueError(f"the store at {store_path} lacks the LoCoMo namespaces {missing}; use an empty --store")
+    return {"path": str(store_path), "built_in_this_run": ingest is not None, "ingest": ingest,
+            "size_mb": directory_size_mb(store_path)}
+
+
+def _cmd_locomo(args: argparse.Namespace) -> int:
+    from dataflows.bench import locomo_bench, plots, speed_bench
+    from dataflows.locomo import load_locomo
+    from dataflows.retrieval import default_encoder
+    from stores.memory_store import MemoryStore
+
+    for name in ("latency_queries", "node_time_queries", "isolation_queries", "determinism_queries",
+                 "determinism_repeats"):
+        _positive(f"--{name.replace('_', '-')}", getattr(args, name), zero_ok=True)
+    _positive("--limit-questions", args.limit_questions)
+    for budget in args.budgets:
+        _positive("--budgets", budget)
+    progress = not args.no_progress
+    threads = _set_torch_threads(args.torch_threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = Path(args.data)
+    dataset = load_locomo(data)
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "benchmark": "rms-retrieval LoCoMo (RFC-0005 Section 13)",
+        "status": "running",
+        "started": datetime.now(timezone.utc).isoformat(),
+        "command": shlex.join(["rms", *sys.argv[1:]]) if sys.argv and sys.argv[0] else None,
+        "machine": {**machine_info(), "torch_threads": threads},
+        "dataset": {"path": str(data), "sha256": _sha256(data), "conversations": len(dataset.conversations),
+                    "questions_in_file": len(dataset.questions),
+                    "questions_with_evidence_issues": len(dataset.evidence_report())},
+        "ranked_list": locomo_bench.RANKED_LIST,
+        "budgets": sorted(set(args.budgets)),
+        "targets": locomo_bench.TARGETS,
+        "configuration_fingerprint": locomo_bench.arm_settings("pipeline").fingerprint(),
+    }
+    results["store"] = _prepare_store(data, args.store, dataset, progress)
+    results_path = out / RESULTS_FILE
+    encoder = default_encoder()
+    questions = locomo_bench.benchmark_questions(dataset, args.limit_questions)
+    results["dataset"]["evaluated"] = {part: len(qs) for part, qs in questions.items()}
+    with MemoryStore.open(args.store, read_only=True) as store:
+        results["store"].update(objects=store.count_objects(), namespaces=store.namespaces(),
+                                state_fingerprint=store.state_fingerprint())
+        bench = locomo_bench.LocomoBench(store, dataset, encoder, args.budgets)
+
+        def partial_relevance(relevance: dict[str, Any]) -> None:
+            results["relevance"] = relevance
+            _write_json(results_path, results)
+
+        results["relevance"] = locomo_bench.run_relevance(bench, questions, args.arms, progress=progress,
+                                                          checkpoint=partial_relevance)
+        _write_json(results_path, results)
+        results["speed"] = _speed(store, dataset, encoder, args, progress, results_path, results)
+    results["peak_memory_mb"] = speed_bench.peak_memory_mb()
+    results["seconds"] = time.perf_counter() - started
+    results["machine"]["load_average_at_end"] = list(os.getloadavg())
+    results["status"] = "complete"
+    figure = plots.all_packed_by_budget(results["relevance"], bench.budgets, out / plots.PACKED_FIGURE,
+                                        locomo_bench.TARGETS)
+    results["figures"] = [figure.name]
+    _write_json(results_path, results)
+    for line in locomo_bench.summary_lines(results["relevance"], bench.budgets):
+        print(line)
+    for line in speed_bench.summary_lines(results["speed"]):
+        print(line)
+    ingest = results["store"]["ingest"]
+    if ingest:
+        print(f"ingest: {ingest['turns']} turns in {ingest['seconds']:.1f} s ({ingest['turns_per_second']:.0f} turns/s)")
+    print(f"store: {results['store']['size_mb']:.1f} MB on disk; peak memory {results['peak_memory_mb']:.0f} MB; "
+          f"total {results['seconds'] / 60:.1f} min")
+    print(f"wrote {results_path} and {figure}")
+    return _exit_code(results["speed"])
+
+
+def _speed(store: Any, dataset: Any, encoder: Any, args: argparse.Namespace, progress: bool,
+           results_path: Path, results: dict[str, Any]) -> dict[str, Any]:
+    """Latency by bundle size, node times, determinism and isolation; results saved after each."""
+    from dataflows.bench import locomo_bench, speed_bench
+    from dataflows.locomo import reference_time
+
+    speed: dict[str, Any] = {}
+    results["speed"] = speed
+    # Drawn from every evaluable question: --limit-questions thins the relevance run only.
+    pool = speed_bench.locomo_bench_queries(dataset, locomo_bench.benchmark_questions(dataset)["main"])
+    stages: list[tuple[str, Callable[[], Any]]] = []
+    if args.latency_queries:
+        sampled = locomo_bench.evenly_spaced(pool, args.latency_queries)
+        stages.append(("latency", lambda: speed_bench.latency_by_bundle_size(store, sampled, encoder, progress=progress)))
+    if args.node_time_queries:
+        timed = locomo_bench.evenly_spaced(pool, args.node_time_queries)
+        stages.append(("node_times_ms", lambda: speed_bench.node_times(store, timed, encoder)))
+    if args.determinism_queries and args.determinism_repeats:
+        repeated = locomo_bench.evenly_spaced(pool, args.determinism_queries)
+        stages.append(("determinism", lambda: speed_bench.determinism(
+            store, repeated, encoder, repeats=args.determinism_repeats, progress=progress)))
+    if args.isolation_queries:
+        texts = sorted({q.question for q in dataset.questions})
+        when = max(reference_time(c) for c in dataset.conversations)
+        sampled_isolation = speed_bench.isolation_queries(texts, store.namespaces(), when, args.isolation_queries)
+
+        def partial_isolation(report: dict[str, Any]) -> None:
+            speed["isolation"] = {**report, "partial": True}
+            _write_json(results_path, results)
+
+        stages.append(("isolation", lambda: speed_bench.namespace_isolation(
+            store, sampled_isolation, encoder, progress=progress, checkpoint=partial_isolation)))
+    for name, stage in stages:
+        started = time.perf_counter()
+        speed[name] = stage()
+        speed.setdefault("seconds", {})[name] = time.perf_counter() - started
+        _write_json(results_path, results)
+    return speed
+
+
+def _exit_code(speed: dict[str, Any]) -> int:
+    failed = []
+    if speed.get("isolation", {}).get("leaks", 0) or speed.get("isolation", {}).get("pool_leaks", 0):
+        failed.append("namespace isolation leaked")
+    if not speed.get("determinism", {}).get("identical", True):
+        failed.append("repeated queries gave different bundles")
+    for problem in failed:
+        print(f"FAILED: {problem}", file=sys.stderr)
+    return EXIT_FAILED_CHECK if failed else 0
+
+
+def _cmd_scale(args: argparse.Namespace) -> int:
+    from dataflows.bench import plots, speed_bench
+
+    for size in args.sizes:
+        _positive("--sizes", size)
+    _positive("--queries", args.queries)
+    threads = _set_torch_threads(args.torch_threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    scale = speed_bench.run_scale(out, sorted(set(args.sizes)), queries=args.queries, progress=not args.no_progress)
+    results = {"benchmark": "rms-retrieval latency by store size", "command": shlex.join(["rms", *sys.argv[1:]]),
+               "machine": {**machine_info(), "torch_threads": threads}, **scale, "seconds": time.perf_counter() - started}
+    figure = plots.latency_by_store_size(scale, out / plots.SCALE_FIGURE)
+    results["figures"] = [figure.name]
+    _write_json(out / SCALE_RESULTS_FILE, results)
+    print(f"wrote {out / SCALE_RESULTS_FILE} and {figure}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m dataflows.bench.command ...` is `rms bench ...`."""
+    from dataflows.cli import main as cli_main
+
+    return cli_main(["bench", *(argv if argv is not None else sys.argv[1:])])

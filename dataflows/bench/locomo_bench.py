@@ -1,0 +1,351 @@
+"""The LoCoMo relevance benchmark (RFC-0005 Section 13): several retrieval arms over one store.
+
+Per question and arm the pipeline runs once, at the largest token budget. The ranked list that
+precision@5, recall@10 and all-in-top-10 read is the `ranked_candidates` node's
+`frame["object_id"]`: the scored pool after session context, in final order, before selection
+and packing. It is what the pipeline believes most relevant, independent of the budget.
+"All evidence packed" asks whether every evidence turn is among `bundle.items` at a budget.
+
+Packing is the only stage that reads the token budget, so the smaller budgets re-execute the
+driver for `packed_bundle` alone, with its upstream nodes overridden by the values of the first
+run: the same function on the same inputs, at a fraction of the cost (`repack_check` in the
+results compares it with a full `retrieve()` on some questions). The query embedding is computed
+once per question by the pipeline's own `query_embedding` node and passed to every arm that uses
+the vector path, for the same reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+from uuid import UUID
+
+from tqdm import tqdm
+
+from dataflows.bench.metrics import (
+    QuestionOutcome,
+    all_in_top_k,
+    all_packed,
+    paired_comparison,
+    precision_at_k,
+    recall_at_k,
+    summarise,
+)
+from dataflows.locomo import LocomoDataset, LocomoQuestion, evidence_object_ids, questions_for, reference_time
+from dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
+from dataflows.retrieval import retrieve
+from nodes.candidate_generation import query_embedding
+from nodes.models import MemoryBundle, PathType, QueryEmbedding, RetrievalRequest
+from nodes.settings import RetrievalSettings
+from stores.protocols import QueryEncoder
+
+DEFAULT_BUDGETS = (4000, 8000)
+BASELINE_ARM = "pipeline"
+# Packing reads these upstream nodes and the request; nothing else depends on the budget.
+REPACK_NODES = ("ranked_candidates", "selected_candidates", "filtered_candidates", "query_analysis")
+RANKED_LIST = (
+    "ranked_candidates.frame['object_id']: the scored candidate pool after session context, in "
+    "final rank order, before selection and token packing"
+)
+TARGETS = {
+    "all_packed@4000": {"target": 0.90, "best_published": 0.841},
+    "all_packed@8000": {"target": 0.95, "best_published": 0.898},
+}
+MAIN_CATEGORIES = (1, 2, 3, 4)
+ADVERSARIAL_CATEGORIES = (5,)
+
+
+def _with_candidates(settings: RetrievalSettings, **update: Any) -> dict[str, Any]:
+    return {"candidates": settings.candidates.model_copy(update=update)}
+
+
+def _with_scoring(settings: RetrievalSettings, **update: Any) -> dict[str, Any]:
+    return {"scoring": settings.scoring.model_copy(update=update)}
+
+
+def _with_session(settings: RetrievalSettings, **update: Any) -> dict[str, Any]:
+    return {"session": settings.session.model_copy(update=update)}
+
+
+def _paths(*paths: PathType) -> frozenset[PathType]:
+    return frozenset(paths)
+
+
+def _variant(*changes: Callable[[RetrievalSettings], dict[str, Any]]) -> Callable[[RetrievalSettings], RetrievalSettings]:
+    def build(base: RetrievalSettings) -> RetrievalSettings:
+        update: dict[str, Any] = {}
+        for change in changes:
+            update.update(change(base))
+        # model_copy skips validation; re-validating rejects an impossible combination here.
+        return RetrievalSettings.model_validate(base.model_copy(update=update).model_dump())
+
+    return build
+
+
+def _no_session(base: RetrievalSettings) -> dict[str, Any]:
+    return _with_session(base, window=0)
+
+
+ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
+    "pipeline": _variant(),
+    "vector_only": _variant(lambda s: _with_candidates(s, enabled_paths=_paths(PathType.VECTOR)), _no_session),
+    "bm25_only": _variant(lambda s: _with_candidates(s, enabled_paths=_paths(PathType.LEXICAL)), _no_session),
+    "rrf_vector_bm25": _variant(
+        lambda s: _with_candidates(s, enabled_paths=_paths(PathType.VECTOR, PathType.LEXICAL)),
+        _no_session,
+        lambda s: _with_scoring(s, temporal_boost=0.0),
+    ),
+    "no_graph": _variant(
+        lambda s: _with_candidates(s, enabled_paths=s.candidates.enabled_paths - {PathType.GRAPH})
+    ),
+    "no_temporal": _variant(lambda s: _with_scoring(s, temporal_boost=0.0)),
+    "no_session": _variant(_no_session),
+}
+
+
+def arm_settings(name: str, base: RetrievalSettings | None = None) -> RetrievalSettings:
+    """The settings of arm `name`, derived from `base` (the defaults when omitted)."""
+    if name not in ARMS:
+        raise ValueError(f"unknown arm {name!r}; choose from {', '.join(ARMS)}")
+    return ARMS[name](base or RetrievalSettings())
+
+
+def settings_changes(settings: RetrievalSettings, base: RetrievalSettings | None = None) -> dict[str, Any]:
+    """The settings fields where `settings` differs from `base`, as dotted names."""
+    return _diff(settings.model_dump(mode="json"), (base or RetrievalSettings()).model_dump(mode="json"))
+
+
+def _diff(new: Any, old: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(new, dict) and isinstance(old, dict):
+        found: dict[str, Any] = {}
+        for key in sorted(new):
+            found.update(_diff(new[key], old.get(key), f"{prefix}{key}."))
+        return found
+    if isinstance(new, list) and isinstance(old, list):
+        new, old = sorted(new, key=str), sorted(old, key=str)
+    return {} if new == old else {prefix.rstrip("."): new}
+
+
+def evenly_spaced(items: Sequence[Any], limit: int | None) -> list[Any]:
+    """At most `limit` items spread evenly over `items` (all of them when `limit` is None)."""
+    if limit is None or limit >= len(items):
+        return list(items)
+    if limit < 1:
+        raise ValueError(f"the question limit must be at least 1, got {limit}")
+    return [items[(i * len(items)) // limit] for i in range(limit)]
+
+
+@dataclass(frozen=True)
+class QuestionRun:
+    """One question answered by one arm at every budget, and how long that took."""
+
+    outcome: QuestionOutcome
+    ranked_ids: tuple[UUID, ...]
+    bundles: Mapping[int, MemoryBundle]
+    seconds: float
+
+
+class LocomoBench:
+    """Answers LoCoMo questions against one store with any arm, re-packing for smaller budgets."""
+
+    def __init__(
+        self,
+        store: Any,
+        dataset: LocomoDataset,
+        encoder: QueryEncoder,
+        budgets: Sequence[int] = DEFAULT_BUDGETS,
+    ) -> None:
+        if not budgets or any(b < 1 for b in budgets):
+            raise ValueError(f"budgets must be positive token counts, got {list(budgets)}")
+        self.store = store
+        self.encoder = encoder
+        self.budgets = tuple(sorted(set(budgets)))
+        self._reference = {c.sample_id: reference_time(c) for c in dataset.conversations}
+        self._embeddings: dict[str, QueryEmbedding] = {}
+
+    def request(self, question: LocomoQuestion, budget: int) -> RetrievalRequest:
+        return RetrievalRequest(
+            query=question.question,
+            namespaces=(question.sample_id,),
+            reference_time=self._reference[question.sample_id],
+            token_budget=budget,
+        )
+
+    def embedding(self, question: LocomoQuestion) -> QueryEmbedding:
+        """The query embedding, made once per question text by the pipeline's own node."""
+        if question.question not in self._embeddings:
+            made = query_embedding(self.request(question, self.budgets[-1]), self.encoder, RetrievalSettings())
+            assert made is not None  # the default settings enable the vector path
+            self._embeddings[question.question] = made
+        return self._embeddings[question.question]
+
+    def run(self, question: LocomoQuestion, settings: RetrievalSettings) -> QuestionRun:
+        """Retrieve once at the largest budget, re-pack for the others, and score the question."""
+        started = time.perf_counter()
+        largest = self.budgets[-1]
+        overrides = {}
+        if PathType.VECTOR in settings.candidates.enabled_paths:
+            overrides["query_embedding"] = self.embedding(question)
+        result = retrieve(
+            self.store, question.question, namespaces=[question.sample_id],
+            reference_time=self._reference[question.sample_id], token_budget=largest, config=settings,
+            encoder=self.encoder, extra_nodes=REPACK_NODES, overrides=overrides, log=False,
+        )
+        bundles = {largest: result.bundle}
+        upstream = {name: result.nodes[name] for name in REPACK_NODES}
+        for budget in self.budgets[:-1]:
+            bundles[budget] = self.repack(question, settings, budget, upstream)
+        seconds = time.perf_counter() - started
+        ranked = tuple(UUID(oid) for oid in result.nodes["ranked_candidates"].frame["object_id"])
+        outcome = QuestionOutcome(question.key, question.category, question_metrics(question, ranked, bundles))
+        return QuestionRun(outcome, ranked, bundles, seconds)
+
+    def repack(
+        self, question: LocomoQuestion, settings: RetrievalSettings, budget: int, upstream: Mapping[str, Any]
+    ) -> MemoryBundle:
+        """`packed_bundle` at `budget`, its upstream nodes given (they do not read the budget)."""
+        inputs = pipeline_inputs(self.store, self.request(question, budget), settings, self.encoder)
+        return build_driver(settings).execute([FINAL_NODE], inputs=inputs, overrides=dict(upstream))[FINAL_NODE]
+
+
+def question_metrics(
+    question: LocomoQuestion, ranked_ids: Sequence[UUID], bundles: Mapping[int, MemoryBundle]
+) -> dict[str, float | bool]:
+    """precision@5, recall@10, all-in-top-10, evidence anywhere in the pool, and per budget packed."""
+    evidence = evidence_object_ids(question)
+    metrics: dict[str, float | bool] = {
+        "precision@5": precision_at_k(ranked_ids, evidence, 5),
+        "recall@10": recall_at_k(ranked_ids, evidence, 10),
+        "all_in_top10": all_in_top_k(ranked_ids, evidence, 10),
+        "all_in_pool": all_packed(ranked_ids, evidence),
+    }
+    for budget in sorted(bundles):
+        metrics[f"all_packed@{budget}"] = all_packed((item.id for item in bundles[budget].items), evidence)
+    for budget in sorted(bundles):
+        metrics[f"items@{budget}"] = float(len(bundles[budget].items))
+    return metrics
+
+
+def repack_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], settings: RetrievalSettings) -> dict:
+    """Re-packed bundles against full `retrieve()` calls at the smaller budgets: must be identical."""
+    compared, different = 0, []
+    for question in questions:
+        run = bench.run(question, settings)
+        for budget in bench.budgets[:-1]:
+            direct = retrieve(
+                bench.store, question.question, namespaces=[question.sample_id],
+                reference_time=bench.request(question, budget).reference_time, token_budget=budget,
+                config=settings, encoder=bench.encoder, log=False,
+            ).bundle
+            compared += 1
+            if direct.to_json() != run.bundles[budget].to_json():
+                different.append(f"{question.key}@{budget}")
+    return {"compared": compared, "identical": compared - len(different), "different": different}
+
+
+def benchmark_questions(dataset: LocomoDataset, limit: int | None = None) -> dict[str, list[LocomoQuestion]]:
+    """Categories 1-4 and category 5, each with resolvable evidence, optionally thinned evenly."""
+    return {
+        "main": evenly_spaced(questions_for(dataset, MAIN_CATEGORIES), limit),
+        "adversarial": evenly_spaced(questions_for(dataset, ADVERSARIAL_CATEGORIES), limit),
+    }
+
+
+def _table(outcomes: Sequence[QuestionOutcome]) -> dict[str, dict[str, float]]:
+    frame = summarise(outcomes)
+    return {str(index): {k: (int(v) if k == "n" else float(v)) for k, v in row.items()}
+            for index, row in frame.to_dict("index").items()}
+
+
+def run_relevance(
+    bench: LocomoBench,
+    questions: Mapping[str, Sequence[LocomoQuestion]],
+    arms: Sequence[str],
+    *,
+    progress: bool = True,
+    repack_check_questions: int = 10,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Every arm on every question; summaries by category, paired comparisons, timings.
+
+    `checkpoint` receives the results so far after each arm, so a long run keeps what it finished.
+    """
+    unknown = [arm for arm in arms if arm not in ARMS]
+    if unknown:
+        raise ValueError(f"unknown arm {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    if not questions["main"]:
+        raise ValueError("no questions with resolvable evidence to evaluate")
+    results: dict[str, Any] = {"arms": {}, "per_question": {}}
+    packed_by_arm: dict[str, dict[int, list[bool]]] = {}
+    for arm in arms:
+        settings = arm_settings(arm)
+        started = time.perf_counter()
+        record: dict[str, Any] = {
+            "settings_fingerprint": settings.fingerprint(),
+            "settings_changes": settings_changes(settings),
+        }
+        for part, part_questions in questions.items():
+            outcomes, seconds = [], 0.0
+            for question in tqdm(part_questions, desc=f"{arm} ({part})", unit="q", disable=not progress):
+                run = bench.run(question, settings)  # bundles are dropped here: thousands would fill memory
+                outcomes.append(run.outcome)
+                seconds += run.seconds
+            if not outcomes:
+                continue
+            record[f"{part}_summary"] = _table(outcomes)
+            record[f"{part}_seconds_per_question"] = seconds / len(outcomes)
+            results["per_question"].setdefault(arm, {})[part] = [
+                {"question": o.question_key, "category": o.category, **dict(o.metrics)} for o in outcomes
+            ]
+            if part == "main":
+                packed_by_arm[arm] = {b: [bool(o.metrics[f"all_packed@{b}"]) for o in outcomes] for b in bench.budgets}
+        record["seconds"] = time.perf_counter() - started
+        results["arms"][arm] = record
+        results["paired"] = paired_against_baseline(packed_by_arm)
+        if checkpoint is not None:
+            checkpoint(results)
+    if repack_check_questions and len(bench.budgets) > 1:
+        sample = evenly_spaced(questions["main"], repack_check_questions)
+        results["repack_check"] = repack_check(bench, sample, arm_settings(arms[0]))
+    return results
+
+
+def paired_against_baseline(packed_by_arm: Mapping[str, Mapping[int, Sequence[bool]]]) -> dict[str, Any]:
+    """`pipeline` against every other arm on all-evidence-packed, per budget (a - b = pipeline - arm)."""
+    if BASELINE_ARM not in packed_by_arm:
+        return {}
+    baseline = packed_by_arm[BASELINE_ARM]
+    return {
+        arm: {str(budget): asdict(paired_comparison(baseline[budget], values[budget])) for budget in baseline}
+        for arm, values in packed_by_arm.items()
+        if arm != BASELINE_ARM
+    }
+
+
+def summary_lines(relevance: Mapping[str, Any], budgets: Sequence[int]) -> list[str]:
+    """The printed table: overall metrics per arm, targets beside them, then the paired comparisons."""
+    packed = [f"packed@{b}" for b in budgets]
+    header = f"{'arm':<16} {'n':>5} {'P@5':>6} {'R@10':>6} {'all@10':>7} {'inpool':>7} " + " ".join(
+        f"{name:>12}" for name in packed) + f" {'adv.packed@' + str(budgets[-1]):>16} {'s/q':>6}"
+    lines = [header, "-" * len(header)]
+    for arm, record in relevance["arms"].items():
+        overall = record["main_summary"]["all"]
+        adversarial = record.get("adversarial_summary", {}).get("all", {})
+        cells = " ".join(f"{overall[f'all_packed@{b}']:>12.3f}" for b in budgets)
+        adv = adversarial.get(f"all_packed@{budgets[-1]}")
+        lines.append(
+            f"{arm:<16} {overall['n']:>5} {overall['precision@5']:>6.3f} {overall['recall@10']:>6.3f} "
+            f"{overall['all_in_top10']:>7.3f} {overall['all_in_pool']:>7.3f} {cells} "
+            f"{(f'{adv:.3f}' if adv is not None else '-'):>16} {record['main_seconds_per_question']:>6.2f}"
+        )
+    for metric, target in TARGETS.items():
+        lines.append(f"target {metric}: >= {target['target']:.2f}   best published: {target['best_published']:.3f}")
+    for arm, by_budget in relevance.get("paired", {}).items():
+        for budget, c in by_budget.items():
+            lines.append(
+                f"pipeline vs {arm:<16} packed@{budget:<5}: {c['difference']:+.3f} "
+                f"[{c['low']:+.3f}, {c['high']:+.3f}]  wins {c['wins']}  losses {c['losses']}  ties {c['ties']}"
+            )
+    return lines

@@ -1,0 +1,89 @@
+"""The LoCoMo relevance harness on the demo corpus: arms, metrics, re-packing, summaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from dataflows.bench import locomo_bench
+from dataflows.demo import load_demo
+from dataflows.retrieval import default_encoder
+from nodes.models import PathType
+from nodes.settings import RetrievalSettings
+from stores.memory_store import MemoryStore
+
+BUDGETS = (150, 400)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_demo()
+
+
+@pytest.fixture(scope="module")
+def bench(corpus, tmp_path_factory):
+    store = MemoryStore.open(tmp_path_factory.mktemp("demo") / "store", encoder=default_encoder())
+    store.add(corpus.objects)
+    yield locomo_bench.LocomoBench(store, corpus.dataset, default_encoder(), BUDGETS)
+    store.close()
+
+
+def test_every_arm_builds_distinct_valid_settings():
+    fingerprints = {locomo_bench.arm_settings(arm).fingerprint() for arm in locomo_bench.ARMS}
+    assert len(fingerprints) == len(locomo_bench.ARMS)
+    assert locomo_bench.settings_changes(locomo_bench.arm_settings("pipeline")) == {}
+    assert locomo_bench.settings_changes(locomo_bench.arm_settings("rrf_vector_bm25")) == {
+        "candidates.enabled_paths": ["LEXICAL", "VECTOR"], "scoring.temporal_boost": 0.0, "session.window": 0,
+    }
+    no_graph = locomo_bench.arm_settings("no_graph")
+    assert PathType.GRAPH not in no_graph.candidates.enabled_paths
+    assert no_graph.session == RetrievalSettings().session and no_graph.scoring == RetrievalSettings().scoring
+    with pytest.raises(ValueError, match="unknown arm"):
+        locomo_bench.arm_settings("graph_only")
+
+
+def test_evenly_spaced():
+    assert locomo_bench.evenly_spaced(list(range(10)), 3) == [0, 3, 6]
+    assert locomo_bench.evenly_spaced([1, 2], None) == [1, 2]
+    assert locomo_bench.evenly_spaced([1, 2], 5) == [1, 2]
+    with pytest.raises(ValueError):
+        locomo_bench.evenly_spaced([1, 2], 0)
+
+
+def test_relevance_on_the_demo_corpus(bench, corpus):
+    questions = locomo_bench.benchmark_questions(corpus.dataset)
+    assert len(questions["main"]) == 5 and questions["adversarial"] == []
+    arms = ["pipeline", "vector_only", "bm25_only"]
+    results = locomo_bench.run_relevance(bench, questions, arms, progress=False, repack_check_questions=2)
+
+    assert list(results["arms"]) == arms
+    for arm in arms:
+        overall = results["arms"][arm]["main_summary"]["all"]
+        assert overall["n"] == 5
+        for name in ("precision@5", "recall@10", "all_in_top10", "all_in_pool", *(f"all_packed@{b}" for b in BUDGETS)):
+            assert 0.0 <= overall[name] <= 1.0
+        for row in results["per_question"][arm]["main"]:
+            # packed items and the top 10 both come from the ranked pool
+            assert row["all_in_top10"] <= row["all_in_pool"]
+            assert all(row[f"all_packed@{b}"] <= row["all_in_pool"] for b in BUDGETS)
+            assert 0 < row["items@150"] <= row["items@400"]
+    assert set(results["paired"]) == {"vector_only", "bm25_only"}
+    comparison = results["paired"]["vector_only"]["400"]
+    assert comparison["n"] == 5 and comparison["wins"] + comparison["losses"] + comparison["ties"] == 5
+    assert comparison["low"] <= comparison["difference"] <= comparison["high"]
+    assert results["repack_check"] == {"compared": 2, "identical": 2, "different": []}
+    lines = locomo_bench.summary_lines(results, BUDGETS)
+    assert lines[0].split()[:3] == ["arm", "n", "P@5"] and any("best published: 0.841" in line for line in lines)
+
+
+def test_ranked_list_is_the_ranked_candidates_frame(bench, corpus):
+    question = corpus.dataset.questions[0]
+    run = bench.run(question, locomo_bench.arm_settings("pipeline"))
+    assert len(run.ranked_ids) == len(set(run.ranked_ids)) >= len(run.bundles[400].items)
+    assert {item.id for item in run.bundles[400].items} <= set(run.ranked_ids)
+    assert set(run.bundles) == set(BUDGETS)
+    assert all(bundle.tokens_used <= budget for budget, bundle in run.bundles.items())
+
+
+def test_rejects_bad_budgets(bench):
+    with pytest.raises(ValueError, match="budgets"):
+        locomo_bench.LocomoBench(bench.store, load_demo().dataset, bench.encoder, [0])
