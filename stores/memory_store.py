@@ -350,6 +350,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         self._entity_catalogs: dict[tuple[str, ...], list[EntityRef]] = {}
         self._adjacency: dict[tuple[str, ...], Adjacency] = {}
         self._object_cache: dict[UUID, MemoryObject] = {}
+        self._pinned: dict[tuple[str, ...], list[MemoryObject]] = {}
 
     # ----- ingestion -----------------------------------------------------------------------------
 
@@ -571,9 +572,15 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         }
 
     def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
-        """Salience 1.0, ACTIVE TASK and ACTIVE INTENT objects in the namespaces, by id."""
-        rows = self._connection.execute(PINNED_OBJECTS, [list(namespaces)]).fetchall()
-        return sorted((_memory_object(row) for row in rows), key=lambda memory: memory.id)
+        """Salience 1.0, ACTIVE TASK and ACTIVE INTENT objects in the namespaces, by id.
+
+        Read once per namespace scope until the next write: every request asks, few change.
+        """
+        key = tuple(sorted(set(namespaces)))
+        if key not in self._pinned:
+            rows = self._connection.execute(PINNED_OBJECTS, [list(key)]).fetchall()
+            self._pinned[key] = sorted((_memory_object(row) for row in rows), key=lambda memory: memory.id)
+        return list(self._pinned[key])
 
     def session_neighbours(self, triggers: Sequence[UUID], window: int) -> list[SessionNeighbour]:
         """Objects within `window` positions of each trigger in its own session, by trigger, offset, id."""

@@ -210,6 +210,8 @@ def test_session_neighbours_and_pinned(store):
     found = store.session_neighbours([UUID(int=3), UUID(int=11)], 1)
     assert [(item.trigger.int, item.neighbour.id.int, item.offset) for item in found] == [(3, 2, -1), (3, 4, 1)]
     assert [m.id.int for m in store.pinned_objects(["a"])] == [12, 13]
+    store.add([_memory(16, "a new pin", salience=1.0)])  # a write refreshes what is pinned
+    assert [m.id.int for m in store.pinned_objects(["a"])] == [12, 13, 16]
 
 
 def test_retrieval_log_round_trip(store):
