@@ -14,31 +14,23 @@ from __future__ import annotations
 
 from nodes.models import RetrievalMode, RetrievalRequest
 from nodes.settings import FilterSettings, RetrievalSettings
-from stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
+from stores.models import EpistemicType, MemoryObject, NodeType
+from stores.visibility import MODE_VISIBILITY
 
 _VALIDITY_EXEMPT = frozenset({NodeType.ENTITY, NodeType.PREFERENCE})
-_EXPLICIT_DROPPED_STATES = frozenset(
-    {LifecycleState.ARCHIVED, LifecycleState.SUPERSEDED, LifecycleState.DELETED}
-)
 
 
 def _epistemic_reason(obj: MemoryObject, mode: RetrievalMode, filtering: FilterSettings) -> str | None:
-    if mode is RetrievalMode.AUDIT:
-        return "lifecycle:DELETED" if obj.lifecycle_state is LifecycleState.DELETED else None
-    if obj.epistemic_type is EpistemicType.DEPRECATED:
-        return "DEPRECATED"
-    if mode is RetrievalMode.EXPLICIT:
-        if obj.lifecycle_state in _EXPLICIT_DROPPED_STATES:
-            return f"lifecycle:{obj.lifecycle_state}"
-        return None
-    if obj.epistemic_type is EpistemicType.HYPOTHETICAL:
-        return "HYPOTHETICAL"
+    rule = MODE_VISIBILITY[mode.value]
+    if obj.epistemic_type in rule.dropped_epistemic_types:
+        return str(obj.epistemic_type)
     if (
-        obj.epistemic_type is EpistemicType.UNVERIFIED
+        rule.drops_unverified_below_threshold
+        and obj.epistemic_type is EpistemicType.UNVERIFIED
         and obj.confidence < filtering.threshold_for(obj.namespace)
     ):
         return "UNVERIFIED_BELOW_THRESHOLD"
-    if obj.lifecycle_state is not LifecycleState.ACTIVE:
+    if obj.lifecycle_state not in rule.kept_lifecycles:
         return f"lifecycle:{obj.lifecycle_state}"
     return None
 

@@ -44,7 +44,8 @@ from stores.claims import (
     scaled_integer,
 )
 from stores.memory_store import MemoryStore
-from stores.models import EpistemicType, LifecycleState, NodeType
+from stores.models import LifecycleState, NodeType
+from stores.visibility import MODE_VISIBILITY
 
 
 class EpistemicMode(StrEnum):
@@ -53,16 +54,6 @@ class EpistemicMode(StrEnum):
     AUDIT = "AUDIT"
 
 
-# mode -> (epistemic types dropped, whether low-confidence UNVERIFIED is dropped, lifecycles kept)
-_MODE_RULES: dict[EpistemicMode, tuple[frozenset[EpistemicType], bool, frozenset[LifecycleState]]] = {
-    EpistemicMode.DEFAULT: (
-        frozenset({EpistemicType.DEPRECATED, EpistemicType.HYPOTHETICAL}), True, frozenset({LifecycleState.ACTIVE})
-    ),
-    EpistemicMode.EXPLICIT: (
-        frozenset({EpistemicType.DEPRECATED}), False, frozenset({LifecycleState.ACTIVE, LifecycleState.TENTATIVE})
-    ),
-    EpistemicMode.AUDIT: (frozenset(), False, frozenset(LifecycleState) - {LifecycleState.DELETED}),
-}
 CLAIM_NODE_TYPES = (NodeType.FACT, NodeType.DECISION, NodeType.PREFERENCE)
 # Matches the retrieval default (FilterSettings.unverified_threshold).
 DEFAULT_UNVERIFIED_MIN_CONFIDENCE = 0.5
@@ -241,8 +232,8 @@ def aggregate_assertions(store: MemoryStore, query: AssertionQuery) -> Assertion
 
 def _selection_parameters(query: AssertionQuery, *, require_quantity: bool) -> dict[str, Any]:
     """The bound values of `_SELECTED` for a query (without a page cursor)."""
-    dropped, drop_low_unverified, mode_lifecycles = _MODE_RULES[query.mode]
-    lifecycles = mode_lifecycles if query.lifecycle is None else frozenset(query.lifecycle)
+    rule = MODE_VISIBILITY[query.mode.value]
+    lifecycles = rule.kept_lifecycles if query.lifecycle is None else frozenset(query.lifecycle)
     selectors = query.normalized_selectors()
     return {
         "namespace": query.namespace,
@@ -254,8 +245,8 @@ def _selection_parameters(query: AssertionQuery, *, require_quantity: bool) -> d
         "objects": list(selectors["objects"]),
         "polarities": sorted(set(query.polarities)),
         "predicate_prefixes": list(selectors.get("predicate_prefixes", ())),
-        "dropped_epistemic_types": sorted(kind.value for kind in dropped),
-        "drop_low_unverified": drop_low_unverified,
+        "dropped_epistemic_types": sorted(kind.value for kind in rule.dropped_epistemic_types),
+        "drop_low_unverified": rule.drops_unverified_below_threshold,
         "unverified_min_confidence": query.unverified_min_confidence,
         "lifecycles": sorted(state.value for state in lifecycles),
         "event_time_from": query.event_time_from,
