@@ -3,7 +3,8 @@
 Priority tiers: 1 pinned objects and ACTIVE tasks, 2 candidates found by two or more paths,
 3 the rest by score. Inside a tier the signal-to-token ratio, score / tokens ** density_exponent,
 decides what fits when the budget is tight. Tokens are cl100k_base and include each item's
-formatting and the newline between items.
+formatting, the newline between lines, the date lines of the "dated_groups" format and, for
+count and list questions, the coverage warning that heads the context.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from nodes.models import (
     QueryAnalysis,
     RetrievalRequest,
 )
+from nodes.formatting import format_item, group_header
 from nodes.session_context import RankedCandidates
 from nodes.settings import RetrievalSettings
-from nodes.formatting import format_item, group_header
 from nodes.tokens import count_tokens
 from stores.models import LifecycleState, MemoryObject, NodeType
 
