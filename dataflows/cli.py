@@ -60,7 +60,8 @@ def format_bundle(bundle: MemoryBundle) -> str:
         lines.append(f"warning: {path} path failed: {reason}")
     for rank, item in enumerate(bundle.items, start=1):
         paths = "+".join(str(p) for p in item.paths)
-        lines.append(f"{rank:3d}. tier {item.tier}  {item.score:.6f}  {paths:<28} {item.text}")
+        when = f"{item.event_time:%Y-%m-%d}" if item.event_time else "undated   "
+        lines.append(f"{rank:3d}. tier {item.tier}  {item.score:.6f}  {paths:<36} {when}  {item.text}")
     excluded = meta.get("excluded", {})
     if excluded:
         reasons: dict[str, int] = {}

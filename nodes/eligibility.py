@@ -5,7 +5,9 @@ anything not ACTIVE. EXPLICIT mode (the caller asked for uncertain memories by n
 UNVERIFIED, HYPOTHETICAL and TENTATIVE but still removes DEPRECATED, ARCHIVED, SUPERSEDED and
 DELETED. AUDIT mode keeps everything except DELETED. Explicit `time_from`/`time_to` filter
 validity windows (ENTITY and PREFERENCE objects are exempt); `event_time_from`/`event_time_to`
-filter episode dates, falling back to ingestion time, without that exemption.
+filter episode dates, falling back to ingestion time, without that exemption. Outside AUDIT
+mode an ENTITY whose content is only its name (a speaker, a name spotted at ingestion) is left
+out as `bare_entity`: it serves the graph walk but would spend budget saying nothing.
 
 A plain module, not a stage: `filtered_candidates` and session context both apply it.
 """
@@ -20,7 +22,15 @@ from stores.visibility import MODE_VISIBILITY
 _VALIDITY_EXEMPT = frozenset({NodeType.ENTITY, NodeType.PREFERENCE})
 
 
+def _is_bare_entity(obj: MemoryObject) -> bool:
+    """An ENTITY whose text is only its own name: a graph node with nothing to tell a reader."""
+    name = (obj.entity_canonical_name or "").strip().casefold()
+    return obj.node_type is NodeType.ENTITY and obj.content.strip().casefold() == name
+
+
 def _epistemic_reason(obj: MemoryObject, mode: RetrievalMode, filtering: FilterSettings) -> str | None:
+    if mode is not RetrievalMode.AUDIT and _is_bare_entity(obj):
+        return "bare_entity"
     rule = MODE_VISIBILITY[mode.value]
     if obj.epistemic_type in rule.dropped_epistemic_types:
         return str(obj.epistemic_type)

@@ -64,6 +64,14 @@ _CURRENT_WORDS = _rx(
     r"nowadays|still|anymore|any\s+more)\b"
 )
 _PRESENT_TENSE = _rx(r"\b(?:is|are|am|does|do)\b|\b(?:what|who|where|how|that)['’]s\b")
+# A present-tense question is about the current state only when it asks about something that
+# changes over time. "What is wrong with Tomas's knee?" is not, and boosting the newest
+# memories there ranked an unrelated newest turn first.
+_CHANGING_STATE = _rx(
+    r"\b(?:live|lives|living|work|works|working|job|employer|company|dating|date|married|partner|"
+    r"boyfriend|girlfriend|husband|wife|role|position|title|address|home|city|like|likes|"
+    r"prefer|prefers|favou?rite|own|owns|drive|drives|use|uses|plan|plans)\b"
+)
 _PAST_WORDING = _rx(
     r"\b(?:when\s+(?:did|was|were|had)|how\s+long|before|after|did|was|were|had|used\s+to|ago|"
     r"previously|formerly|last|went|came|got|said|told|bought|made|took|gave|saw|met|moved|"
@@ -292,7 +300,10 @@ def _is_current_state(query: str, intent: QueryIntent, signals: tuple[TemporalSi
         return False
     if _CURRENT_WORDS.search(query):
         return True
-    return bool(_PRESENT_TENSE.search(query)) and intent is not QueryIntent.TEMPORAL
+    return (
+        bool(_PRESENT_TENSE.search(query) and _CHANGING_STATE.search(query))
+        and intent is not QueryIntent.TEMPORAL
+    )
 
 
 def _aggregation(query: str) -> AggregationKind | None:

@@ -15,8 +15,10 @@ from stores.embedding import SentenceEncoder
 
 @pytest.fixture(scope="session")
 def encoder() -> SentenceEncoder:
-    """The packaged MiniLM encoder, loaded once."""
-    return SentenceEncoder()
+    """The packaged MiniLM encoder, loaded once: the same one `retrieve()` uses by default."""
+    from dataflows.retrieval import default_encoder
+
+    return default_encoder()
 
 
 @dataclass(frozen=True)
@@ -50,3 +52,22 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> DemoStore:
     with MemoryStore.open(path, encoder=default_encoder()) as store:
         store.add([*corpus.objects, other])
     return DemoStore(path, corpus, reference_time(corpus.dataset.conversations[0]), other.id)
+
+
+@pytest.fixture
+def demo_copy(demo_store: DemoStore, tmp_path: Path) -> Path:
+    """A private copy of the demo store, for tests that write to it (the retrieval log)."""
+    import shutil
+
+    return Path(shutil.copytree(demo_store.path, tmp_path / "store"))
+
+
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
+
+
+@pytest.fixture(scope="session")
+def locomo_path() -> Path:
+    """`../shared/data/locomo10.json`; tests that need it skip cleanly where it is absent."""
+    if not LOCOMO.exists():
+        pytest.skip(f"LoCoMo is not at {LOCOMO}")
+    return LOCOMO

@@ -14,3 +14,12 @@ def test_audit_mode_refuses_only_deleted_memories():
     audit = make_request(retrieval_mode=RetrievalMode.AUDIT)
     assert exclusion_reason(make_object("d", epistemic_type="DEPRECATED"), audit, settings) is None
     assert exclusion_reason(make_object("x", lifecycle_state="DELETED"), audit, settings) == "lifecycle:DELETED"
+
+
+def test_a_bare_entity_serves_the_graph_but_never_a_bundle():
+    settings = RetrievalSettings()
+    bare = make_object("tomas", "Tomas", node_type="ENTITY", entity_canonical_name="Tomas")
+    profile = make_object("p", "Tomas, a data engineer in Leeds", node_type="ENTITY", entity_canonical_name="Tomas")
+    assert exclusion_reason(bare, make_request(), settings) == "bare_entity"
+    assert exclusion_reason(profile, make_request(), settings) is None
+    assert exclusion_reason(bare, make_request(retrieval_mode=RetrievalMode.AUDIT), settings) is None

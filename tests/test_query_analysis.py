@@ -219,6 +219,8 @@ def test_temporal_window_of_a_dated_question():
         ("Where did she live?", ENTITY_FIRST, False),
         ("What is she doing in June?", ENTITY_FIRST, False),
         ("What is she reading now that she moved?", ENTITY_FIRST, False),
+        ("What is wrong with Tomas's knee?", ENTITY_FIRST, False),
+        ("Where does Tomas work?", ENTITY_FIRST, True),
         ("tell me a story", ENTITY_FIRST, False),
     ],
 )
