@@ -1,0 +1,38 @@
+import json
+
+import pytest
+
+from dataflows.ingest import IngestError, locomo_objects, read_jsonl
+from dataflows.demo import load_demo
+
+
+def test_read_jsonl_reads_every_valid_line(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"namespace": "n", "content": "one"}\n\n{"namespace": "n", "content": "two"}\n')
+    assert [o.content for o in read_jsonl(path)] == ["one", "two"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "no objects found"),
+    ('{"namespace": "n"}\n', "line 1, content: Field required"),
+    ('{"namespace": "n", "content": "x", "mystery": 1}\n', "line 1, mystery: Extra inputs are not permitted"),
+])
+def test_read_jsonl_refuses_the_whole_file(tmp_path, text, message):
+    path = tmp_path / "m.jsonl"
+    path.write_text(text)
+    with pytest.raises(IngestError, match=message):
+        read_jsonl(path)
+
+
+def test_read_jsonl_names_an_unreadable_file(tmp_path):
+    with pytest.raises(IngestError, match="cannot be read"):
+        read_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_locomo_objects_keep_speakers_then_turns_per_conversation():
+    corpus = load_demo()
+    objects = locomo_objects(corpus.dataset)
+    assert [o.node_type for o in objects[:2]] == ["ENTITY", "ENTITY"]
+    assert objects[2].source_ref == "D1:1" and objects[2].content.startswith("Priya: ")
+    assert len(objects) == 2 + sum(len(c.turns) for c in corpus.dataset.conversations)
+    assert json.loads(objects[2].model_dump_json())["session_id"] == "session_1"

@@ -1,0 +1,62 @@
+"""stores/models.py (the memory object) and nodes/models.py (request, analysis, candidates)."""
+
+from datetime import datetime, timezone
+
+import pytest
+from pydantic import ValidationError
+
+from nodes.models import PathType, QueryAnalysis, RetrievalRequest, TemporalSignal, TemporalType
+from stores.models import MemoryObject
+from tests.factories import make_candidate, make_object
+
+UTC = timezone.utc
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"content": "   "}, "content is blank"),
+    ({"confidence": 1.5}, "less than or equal to 1"),
+    ({"salience": float("nan")}, "salience"),
+    ({"created_at": datetime(2025, 1, 1)}, "timezone"),
+    ({"namespace": "has space"}, "namespace"),
+    ({"node_type": "ENTITY"}, "entity_canonical_name"),
+    ({"valid_from": datetime(2025, 2, 1, tzinfo=UTC), "valid_to": datetime(2025, 1, 1, tzinfo=UTC)}, "valid_to"),
+    ({"colour": "red"}, "Extra inputs"),
+])
+def test_memory_object_rejects_bad_fields_by_name(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        MemoryObject(**{"namespace": "ns", "content": "text", **fields})
+
+
+def test_memory_object_is_frozen_and_dates_itself_by_event_time_else_creation():
+    obj = make_object("a", event_time=None)
+    with pytest.raises(ValidationError):
+        obj.content = "changed"
+    assert obj.stated_time == obj.created_at
+    assert make_object("b").stated_time == make_object("b").event_time
+
+
+def test_request_validation():
+    ref = datetime(2025, 1, 1, tzinfo=UTC)
+    request = RetrievalRequest(query="q", namespaces=("b", "a", "b"), reference_time=ref)
+    assert request.namespaces == ("a", "b")
+    for bad, message in (({"query": "  "}, "empty"), ({"namespaces": ()}, "at least 1"),
+                         ({"token_budget": 0}, "greater than or equal to 1"),
+                         ({"time_from": ref, "time_to": datetime(2024, 1, 1, tzinfo=UTC)}, "before time_from")):
+        with pytest.raises(ValidationError, match=message):
+            RetrievalRequest(**{"query": "q", "namespaces": ("a",), "reference_time": ref, **bad})
+
+
+def test_path_count_counts_primary_paths_only():
+    candidate = make_candidate(make_object("a"), VECTOR=(1, 0.5), SESSION_CONTEXT=(1, 0.3), KEYWORD_SCAN=(2, 0.1))
+    assert candidate.paths == (PathType.VECTOR, PathType.SESSION_CONTEXT, PathType.KEYWORD_SCAN)
+    assert candidate.path_count == 1
+
+
+def test_temporal_window_spans_every_resolved_signal():
+    day = lambda d: datetime(2025, 1, d, tzinfo=UTC)  # noqa: E731
+    analysis = QueryAnalysis(raw_query="q", namespace_scope=("a",), reference_time=day(30), temporal_signals=(
+        TemporalSignal(type=TemporalType.ABSOLUTE, text="x", start=day(5), end=day(6)),
+        TemporalSignal(type=TemporalType.RECURRING, text="every Tuesday"),
+        TemporalSignal(type=TemporalType.ABSOLUTE, text="y", start=day(2), end=day(3)),
+    ))
+    assert analysis.temporal_window == (day(2), day(6))

@@ -1,0 +1,46 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+from nodes.models import PathType
+from nodes.settings import CandidateSettings, RetrievalSettings, ScoringSettings, SessionSettings
+
+
+def test_defaults_and_the_structural_switch():
+    settings = RetrievalSettings()
+    assert settings.hamilton_config() == {"fusion": "rrf"}
+    assert RetrievalSettings(scoring=ScoringSettings(fusion="weighted")).hamilton_config() == {"fusion": "weighted"}
+    assert settings.candidates.graph_max_hops == 2 and settings.candidates.graph_max_candidates == 50
+    assert settings.scoring.rank_fusion.rrf_k == 60 and settings.session.rank_fusion_score_decay == 0.6
+
+
+@pytest.mark.parametrize("build, field", [
+    (lambda: CandidateSettings(graph_max_hops=4), "graph_max_hops"),
+    (lambda: CandidateSettings(enabled_paths={PathType.SESSION_CONTEXT}), "not primary paths"),
+    (lambda: SessionSettings(score_decay=0), "score_decay"),
+    (lambda: ScoringSettings(fusion="sum"), "fusion"),
+    (lambda: ScoringSettings(epistemic_weights={"OBSERVED": 1.0}), "epistemic_weights lacks"),
+    (lambda: RetrievalSettings(candidates={"vector_k": -1}), "vector_k"),
+])
+def test_bad_settings_are_rejected_naming_the_field(build, field):
+    with pytest.raises(ValueError, match=field):
+        build()
+
+
+def test_the_fingerprint_follows_the_values_and_is_the_same_in_every_process():
+    assert RetrievalSettings().fingerprint() != RetrievalSettings(session={"window": 1}).fingerprint()
+    script = "from nodes.settings import RetrievalSettings; print(RetrievalSettings().fingerprint())"
+    prints = {
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout.strip()
+        for seed in (1, 2, 3)
+    }
+    assert prints == {RetrievalSettings().fingerprint()}
+
+
+def test_settings_round_trip_through_json():
+    settings = RetrievalSettings(candidates={"enabled_paths": {PathType.LEXICAL, PathType.VECTOR}})
+    assert RetrievalSettings.model_validate_json(settings.model_dump_json()) == settings
+    assert settings.model_dump(mode="json")["candidates"]["enabled_paths"] == ["LEXICAL", "VECTOR"]
