@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dataflows.retrieval import LOG_VERSION, retrieve
+from nodes.models import PathType
 from stores.memory_store import MemoryStore
 
 
@@ -35,22 +36,56 @@ def test_a_failed_request_is_logged_with_its_failure(demo_store, demo_copy):
     assert record["payload"]["status"] == "failed" and "token_budget" in record["payload"]["error"]
 
 
-@pytest.mark.locomo
-def test_locomo_smoke_on_one_conversation(locomo_path, tmp_path, encoder):
+@pytest.fixture(scope="module")
+def locomo_conversation(locomo_path, tmp_path_factory, encoder):
+    """The first LoCoMo conversation in its own store, built once for this module."""
     from dataflows.ingest import locomo_objects
-    from dataflows.locomo import evidence_object_ids, load_locomo, questions_for, reference_time
+    from dataflows.locomo import load_locomo
 
     dataset = load_locomo(locomo_path)
     conversation = dataset.conversations[0]
     objects = [o for o in locomo_objects(dataset) if o.namespace == conversation.sample_id]
+    path = tmp_path_factory.mktemp("locomo") / "store"
+    with MemoryStore.open(path, encoder=encoder) as store:
+        assert store.add(objects).objects_added == len(objects)
+    return dataset, conversation, path
+
+
+@pytest.mark.locomo
+def test_locomo_smoke_on_one_conversation(locomo_conversation):
+    from dataflows.locomo import evidence_object_ids, questions_for, reference_time
+
+    dataset, conversation, path = locomo_conversation
     questions = [q for q in questions_for(dataset) if q.sample_id == conversation.sample_id][:20]
-    with MemoryStore.open(tmp_path / "store", encoder=encoder) as store:
-        report = store.add(objects)
-        assert report.objects_added == len(objects)
-        packed = 0
+    packed = 0
+    with MemoryStore.open(path, create=False) as store:
         for question in questions:
             bundle = retrieve(store, question.question, namespaces=[conversation.sample_id],
                               reference_time=reference_time(conversation), token_budget=4000, log=False).bundle
             assert bundle.tokens_used <= 4000
             packed += set(evidence_object_ids(question)) <= {item.id for item in bundle.items}
     assert packed >= 12  # of 20 questions; 15 when this test was written (a floor, not a benchmark)
+
+
+@pytest.mark.locomo
+def test_locomo_count_question_reports_its_coverage(locomo_conversation):
+    from dataflows.locomo import reference_time
+    from nodes.packing import COVERAGE_WARNING
+
+    _, conversation, path = locomo_conversation
+    with MemoryStore.open(path, create=False) as store:
+        result = retrieve(store, "How many times has Melanie gone to the beach?", namespaces=[conversation.sample_id],
+                          reference_time=reference_time(conversation), token_budget=2000, log=False,
+                          extra_nodes=["merged_candidates"])
+        elapsed = retrieve(store, "How many days ago did Caroline go to the support group?",
+                           namespaces=[conversation.sample_id], reference_time=reference_time(conversation),
+                           token_budget=2000, log=False).bundle
+    bundle = result.bundle
+    coverage = bundle.retrieval_metadata["aggregation_coverage"]
+    assert bundle.context.startswith(COVERAGE_WARNING)
+    assert coverage["kind"] == "COUNT" and coverage["exhaustive"] is False
+    assert coverage["unique_candidates"] >= coverage["returned"] >= coverage["packed"] == len(bundle.items) > 0
+    assert "semantic_matching" in coverage["limitation_codes"] and "token_budget" in coverage["limitation_codes"]
+    scanned = [c for c in result.nodes["merged_candidates"].candidates if PathType.KEYWORD_SCAN in c.paths]
+    assert scanned and any("beach" in c.object.content.lower() for c in scanned)
+    assert elapsed.retrieval_metadata["aggregation_coverage"] is None  # elapsed time is arithmetic, not a count
