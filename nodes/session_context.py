@@ -65,9 +65,12 @@ def ranked_candidates(
         row.update(session_trigger=None, session_offset=None, session_decay=None)
     excluded: dict[UUID, str] = {}
     trigger_order = {oid: i for i, oid in enumerate(fused_scores["object_id"])}
+    # A neighbour inherits from its trigger's score as fused, never from a score an earlier
+    # trigger promoted in this loop: inheritance does not chain.
+    primary = {row["object_id"]: dict(row) for row in rows.values()}
     # The highest-ranked trigger decides a neighbour shared by several windows.
     for link in sorted(session_context, key=lambda n: (trigger_order[str(n.trigger)], abs(n.offset), n.offset)):
-        trigger = rows[str(link.trigger)]
+        trigger = primary[str(link.trigger)]
         decay = _decay(int(trigger["formula_version"]), settings)
         inherited = round(trigger["score"] * decay, SCORE_DECIMALS)
         oid = str(link.neighbour.id)

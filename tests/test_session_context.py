@@ -63,3 +63,16 @@ def test_window_zero_turns_session_context_off():
     off = RetrievalSettings(session=SessionSettings(window=0))
     _, ranked = _run([make_candidate(t1, VECTOR=(1, 0.9))], [t0, t1], settings=off)
     assert list(ranked.frame["object_id"]) == [str(t1.id)]
+
+
+def test_neighbours_inherit_from_their_triggers_own_score_not_a_promoted_one():
+    t0, t1, t2 = _turn("t0", 0), _turn("t1", 1), _turn("t2", 2)
+    strong = make_candidate(t0, VECTOR=(1, 0.9), LEXICAL=(1, 1.0))  # fused 1.0
+    weak = make_candidate(t1, VECTOR=(2, 0.5))  # fused 0.4919..., promoted to 0.6 by t0
+    one = RetrievalSettings(session=SessionSettings(window=1))
+    fused, ranked = _run([strong, weak], [t0, t1, t2], settings=one)
+    own = fused.set_index("object_id").loc[str(t1.id), "score"]
+    frame = ranked.frame.set_index("object_id")
+    assert frame.loc[str(t1.id), "score"] == pytest.approx(0.6)
+    assert frame.loc[str(t2.id), "session_trigger"] == str(t1.id)
+    assert frame.loc[str(t2.id), "score"] == pytest.approx(round(own * 0.6, 10))
