@@ -6,7 +6,6 @@ store's own `add` is all-or-nothing for what gets past validation.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import ValidationError

@@ -123,7 +123,7 @@ JOIN edges AS second ON second.source = first.source AND first.target < second.t
 WHERE first.edge_type = 'MENTIONS' AND second.edge_type = 'MENTIONS' AND first.namespace = ANY(?)
 GROUP BY ALL
 """
-INSERT_OBJECTS = f"""
+INSERT_OBJECTS = """
 INSERT INTO objects
 SELECT CAST(id AS UUID), vec_id, namespace, owner, scope, session_id, session_seq, node_type, content,
        entity_canonical_name, epistemic_type, confidence, salience, lifecycle_state,

@@ -100,6 +100,6 @@ def test_ingest_locomo_reports_repaired_evidence(capsys, locomo_path, tmp_path):
     small.write_text(json.dumps(raw))
     code, out, err = _run(capsys, "ingest-locomo", str(small), "--store", str(tmp_path / "store"))
     assert code == 0, err
-    assert f"from 1 conversations" in out and "malformed or missing evidence ids" in out
+    assert "from 1 conversations" in out and "malformed or missing evidence ids" in out
     assert "conv-26 #37: split 'D8:6; D9:17' into D8:6, D9:17" in out
     assert len(one.conversations) == 10 and parse_locomo(raw, source="x").conversations[0].sample_id == "conv-26"

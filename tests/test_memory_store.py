@@ -3,7 +3,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
-import numpy as np
 import pytest
 
 from stores.entity_graph import entity_id
