@@ -98,6 +98,8 @@ class TemporalSignal(BaseModel):
     text: str
     start: AwareDatetime | None = None
     end: AwareDatetime | None = None
+    # Why a phrase that reads as a date has no window (e.g. it falls outside years 1-9999).
+    note: str | None = None
 
 
 class QueryIntent(StrEnum):

@@ -36,11 +36,12 @@ shared mutable settings and locale caches (RFC 11); ingestion code takes the sam
 
 from __future__ import annotations
 
+import calendar
 import math
 import re
 import threading
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import MAXYEAR, MINYEAR, UTC, date, datetime, timedelta
 
 import dateparser
 
@@ -130,12 +131,9 @@ def _shift(reference: datetime, unit: str, count: int) -> datetime:
         return reference - timedelta(days=count * (7 if unit == "week" else 1))
     months = count * {"month": 1, "year": 12, "decade": 120}[unit]
     year, month = _add_months(reference.year, reference.month, -months)
-    day = reference.day
-    while True:
-        try:
-            return reference.replace(year=year, month=month, day=day)
-        except ValueError:
-            day -= 1
+    if not MINYEAR <= year <= MAXYEAR:
+        raise OverflowError(f"year {year} is outside {MINYEAR}-{MAXYEAR}")
+    return reference.replace(year=year, month=month, day=min(reference.day, calendar.monthrange(year, month)[1]))
 
 
 def _number(word: str | None) -> int:
@@ -171,8 +169,10 @@ def _dateparser_day(phrase: str, reference: datetime) -> date | None:
     return parsed.date() if parsed else None
 
 
-# A handler turns one regex match into (type, start, end), or None to reject the match.
-_Window = tuple[TemporalType, datetime | None, datetime | None]
+# A handler turns one regex match into (type, start, end), or None to reject the match; a
+# window that could not be resolved carries a fourth element, the note that says why.
+_Window = tuple[TemporalType, datetime | None, datetime | None] | tuple[TemporalType, None, None, str]
+OUT_OF_RANGE_NOTE = "out_of_range: the window falls outside years 1-9999 and was dropped"
 _Handler = Callable[[re.Match[str], datetime], _Window | None]
 
 
@@ -310,6 +310,18 @@ def _overlaps(span: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
     return any(span[0] < b and a < span[1] for a, b in spans)
 
 
+def _resolved(handler: _Handler, match: re.Match[str], reference: datetime) -> _Window | None:
+    """The handler's window; a window that leaves the calendar (years 1-9999) resolves to none.
+
+    Every handler is plain calendar arithmetic over at most three-digit counts, so this is
+    bounded in time; the signal is kept with OUT_OF_RANGE_NOTE so the analysis says why.
+    """
+    try:
+        return handler(match, reference)
+    except (OverflowError, ValueError):
+        return (TemporalType.RELATIVE, None, None, OUT_OF_RANGE_NOTE)
+
+
 def _candidates(text: str, reference: datetime) -> list[tuple[int, int, int, _Window]]:
     """Every accepted pattern match: (start, end, pattern index, window)."""
     quoted = [m.span() for m in _QUOTED.finditer(text)]
@@ -318,7 +330,7 @@ def _candidates(text: str, reference: datetime) -> list[tuple[int, int, int, _Wi
         for match in pattern.finditer(text):
             if _inside(match.span(), quoted):
                 continue
-            window = handler(match, reference)
+            window = _resolved(handler, match, reference)
             if window is not None:
                 found.append((match.start(), match.end(), index, window))
     return found
@@ -336,21 +348,23 @@ def parse_temporal_signals(text: str, reference_time: datetime) -> tuple[Tempora
         if not _overlaps((start, end), [(s, e) for s, e, _ in chosen]):
             chosen.append((start, end, window))
     signals = []
-    for start, end, (kind, window_start, window_end) in sorted(chosen, key=lambda c: c[0]):
+    for start, end, (kind, window_start, window_end, *note) in sorted(chosen, key=lambda c: c[0]):
         modifier = _MODIFIER_BEFORE.search(text, 0, start)
-        if modifier and kind is not TemporalType.RECURRING:
-            start = modifier.start()
+        leading = re.match(r"(since|before|after|until|till)\s", text[start:end], re.IGNORECASE)
+        if not note and kind is not TemporalType.RECURRING and (modifier or leading):
+            if modifier:
+                start = modifier.start()
             kind, window_start, window_end = _modified(
-                modifier.group(1).lower(), kind, window_start, window_end, reference
+                (modifier or leading).group(1).lower(), kind, window_start, window_end, reference
             )
-        else:
-            leading = re.match(r"(since|before|after|until|till)\s", text[start:end], re.IGNORECASE)
-            if leading and kind is not TemporalType.RECURRING:
-                kind, window_start, window_end = _modified(
-                    leading.group(1).lower(), kind, window_start, window_end, reference
-                )
         signals.append(
-            TemporalSignal(type=kind, text=" ".join(text[start:end].split()), start=window_start, end=window_end)
+            TemporalSignal(
+                type=kind,
+                text=" ".join(text[start:end].split()),
+                start=window_start,
+                end=window_end,
+                note=note[0] if note else None,
+            )
         )
     return tuple(signals)
 

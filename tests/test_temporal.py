@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodes import temporal
 from nodes.models import TemporalType
@@ -144,3 +147,52 @@ def test_dateparser_runs_under_the_shared_lock(monkeypatch):
 
 def test_month_names_read_as_names():
     assert date_words_read_as_names("Who is June dating? What did May say in April about June 5?") == ("June", "May")
+
+
+_UNITS = ("day", "week", "month", "year", "decade")
+
+
+@given(
+    count=st.integers(min_value=0, max_value=10**6),
+    unit=st.sampled_from(_UNITS),
+    phrase=st.sampled_from(("{n} {unit}s ago", "in the past {n} {unit}s", "last {n} {unit}s", "the last {n} {unit}s")),
+    reference=st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59)),
+)
+@settings(max_examples=300, deadline=None)
+def test_every_count_unit_and_reference_resolves_quickly_without_raising(count, unit, phrase, reference):
+    started = time.perf_counter()
+    signals = parse_temporal_signals(f"What did we do {phrase.format(n=count, unit=unit)}?", reference.replace(tzinfo=UTC))
+    assert time.perf_counter() - started < 0.5
+    for signal in signals:
+        if signal.note:
+            assert signal.start is None and signal.end is None
+
+
+@given(
+    which=st.sampled_from(("last", "next", "this", "previous")),
+    unit=st.sampled_from(("week", "weekend", "month", "year", "decade")),
+    reference=st.sampled_from((datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, 23, 59, tzinfo=UTC))),
+)
+@settings(max_examples=60, deadline=None)
+def test_calendar_phrases_at_the_ends_of_the_calendar_never_raise(which, unit, reference):
+    parse_temporal_signals(f"What happened {which} {unit}?", reference)
+
+
+@pytest.mark.parametrize(
+    ("query", "reference"),
+    [
+        ("What did we do 300 decades ago?", REFERENCE),
+        ("What did we do 3 years ago?", datetime(1, 1, 1, tzinfo=UTC)),
+        ("What did we do last week?", datetime(1, 1, 1, tzinfo=UTC)),
+        ("What will we do next week?", datetime(9999, 12, 31, tzinfo=UTC)),
+        ("What happened this year?", datetime(9999, 12, 31, tzinfo=UTC)),
+    ],
+)
+def test_a_window_outside_the_calendar_is_dropped_with_a_reason(query, reference):
+    (signal,) = parse_temporal_signals(query, reference)
+    assert (signal.start, signal.end, signal.note) == (None, None, temporal.OUT_OF_RANGE_NOTE)
+
+
+def test_a_month_shift_clamps_the_day_of_month():
+    (signal,) = parse_temporal_signals("over the past month", datetime(2024, 3, 31, tzinfo=UTC))
+    assert signal.start == datetime(2024, 2, 29, tzinfo=UTC)
