@@ -1,10 +1,14 @@
-# Two set-up commands (README): `make demo` and `make test`. Both install what they need first.
+# Two set-up commands (README): `make demo` and `make test`. Both install what they need first,
+# with the exact versions verified on our machines (constraints.txt; pyproject.toml has ranges).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RMS := $(VENV)/bin/rms
 STAMP := $(VENV)/.installed-stamp
+CONSTRAINTS := constraints.txt
+EXTRAS ?= test,ray,dask,peers
 LOCOMO ?= ../shared/data/locomo10.json
+PIP_FLAGS := --quiet --disable-pip-version-check
 export HF_HUB_OFFLINE := 1
 
 .PHONY: install system-deps demo test bench dag clean
@@ -16,9 +20,9 @@ system-deps:
 	  (apt-get update -qq && apt-get install -y -qq graphviz >/dev/null) || \
 	  { echo "could not install graphviz: run 'apt-get install graphviz' as root"; exit 1; }; }
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install $(PIP_FLAGS) -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP) system-deps
@@ -38,4 +42,4 @@ dag: install
 	$(RMS) dag --out docs/retrieval_dag.png
 
 clean:
-	rm -rf $(VENV) .rms bench-out .pytest_cache
+	rm -rf $(VENV) .rms bench-out .pytest_cache build dist

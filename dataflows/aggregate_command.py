@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 from uuid import UUID
 
-from stores.models import LifecycleState, NodeType
+from rms_retrieval.stores.models import LifecycleState, NodeType
 
 _NODE_TYPES = [member.value for member in NodeType]
 _LIFECYCLES = [member.value for member in LifecycleState]
@@ -86,13 +86,13 @@ def _query_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _open(path: str):
-    from stores.memory_store import MemoryStore
+    from rms_retrieval.stores.memory_store import MemoryStore
 
     return MemoryStore.open(path, create=False, read_only=True)
 
 
 def _cmd_scan(args: argparse.Namespace) -> int:
-    from stores.enumeration import DEFAULT_LIFECYCLE, scan_objects
+    from rms_retrieval.stores.enumeration import DEFAULT_LIFECYCLE, scan_objects
 
     with _open(args.store) as store:
         page = scan_objects(
@@ -110,7 +110,7 @@ def _cmd_scan(args: argparse.Namespace) -> int:
 
 
 def _cmd_assertions(args: argparse.Namespace) -> int:
-    from stores.aggregation import AssertionQuery, aggregate_assertions
+    from rms_retrieval.stores.aggregation import AssertionQuery, aggregate_assertions
 
     query = AssertionQuery(**_query_fields(args))
     with _open(args.store) as store:
@@ -119,7 +119,7 @@ def _cmd_assertions(args: argparse.Namespace) -> int:
 
 
 def _cmd_quantities(args: argparse.Namespace) -> int:
-    from stores.aggregation import QuantityQuery, aggregate_quantities
+    from rms_retrieval.stores.aggregation import QuantityQuery, aggregate_quantities
 
     query = QuantityQuery(**_query_fields(args))
     with _open(args.store) as store:
@@ -128,7 +128,7 @@ def _cmd_quantities(args: argparse.Namespace) -> int:
 
 
 def _cmd_text(args: argparse.Namespace) -> int:
-    from stores.quantity_planner import aggregate_quantities_from_text
+    from rms_retrieval.stores.quantity_planner import aggregate_quantities_from_text
 
     with _open(args.store) as store:
         print(aggregate_quantities_from_text(store, args.question, namespace=args.namespace).model_dump_json(indent=2))

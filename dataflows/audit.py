@@ -22,10 +22,10 @@ import pandas as pd
 from hamilton import driver
 from hamilton.htypes import get_type_as_string
 
-from dataflows.explain import pipeline_lineage
-from dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from dataflows.retrieval import RetrievalResult, default_encoder, retrieve
-from nodes.models import (
+from rms_retrieval.dataflows.explain import pipeline_lineage
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
+from rms_retrieval.dataflows.retrieval import RetrievalResult, default_encoder, retrieve
+from rms_retrieval.nodes.models import (
     CandidateLimits,
     CandidatePool,
     ChannelResult,
@@ -35,10 +35,10 @@ from nodes.models import (
     QueryEmbedding,
     RetrievalRequest,
 )
-from nodes.packing import Selection
-from nodes.session_context import RankedCandidates
-from nodes.settings import RetrievalSettings
-from stores.protocols import QueryEncoder
+from rms_retrieval.nodes.packing import Selection
+from rms_retrieval.nodes.session_context import RankedCandidates
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.protocols import QueryEncoder
 
 FORMATS = ("svg", "png", "pdf")
 DOT_MISSING = ("Graphviz's `dot` program is not installed (or not on PATH); install it with "

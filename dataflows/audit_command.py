@@ -9,13 +9,13 @@ import argparse
 import json
 from uuid import UUID
 
-from dataflows.cli import CliError, _open_store, _parse_time
+from rms_retrieval.dataflows.cli import CliError, _open_store, _parse_time
 
 EXIT_DIFFERENT = 1
 
 
 def _settings(fusion: str):
-    from nodes.settings import RetrievalSettings, ScoringSettings
+    from rms_retrieval.nodes.settings import RetrievalSettings, ScoringSettings
 
     return RetrievalSettings(scoring=ScoringSettings(fusion=fusion))
 
@@ -37,7 +37,7 @@ def _check_namespaces(store, path: str, namespaces: list[str]) -> None:
 
 
 def _cmd_dag(args: argparse.Namespace) -> int:
-    from dataflows.audit import GraphvizMissingError, dag_graph, execution_graph, render, require_dot
+    from rms_retrieval.dataflows.audit import GraphvizMissingError, dag_graph, execution_graph, render, require_dot
 
     settings = _settings(args.fusion)
     try:
@@ -64,7 +64,7 @@ def _cmd_dag(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from dataflows.explain import explain
+    from rms_retrieval.dataflows.explain import explain
 
     if not args.question.strip():
         raise CliError("the question is empty; pass it in quotes")
@@ -81,7 +81,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from dataflows.replay import find_record, replay_record
+    from rms_retrieval.dataflows.replay import find_record, replay_record
 
     if not args.request_id and not args.last:
         raise CliError("name a REQUEST_ID to replay, or --last N for the latest N logged requests")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from nodes.models import MemoryBundle
-from stores.errors import StoreError
+from rms_retrieval.nodes.models import MemoryBundle
+from rms_retrieval.stores.errors import StoreError
 
 EXIT_USAGE = 2
 
@@ -33,13 +33,13 @@ def _parse_time(text: str | None) -> datetime | None:
 
 
 def _open_store(path: str, *, create: bool = False):
-    from stores.memory_store import MemoryStore
+    from rms_retrieval.stores.memory_store import MemoryStore
 
     if not create and not Path(path).exists():
         raise CliError(f"no store at {path}; build one with `rms ingest` or `rms ingest-locomo`")
     encoder = None
     if create:
-        from dataflows.retrieval import default_encoder
+        from rms_retrieval.dataflows.retrieval import default_encoder
 
         encoder = default_encoder()
     return MemoryStore.open(path, encoder=encoder, create=create)
@@ -71,7 +71,7 @@ def format_bundle(bundle: MemoryBundle) -> str:
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
-    from dataflows.retrieval import retrieve
+    from rms_retrieval.dataflows.retrieval import retrieve
 
     if not args.question.strip():
         raise CliError("the question is empty; pass it in quotes, e.g. rms query --store DIR --namespace NS \"Who moved?\"")
@@ -91,7 +91,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from dataflows.ingest import read_jsonl
+    from rms_retrieval.dataflows.ingest import read_jsonl
 
     objects = read_jsonl(Path(args.path))
     with _open_store(args.store, create=True) as store:
@@ -102,7 +102,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_ingest_locomo(args: argparse.Namespace) -> int:
-    from dataflows.ingest import ingest_locomo
+    from rms_retrieval.dataflows.ingest import ingest_locomo
 
     report, dataset = ingest_locomo(Path(args.path), args.store)
     issues = dataset.evidence_report()
@@ -116,7 +116,7 @@ def _cmd_ingest_locomo(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from dataflows.demo import run_demo
+    from rms_retrieval.dataflows.demo import run_demo
 
     run_demo(args.store, print_fn=print)
     return 0
@@ -155,9 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands that live beside the code they drive (benchmarks, audit, aggregation)."""
-    from dataflows.aggregate_command import register as register_aggregate
-    from dataflows.audit_command import register as register_audit
-    from dataflows.bench.command import register as register_bench
+    from rms_retrieval.dataflows.aggregate_command import register as register_aggregate
+    from rms_retrieval.dataflows.audit_command import register as register_audit
+    from rms_retrieval.dataflows.bench.command import register as register_bench
 
     return [register_bench, register_audit, register_aggregate]
 

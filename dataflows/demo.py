@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from dataflows.ingest import locomo_objects
-from dataflows.locomo import LocomoDataset, parse_locomo, reference_time
-from stores.models import MemoryObject
+from rms_retrieval.dataflows.ingest import locomo_objects
+from rms_retrieval.dataflows.locomo import LocomoDataset, parse_locomo, reference_time
+from rms_retrieval.stores.models import MemoryObject
 
 DEMO_RESOURCE = "demo_conversation.json"
 
@@ -29,7 +29,7 @@ class DemoCorpus:
 
 def load_demo() -> DemoCorpus:
     """The demo conversation (written for this project) as MemoryObjects, plus its questions."""
-    text = resources.files("dataflows").joinpath("data", DEMO_RESOURCE).read_text(encoding="utf-8")
+    text = resources.files("rms_retrieval.dataflows").joinpath("data", DEMO_RESOURCE).read_text(encoding="utf-8")
     raw = json.loads(text)
     dataset = parse_locomo(raw["samples"], source=DEMO_RESOURCE)
     extra = [MemoryObject.model_validate(item) for item in raw["objects"]]
@@ -38,8 +38,8 @@ def load_demo() -> DemoCorpus:
 
 def build_demo_store(store_path: str | Path, *, progress: bool = False):
     """Open the demo store at `store_path`, building it on first use (later runs reuse it)."""
-    from dataflows.retrieval import default_encoder
-    from stores.memory_store import MemoryStore
+    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores.memory_store import MemoryStore
 
     corpus = load_demo()
     store = MemoryStore.open(str(store_path), encoder=default_encoder())
@@ -50,8 +50,8 @@ def build_demo_store(store_path: str | Path, *, progress: bool = False):
 
 def run_demo(store_path: str | Path, print_fn: Callable[[str], None] = print) -> None:
     """Build or reopen the demo store and print a bundle for each sample question."""
-    from dataflows.cli import format_bundle
-    from dataflows.retrieval import retrieve
+    from rms_retrieval.dataflows.cli import format_bundle
+    from rms_retrieval.dataflows.retrieval import retrieve
 
     store, corpus = build_demo_store(store_path, progress=True)
     with store:

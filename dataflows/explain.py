@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 from hamilton import driver
 
-from dataflows.pipeline import FINAL_NODE, build_driver
-from dataflows.retrieval import retrieve
-from nodes.models import (
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.nodes.models import (
     CandidateLimits,
     CandidatePool,
     ChannelResult,
@@ -34,13 +34,13 @@ from nodes.models import (
     QueryAnalysis,
     RetrievalRequest,
 )
-from nodes.formatting import format_item
-from nodes.packing import Selection
-from nodes.session_context import RankedCandidates
-from nodes.settings import RetrievalSettings
-from nodes.tokens import count_tokens
-from stores.models import MemoryObject
-from stores.protocols import QueryEncoder
+from rms_retrieval.nodes.formatting import format_item
+from rms_retrieval.nodes.packing import Selection
+from rms_retrieval.nodes.session_context import RankedCandidates
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.nodes.tokens import count_tokens
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import QueryEncoder
 
 # A node's role follows from the type it returns; the order is only for reading.
 ROLE_TYPES: tuple[tuple[str, type], ...] = (

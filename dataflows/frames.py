@@ -15,7 +15,7 @@ from uuid import UUID
 
 import pandas as pd
 
-from nodes.models import (
+from rms_retrieval.nodes.models import (
     CandidatePool,
     ChannelResult,
     FilteredPool,
@@ -24,9 +24,9 @@ from nodes.models import (
     QueryAnalysis,
     QueryEmbedding,
 )
-from nodes.packing import Selection
-from nodes.session_context import RankedCandidates
-from stores.models import MemoryObject
+from rms_retrieval.nodes.packing import Selection
+from rms_retrieval.nodes.session_context import RankedCandidates
+from rms_retrieval.stores.models import MemoryObject
 
 HIT_COLUMNS = ["object_id", "path", "rank", "raw_score", "score"]
 OBJECT_COLUMNS = ["node_type", "namespace", "content"]

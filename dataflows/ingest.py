@@ -10,9 +10,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from dataflows.locomo import LocomoDataset, conversation_objects, load_locomo
-from stores.models import MemoryObject
-from stores.protocols import IngestReport
+from rms_retrieval.dataflows.locomo import LocomoDataset, conversation_objects, load_locomo
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import IngestReport
 
 
 class IngestError(ValueError):
@@ -50,8 +50,8 @@ def locomo_objects(dataset: LocomoDataset) -> list[MemoryObject]:
 
 def ingest_locomo(path: Path, store_path: str, *, progress: bool = True) -> tuple[IngestReport, LocomoDataset]:
     """Build (or extend) a store from the LoCoMo file at `path`; one namespace per conversation."""
-    from dataflows.retrieval import default_encoder
-    from stores.memory_store import MemoryStore
+    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores.memory_store import MemoryStore
 
     dataset = load_locomo(path)
     with MemoryStore.open(store_path, encoder=default_encoder()) as store:

@@ -20,7 +20,7 @@ from uuid import UUID, uuid5
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 
-from stores.models import EpistemicType, MemoryObject, NodeType
+from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
 
 # Fixed for good: object ids derive from it, so changing it changes every LoCoMo object id.
 LOCOMO_ID_NAMESPACE = UUID("c264d6de-2405-54f7-adae-fbfa4fb2c95b")

@@ -12,10 +12,10 @@ from typing import Any
 
 from hamilton import driver
 
-from nodes import candidate_generation, filtering, merging, packing, query_analysis, scoring, session_context
-from nodes.models import RetrievalRequest
-from nodes.settings import RetrievalSettings
-from stores.protocols import QueryEncoder
+from rms_retrieval.nodes import candidate_generation, filtering, merging, packing, query_analysis, scoring, session_context
+from rms_retrieval.nodes.models import RetrievalRequest
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.protocols import QueryEncoder
 
 STAGE_MODULES = (
     query_analysis,

@@ -16,10 +16,10 @@ from uuid import UUID
 
 import numpy as np
 
-from dataflows.retrieval import retrieve
-from nodes.models import MemoryBundle, QueryEmbedding, RetrievalRequest
-from nodes.settings import RetrievalSettings
-from stores.protocols import EmbeddingIdentity, QueryEncoder
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.nodes.models import MemoryBundle, QueryEmbedding, RetrievalRequest
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder
 
 # Fields of the log payload that describe the bundle; replay compares them when the hashes differ.
 COMPARED_FIELDS = ("query_intent", "candidates_generated", "candidates_after_filter", "objects_included_in_bundle",

@@ -12,10 +12,10 @@ from typing import Any
 from uuid import UUID, uuid4
 
 
-from dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from nodes.models import MemoryBundle, QueryEmbedding, RetrievalRequest
-from nodes.settings import RetrievalSettings
-from stores.protocols import QueryEncoder
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
+from rms_retrieval.nodes.models import MemoryBundle, QueryEmbedding, RetrievalRequest
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.protocols import QueryEncoder
 
 LOG_VERSION = 1
 
@@ -34,7 +34,7 @@ class RetrievalResult:
 def default_encoder() -> QueryEncoder:
     """The packaged all-MiniLM-L6-v2 encoder, loaded once per process."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from stores.embedding import SentenceEncoder
+    from rms_retrieval.stores.embedding import SentenceEncoder
 
     return SentenceEncoder()
 

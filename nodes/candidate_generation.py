@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from nodes.models import (
+from rms_retrieval.nodes.models import (
     CandidateLimits,
     ChannelHit,
     ChannelResult,
@@ -23,10 +23,10 @@ from nodes.models import (
     QueryEmbedding,
     RetrievalRequest,
 )
-from nodes.settings import RetrievalSettings
-from stores.errors import EmbeddingMismatchError
-from stores.models import MemoryObject
-from stores.protocols import (
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.errors import EmbeddingMismatchError
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import (
     Edge,
     EntityRef,
     GraphIndex,

@@ -14,10 +14,10 @@ A plain module, not a stage: `filtered_candidates` and session context both appl
 
 from __future__ import annotations
 
-from nodes.models import RetrievalMode, RetrievalRequest
-from nodes.settings import FilterSettings, RetrievalSettings
-from stores.models import EpistemicType, MemoryObject, NodeType
-from stores.visibility import MODE_VISIBILITY
+from rms_retrieval.nodes.models import RetrievalMode, RetrievalRequest
+from rms_retrieval.nodes.settings import FilterSettings, RetrievalSettings
+from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
+from rms_retrieval.stores.visibility import MODE_VISIBILITY
 
 _VALIDITY_EXEMPT = frozenset({NodeType.ENTITY, NodeType.PREFERENCE})
 

@@ -6,9 +6,9 @@ every removal with its reason.
 
 from __future__ import annotations
 
-from nodes.eligibility import exclusion_reason
-from nodes.models import CandidatePool, FilteredPool, RetrievalRequest
-from nodes.settings import RetrievalSettings
+from rms_retrieval.nodes.eligibility import exclusion_reason
+from rms_retrieval.nodes.models import CandidatePool, FilteredPool, RetrievalRequest
+from rms_retrieval.nodes.settings import RetrievalSettings
 
 
 def filtered_candidates(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stores.models import MemoryObject
+from rms_retrieval.stores.models import MemoryObject
 
 
 def format_item(obj: MemoryObject, item_format: str) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from nodes.models import Candidate, CandidatePool, ChannelHit, ChannelResult, PathType
-from stores.models import MemoryObject
+from rms_retrieval.nodes.models import Candidate, CandidatePool, ChannelHit, ChannelResult, PathType
+from rms_retrieval.stores.models import MemoryObject
 
 
 def merged_candidates(

@@ -12,8 +12,8 @@ from uuid import UUID
 import numpy as np
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from stores.models import MemoryObject
-from stores.protocols import EmbeddingIdentity
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import EmbeddingIdentity
 
 
 class RetrievalMode(StrEnum):

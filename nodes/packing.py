@@ -15,7 +15,7 @@ from uuid import UUID
 
 import pandas as pd
 
-from nodes.models import (
+from rms_retrieval.nodes.models import (
     BundleItem,
     FilteredPool,
     MemoryBundle,
@@ -23,11 +23,11 @@ from nodes.models import (
     QueryAnalysis,
     RetrievalRequest,
 )
-from nodes.formatting import format_item, group_header
-from nodes.session_context import RankedCandidates
-from nodes.settings import RetrievalSettings
-from nodes.tokens import count_tokens
-from stores.models import LifecycleState, MemoryObject, NodeType
+from rms_retrieval.nodes.formatting import format_item, group_header
+from rms_retrieval.nodes.session_context import RankedCandidates
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.nodes.tokens import count_tokens
+from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 
 SEPARATOR = "\n"
 COVERAGE_WARNING = (

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from uuid import UUID
 
-from nodes.models import (
+from rms_retrieval.nodes.models import (
     AggregationKind,
     CandidateLimits,
     EntityType,
@@ -22,10 +22,10 @@ from nodes.models import (
     TemporalSignal,
     TemporalType,
 )
-from nodes.settings import RetrievalSettings
-from nodes.temporal import date_words_read_as_names, parse_temporal_signals
-from stores.entities import ExtractedEntity, extract_entities
-from stores.protocols import EntityRef
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.nodes.temporal import date_words_read_as_names, parse_temporal_signals
+from rms_retrieval.stores.entities import ExtractedEntity, extract_entities
+from rms_retrieval.stores.protocols import EntityRef
 
 _SPAN_CONFIDENCE = 0.6
 _FIRST_NAME_CONFIDENCE = 0.7

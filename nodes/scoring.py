@@ -15,9 +15,9 @@ from datetime import datetime
 import pandas as pd
 from hamilton.function_modifiers import config
 
-from nodes.models import Candidate, FilteredPool, PathType, QueryAnalysis, QueryIntent, RetrievalRequest
-from nodes.settings import RetrievalSettings
-from nodes.temporal import temporal_affinity
+from rms_retrieval.nodes.models import Candidate, FilteredPool, PathType, QueryAnalysis, QueryIntent, RetrievalRequest
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.nodes.temporal import temporal_affinity
 
 SCORE_DECIMALS = 10
 TIE_BREAK_SCALE = 1e-11

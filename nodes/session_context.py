@@ -13,12 +13,12 @@ from uuid import UUID
 
 import pandas as pd
 
-from nodes.eligibility import exclusion_reason
-from nodes.models import FilteredPool, PathType, RetrievalRequest
-from nodes.scoring import COLUMNS, SCORE_DECIMALS
-from nodes.settings import RetrievalSettings
-from stores.models import MemoryObject
-from stores.protocols import ObjectStore, SessionNeighbour
+from rms_retrieval.nodes.eligibility import exclusion_reason
+from rms_retrieval.nodes.models import FilteredPool, PathType, RetrievalRequest
+from rms_retrieval.nodes.scoring import COLUMNS, SCORE_DECIMALS
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import ObjectStore, SessionNeighbour
 
 SESSION_COLUMNS = ["session_trigger", "session_offset", "session_decay"]
 

@@ -1,7 +1,7 @@
 """Validated retrieval settings: every number the pipeline reads, checked when it is built.
 
 Structural switches (the score formula) are Hamilton config, not settings: see
-`dataflows.pipeline`. A bad value is rejected with pydantic's message, which names the field.
+`rms_retrieval.dataflows.pipeline`. A bad value is rejected with pydantic's message, which names the field.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
-from nodes.models import PRIMARY_PATHS, PathType
-from stores.models import EpistemicType, NodeType
+from rms_retrieval.nodes.models import PRIMARY_PATHS, PathType
+from rms_retrieval.stores.models import EpistemicType, NodeType
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 

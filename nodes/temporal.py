@@ -45,7 +45,7 @@ from datetime import MAXYEAR, MINYEAR, UTC, date, datetime, timedelta
 
 import dateparser
 
-from nodes.models import TemporalSignal, TemporalType
+from rms_retrieval.nodes.models import TemporalSignal, TemporalType
 
 DATEPARSER_LOCK = threading.Lock()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from uuid import UUID
 
-from stores.protocols import Edge
+from rms_retrieval.stores.protocols import Edge
 
 
 class Adjacency:

@@ -2,7 +2,7 @@
 
 No vector, lexical, graph or model selection: the store's SQL visits every record of the namespace
 (and scope) of the chosen node types. Selectors are ANDed across fields and ORed within one; an
-empty selector matches every value. Values match exactly after `stores.claims` normalisation.
+empty selector matches every value. Values match exactly after `rms_retrieval.stores.claims` normalisation.
 
 Epistemic modes mirror the retrieval filter (nodes/filtering.py), restated here because stores do
 not import nodes: DEFAULT drops DEPRECATED, HYPOTHETICAL, UNVERIFIED below
@@ -33,7 +33,7 @@ from uuid import UUID
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from stores.claims import (
+from rms_retrieval.stores.claims import (
     Assertion,
     Polarity,
     Quantity,
@@ -43,9 +43,9 @@ from stores.claims import (
     normalize_value,
     scaled_integer,
 )
-from stores.memory_store import MemoryStore
-from stores.models import LifecycleState, NodeType
-from stores.visibility import MODE_VISIBILITY
+from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.models import LifecycleState, NodeType
+from rms_retrieval.stores.visibility import MODE_VISIBILITY
 
 
 class EpistemicMode(StrEnum):

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from stores.errors import EmbeddingError
-from stores.protocols import EmbeddingIdentity, QueryEncoder
+from rms_retrieval.stores.errors import EmbeddingError
+from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_DIMENSION = 384

@@ -3,7 +3,7 @@
 Known entities are the ENTITY objects already in the store or in the batch, matched by
 `entity_canonical_name` and `metadata["aliases"]`. Every other object gets a MENTIONS edge to
 each entity whose name occurs in its content as whole words (case-insensitive), plus to each
-name `stores.entities.extract_entities` spots; a spotted name that is not known becomes a new
+name `rms_retrieval.stores.entities.extract_entities` spots; a spotted name that is not known becomes a new
 ENTITY object (marked `extracted`, with lower confidence). A `metadata["speaker"]` naming an
 entity adds SPOKEN_BY. Entities mentioned by the same object are joined by CO_MENTIONED, whose
 confidence grows with the number of objects mentioning both.
@@ -26,8 +26,8 @@ from datetime import datetime
 from itertools import combinations
 from uuid import UUID, uuid5
 
-from stores.entities import extract_entities
-from stores.models import EpistemicType, MemoryObject, NodeType
+from rms_retrieval.stores.entities import extract_entities
+from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
 
 # Fixed so an extracted entity gets the same id in every store and every run.
 ENTITY_ID_NAMESPACE = UUID("6f1d7c1e-3a53-5b8e-9a4e-2f0c6f1b8d35")

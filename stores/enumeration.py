@@ -15,8 +15,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from stores.memory_store import OBJECT_FIELDS, MemoryStore
-from stores.models import LifecycleState, MemoryObject, NodeType
+from rms_retrieval.stores.memory_store import OBJECT_FIELDS, MemoryStore
+from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 
 MAX_PAGE_SIZE = 10_000
 DEFAULT_PAGE_SIZE = 100

@@ -24,14 +24,14 @@ import duckdb_extension_fts
 import numpy as np
 import pandas as pd
 
-from stores import vector_index
-from stores.adjacency import Adjacency
-from stores.claims import Assertion, Quantity, normalize_predicate, normalize_value
-from stores.embedding import encode_many
-from stores.entity_graph import GraphEdge, entity_graph, entity_names
-from stores.errors import EmbeddingMismatchError, StoreError
-from stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
-from stores.protocols import (
+from rms_retrieval.stores import vector_index
+from rms_retrieval.stores.adjacency import Adjacency
+from rms_retrieval.stores.claims import Assertion, Quantity, normalize_predicate, normalize_value
+from rms_retrieval.stores.embedding import encode_many
+from rms_retrieval.stores.entity_graph import GraphEdge, entity_graph, entity_names
+from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
+from rms_retrieval.stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
+from rms_retrieval.stores.protocols import (
     Edge,
     GraphIndex,
     LexicalIndex,

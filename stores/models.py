@@ -10,7 +10,7 @@ from uuid import UUID, uuid4
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from stores.claims import Assertion, QuantityOfAssertion
+from rms_retrieval.stores.claims import Assertion, QuantityOfAssertion
 
 
 class NodeType(StrEnum):

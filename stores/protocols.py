@@ -17,7 +17,7 @@ from uuid import UUID
 
 import numpy as np
 
-from stores.models import MemoryObject
+from rms_retrieval.stores.models import MemoryObject
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from stores.aggregation import QuantityAggregation, QuantityQuery, aggregate_quantities
-from stores.memory_store import MemoryStore
+from rms_retrieval.stores.aggregation import QuantityAggregation, QuantityQuery, aggregate_quantities
+from rms_retrieval.stores.memory_store import MemoryStore
 
 # Every accepted inflection and the predicate prefix it selects (underscore-suffix rule).
 ACTION_PREDICATE_PREFIXES: dict[str, str] = {

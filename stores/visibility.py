@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stores.models import EpistemicType, LifecycleState
+from rms_retrieval.stores.models import EpistemicType, LifecycleState
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,14 @@ from uuid import UUID
 
 import pytest
 
-from dataflows.demo import DemoCorpus
-from stores.embedding import SentenceEncoder
+from rms_retrieval.dataflows.demo import DemoCorpus
+from rms_retrieval.stores.embedding import SentenceEncoder
 
 
 @pytest.fixture(scope="session")
 def encoder() -> SentenceEncoder:
     """The packaged MiniLM encoder, loaded once: the same one `retrieve()` uses by default."""
-    from dataflows.retrieval import default_encoder
+    from rms_retrieval.dataflows.retrieval import default_encoder
 
     return default_encoder()
 
@@ -39,11 +39,11 @@ class DemoStore:
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> DemoStore:
     """The demo corpus in one store for the session (closed, so a notebook kernel can open it),
     plus one memory in a second namespace, for namespace-isolation checks."""
-    from dataflows.demo import load_demo
-    from dataflows.locomo import reference_time
-    from dataflows.retrieval import default_encoder
-    from stores.memory_store import MemoryStore
-    from stores.models import MemoryObject
+    from rms_retrieval.dataflows.demo import load_demo
+    from rms_retrieval.dataflows.locomo import reference_time
+    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.models import MemoryObject
 
     corpus = load_demo()
     other = MemoryObject(namespace="demo-other-conversation", node_type="FACT",

@@ -8,9 +8,9 @@ from uuid import UUID, uuid5
 
 import numpy as np
 
-from nodes.models import Candidate, ChannelHit, PathType, RetrievalRequest
-from stores.models import MemoryObject
-from stores.protocols import (
+from rms_retrieval.nodes.models import Candidate, ChannelHit, PathType, RetrievalRequest
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import (
     Edge,
     EmbeddingIdentity,
     EntityRef,

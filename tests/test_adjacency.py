@@ -1,7 +1,7 @@
 from uuid import UUID
 
-from stores.adjacency import Adjacency
-from stores.protocols import Edge
+from rms_retrieval.stores.adjacency import Adjacency
+from rms_retrieval.stores.protocols import Edge
 
 A, B, C = UUID(int=1), UUID(int=2), UUID(int=3)
 

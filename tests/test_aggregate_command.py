@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from dataflows.cli import main
-from stores.memory_store import MemoryStore
-from stores.models import LifecycleState, NodeType
+from rms_retrieval.dataflows.cli import main
+from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.models import LifecycleState, NodeType
 from tests.factories import FakeEncoder, make_object, oid
 from tests.test_aggregation import claim
 

@@ -5,17 +5,17 @@ from datetime import timedelta
 import pytest
 from pydantic import ValidationError
 
-from stores import aggregation
-from stores.aggregation import (
+from rms_retrieval.stores import aggregation
+from rms_retrieval.stores.aggregation import (
     AssertionQuery,
     EpistemicMode,
     QuantityQuery,
     aggregate_assertions,
     aggregate_quantities,
 )
-from stores.claims import Assertion, Quantity
-from stores.memory_store import MemoryStore
-from stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
+from rms_retrieval.stores.claims import Assertion, Quantity
+from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
 from tests.factories import BASE_TIME, FakeEncoder, make_object, oid
 
 ALL_STATES = tuple(LifecycleState)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import graphviz
 import pytest
 
-from dataflows import audit
-from dataflows.audit import DOT_MISSING, GraphvizMissingError, dag_graph, execution_graph, render
-from dataflows.explain import pipeline_lineage
-from dataflows.pipeline import build_driver
-from nodes.settings import RetrievalSettings, ScoringSettings
-from stores.memory_store import MemoryStore
+from rms_retrieval.dataflows import audit
+from rms_retrieval.dataflows.audit import DOT_MISSING, GraphvizMissingError, dag_graph, execution_graph, render
+from rms_retrieval.dataflows.explain import pipeline_lineage
+from rms_retrieval.dataflows.pipeline import build_driver
+from rms_retrieval.nodes.settings import RetrievalSettings, ScoringSettings
+from rms_retrieval.stores.memory_store import MemoryStore
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def test_the_whole_dag_renders_every_node_with_its_type_and_configuration(tmp_pa
         assert f">{name}<" in svg, name
     assert f"fusion={fusion}" in svg and settings.fingerprint() in svg
     assert f"@config.when(fusion={fusion})" in svg
-    assert ">CandidatePool<" in svg and ">MemoryBundle<" in svg and ">nodes.scoring<" in svg
+    assert ">CandidatePool<" in svg and ">MemoryBundle<" in svg and ">rms_retrieval.nodes.scoring<" in svg
     assert "driver inputs" in svg
 
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from dataflows.cli import main
-from dataflows.retrieval import retrieve
-from stores.memory_store import MemoryStore
+from rms_retrieval.dataflows.cli import main
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.stores.memory_store import MemoryStore
 
 QUESTION = "Where does Tomas work now?"
 

@@ -8,14 +8,14 @@ from importlib import resources
 
 import pytest
 
-from dataflows.bench import command
-from dataflows.cli import main
+from rms_retrieval.dataflows.bench import command
+from rms_retrieval.dataflows.cli import main
 
 
 @pytest.fixture(scope="module")
 def demo_file(tmp_path_factory):
     """The demo conversation twice, under two sample ids, so isolation has two namespaces."""
-    raw = json.loads(resources.files("dataflows").joinpath("data", "demo_conversation.json").read_text("utf-8"))
+    raw = json.loads(resources.files("rms_retrieval.dataflows").joinpath("data", "demo_conversation.json").read_text("utf-8"))
     twin = copy.deepcopy(raw["samples"][0])
     twin["sample_id"] = "demo-twin"
     path = tmp_path_factory.mktemp("data") / "locomo-shaped.json"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from dataflows.bench import locomo_bench
-from dataflows.demo import load_demo
-from dataflows.retrieval import default_encoder
-from nodes.models import PathType
-from nodes.settings import RetrievalSettings
-from stores.memory_store import MemoryStore
+from rms_retrieval.dataflows.bench import locomo_bench
+from rms_retrieval.dataflows.demo import load_demo
+from rms_retrieval.dataflows.retrieval import default_encoder
+from rms_retrieval.nodes.models import PathType
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.memory_store import MemoryStore
 
 BUDGETS = (150, 400)
 

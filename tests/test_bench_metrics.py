@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dataflows.bench.metrics import (
+from rms_retrieval.dataflows.bench.metrics import (
     PairedComparison,
     QuestionOutcome,
     all_in_top_k,

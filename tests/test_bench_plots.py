@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dataflows.bench import plots
+from rms_retrieval.dataflows.bench import plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

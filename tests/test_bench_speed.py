@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from dataflows.bench import speed_bench
-from stores.memory_store import MemoryStore
+from rms_retrieval.dataflows.bench import speed_bench
+from rms_retrieval.stores.memory_store import MemoryStore
 
 WHEN = datetime(2030, 1, 1, tzinfo=timezone.utc)
 NAMESPACES = 5

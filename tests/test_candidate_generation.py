@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nodes import candidate_generation as cg
-from nodes.models import CandidateLimits, PathType, QueryAnalysis, QueryEmbedding, QueryEntity
-from nodes.settings import CandidateSettings, RetrievalSettings
-from stores.errors import EmbeddingMismatchError
-from stores.models import NodeType
-from stores.protocols import Edge, EmbeddingIdentity
+from rms_retrieval.nodes import candidate_generation as cg
+from rms_retrieval.nodes.models import CandidateLimits, PathType, QueryAnalysis, QueryEmbedding, QueryEntity
+from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
+from rms_retrieval.stores.errors import EmbeddingMismatchError
+from rms_retrieval.stores.models import NodeType
+from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
 from tests.factories import BASE_TIME, FakeEncoder, FakeStore, make_object, make_request, oid
 
 LIMITS = CandidateLimits(vector_k=5, lexical_k=5, graph_max_candidates=50)
@@ -133,7 +133,7 @@ def test_pinned_candidates_hold_pins_active_tasks_and_intents_only():
 
 
 def test_keyword_scans_run_for_count_questions_only_and_ignore_their_limits():
-    from nodes.models import AggregationKind
+    from rms_retrieval.nodes.models import AggregationKind
 
     hikes = [make_object(f"h{i}", f"went hiking on trail {i}") for i in range(30)]
     store = FakeStore(hikes)

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from stores.claims import (
+from rms_retrieval.stores.claims import (
     Assertion,
     Quantity,
     decimal_text,
@@ -16,7 +16,7 @@ from stores.claims import (
     normalize_value,
     scaled_integer,
 )
-from stores.models import MemoryObject
+from rms_retrieval.stores.models import MemoryObject
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dataflows.cli import main
+from rms_retrieval.dataflows.cli import main
 
 
 def _run(capsys, *argv):
@@ -92,7 +92,7 @@ def test_demo_builds_and_answers(capsys, tmp_path):
 
 @pytest.mark.locomo
 def test_ingest_locomo_reports_repaired_evidence(capsys, locomo_path, tmp_path):
-    from dataflows.locomo import load_locomo, parse_locomo
+    from rms_retrieval.dataflows.locomo import load_locomo, parse_locomo
 
     one = load_locomo(locomo_path)  # one conversation keeps the test fast
     raw = json.loads(locomo_path.read_text())[:1]

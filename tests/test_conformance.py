@@ -6,15 +6,15 @@ import inspect
 
 import pytest
 
-from dataflows.pipeline import build_driver
-from dataflows.retrieval import retrieve
-from nodes import scoring
-from nodes.candidate_generation import _traverse
-from nodes.models import PathType
-from nodes.settings import CandidateSettings, RetrievalSettings, ScoringSettings, WeightedScoring
-from stores.errors import EmbeddingMismatchError
-from stores.models import NodeType
-from stores.protocols import Edge, EmbeddingIdentity
+from rms_retrieval.dataflows.pipeline import build_driver
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.nodes import scoring
+from rms_retrieval.nodes.candidate_generation import _traverse
+from rms_retrieval.nodes.models import PathType
+from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings, ScoringSettings, WeightedScoring
+from rms_retrieval.stores.errors import EmbeddingMismatchError
+from rms_retrieval.stores.models import NodeType
+from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
 from tests.factories import BASE_TIME, FakeEncoder, FakeStore, make_object, make_request
 from tests.test_pipeline import _store
 

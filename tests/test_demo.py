@@ -1,4 +1,4 @@
-from dataflows.demo import build_demo_store, load_demo
+from rms_retrieval.dataflows.demo import build_demo_store, load_demo
 
 
 def test_the_demo_corpus_is_stable_and_self_consistent():

@@ -1,6 +1,6 @@
-from nodes.eligibility import exclusion_reason
-from nodes.models import RetrievalMode
-from nodes.settings import RetrievalSettings
+from rms_retrieval.nodes.eligibility import exclusion_reason
+from rms_retrieval.nodes.models import RetrievalMode
+from rms_retrieval.nodes.settings import RetrievalSettings
 from tests.factories import make_object, make_request
 
 

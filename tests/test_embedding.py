@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stores.embedding import DEFAULT_MODEL_NAME, SentenceEncoder, encode_many, validated_vectors
-from stores.errors import EmbeddingError
-from stores.protocols import EmbeddingIdentity, QueryEncoder
+from rms_retrieval.stores.embedding import DEFAULT_MODEL_NAME, SentenceEncoder, encode_many, validated_vectors
+from rms_retrieval.stores.errors import EmbeddingError
+from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder
 
 
 def test_identity_names_the_packaged_model(encoder):

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from stores.entities import extract_entities
+from rms_retrieval.stores.entities import extract_entities
 
 
 def _names(text: str) -> list[tuple[str, str]]:

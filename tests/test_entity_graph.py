@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
-from stores.entity_graph import (
+from rms_retrieval.stores.entity_graph import (
     CO_MENTIONED,
     MENTIONS,
     SPOKEN_BY,
@@ -12,7 +12,7 @@ from stores.entity_graph import (
     entity_graph,
     entity_id,
 )
-from stores.models import MemoryObject, NodeType
+from rms_retrieval.stores.models import MemoryObject, NodeType
 
 T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
 

@@ -5,11 +5,11 @@ from uuid import NAMESPACE_OID, UUID, uuid5
 import duckdb
 import pytest
 
-from stores.claims import Assertion, Quantity
-from stores.enumeration import iter_objects, scan_objects
-from stores.errors import StoreError
-from stores.memory_store import DATABASE_FILE, MemoryStore
-from stores.models import LifecycleState, MemoryObject, NodeType
+from rms_retrieval.stores.claims import Assertion, Quantity
+from rms_retrieval.stores.enumeration import iter_objects, scan_objects
+from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.memory_store import DATABASE_FILE, MemoryStore
+from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 from tests.factories import FakeEncoder
 
 SIZE = 10_000

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 from hamilton import driver
 
-from dataflows.explain import Outcome, explain, pipeline_lineage
-from dataflows.pipeline import FINAL_NODE, build_driver
-from dataflows.retrieval import retrieve
-from nodes.models import PathType
-from nodes.settings import RetrievalSettings, ScoringSettings
-from stores.memory_store import MemoryStore
+from rms_retrieval.dataflows.explain import Outcome, explain, pipeline_lineage
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.nodes.models import PathType
+from rms_retrieval.nodes.settings import RetrievalSettings, ScoringSettings
+from rms_retrieval.stores.memory_store import MemoryStore
 
 QUESTION = "Where does Tomas work now?"
 NODES = ["fused_scores", "ranked_candidates", "selected_candidates", "merged_candidates", "filtered_candidates"]
@@ -55,7 +55,7 @@ def test_lineage_follows_renamed_nodes_in_another_dag():
     module = types.ModuleType("renamed_stages")
     exec(
         "import pandas as pd\n"
-        "from nodes.models import ChannelResult, MemoryBundle, PathType\n"
+        "from rms_retrieval.nodes.models import ChannelResult, MemoryBundle, PathType\n"
         "def hits_by_meaning(question: str) -> ChannelResult:\n    return ChannelResult(path=PathType.VECTOR)\n"
         "def score_table(hits_by_meaning: ChannelResult) -> pd.DataFrame:\n    return pd.DataFrame()\n"
         "def final_bundle(score_table: pd.DataFrame) -> MemoryBundle:\n    raise NotImplementedError\n",

@@ -2,10 +2,10 @@ from datetime import timedelta
 
 import pytest
 
-from nodes.filtering import filtered_candidates
-from nodes.models import CandidatePool, RetrievalMode
-from nodes.settings import FilterSettings, RetrievalSettings
-from stores.models import NodeType
+from rms_retrieval.nodes.filtering import filtered_candidates
+from rms_retrieval.nodes.models import CandidatePool, RetrievalMode
+from rms_retrieval.nodes.settings import FilterSettings, RetrievalSettings
+from rms_retrieval.stores.models import NodeType
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request
 
 OBJECTS = {

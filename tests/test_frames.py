@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dataflows.frames import bundle_frame, channel_frame, filtered_frame, node_frame, pool_frame
-from dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from nodes.models import CandidatePool, ChannelHit, ChannelResult, FilteredPool, PathType
-from nodes.settings import RetrievalSettings
+from rms_retrieval.dataflows.frames import bundle_frame, channel_frame, filtered_frame, node_frame, pool_frame
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
+from rms_retrieval.nodes.models import CandidatePool, ChannelHit, ChannelResult, FilteredPool, PathType
+from rms_retrieval.nodes.settings import RetrievalSettings
 from tests.factories import FakeEncoder, FakeStore, make_candidate, make_object, make_request, oid
 
 A = make_object("a", "Priya moved to Leeds")

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from dataflows.ingest import IngestError, locomo_objects, read_jsonl
-from dataflows.demo import load_demo
+from rms_retrieval.dataflows.ingest import IngestError, locomo_objects, read_jsonl
+from rms_retrieval.dataflows.demo import load_demo
 
 
 def test_read_jsonl_reads_every_valid_line(tmp_path):

@@ -10,7 +10,7 @@ from uuid import uuid5
 
 import pytest
 
-from dataflows.locomo import (
+from rms_retrieval.dataflows.locomo import (
     LOCOMO_ID_NAMESPACE,
     LocomoFormatError,
     conversation_objects,
@@ -23,7 +23,7 @@ from dataflows.locomo import (
     speaker_object_id,
     turn_object_id,
 )
-from stores.models import EpistemicType, NodeType
+from rms_retrieval.stores.models import EpistemicType, NodeType
 
 LOCOMO_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
 

@@ -5,11 +5,11 @@ from uuid import UUID
 
 import pytest
 
-from stores.entity_graph import entity_id
-from stores.errors import EmbeddingMismatchError, StoreError
-from stores.memory_store import MemoryStore
-from stores.models import LifecycleState, MemoryObject, NodeType
-from stores.protocols import EmbeddingIdentity, GraphIndex, LexicalIndex, ObjectStore, RetrievalLog, VectorIndex
+from rms_retrieval.stores.entity_graph import entity_id
+from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
+from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
+from rms_retrieval.stores.protocols import EmbeddingIdentity, GraphIndex, LexicalIndex, ObjectStore, RetrievalLog, VectorIndex
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -5,8 +5,8 @@ from datetime import datetime, timezone
 import pytest
 from pydantic import ValidationError
 
-from nodes.models import PathType, QueryAnalysis, RetrievalRequest, TemporalSignal, TemporalType
-from stores.models import MemoryObject
+from rms_retrieval.nodes.models import PathType, QueryAnalysis, RetrievalRequest, TemporalSignal, TemporalType
+from rms_retrieval.stores.models import MemoryObject
 from tests.factories import make_candidate, make_object
 
 UTC = timezone.utc

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from nodes.models import CandidatePool, FilteredPool, QueryAnalysis
-from nodes.formatting import format_item
-from nodes.packing import packed_bundle, selected_candidates
-from nodes.scoring import fused_scores__rrf
-from nodes.session_context import ranked_candidates
-from nodes.settings import RetrievalSettings
-from nodes.tokens import count_tokens
-from stores.models import NodeType
+from rms_retrieval.nodes.models import CandidatePool, FilteredPool, QueryAnalysis
+from rms_retrieval.nodes.formatting import format_item
+from rms_retrieval.nodes.packing import packed_bundle, selected_candidates
+from rms_retrieval.nodes.scoring import fused_scores__rrf
+from rms_retrieval.nodes.session_context import ranked_candidates
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.nodes.tokens import count_tokens
+from rms_retrieval.stores.models import NodeType
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request
 
 SETTINGS = RetrievalSettings()
@@ -115,7 +115,7 @@ def test_packing_never_exceeds_the_budget_and_scores_are_finite(budget, texts):
 @hsettings(max_examples=30, deadline=None)
 @given(kinds=st.lists(st.sampled_from(["OBSERVED", "DEPRECATED", "HYPOTHETICAL", "UNVERIFIED"]), min_size=1, max_size=10))
 def test_no_excluded_object_is_ever_packed(kinds):
-    from nodes.filtering import filtered_candidates
+    from rms_retrieval.nodes.filtering import filtered_candidates
 
     candidates = [make_candidate(make_object(f"k{i}", f"text {i}", epistemic_type=k, confidence=0.2), VECTOR=(i + 1, 0.5))
                   for i, k in enumerate(kinds)]
@@ -130,7 +130,7 @@ def test_no_excluded_object_is_ever_packed(kinds):
 
 
 def _count_bundle(candidates, budget):
-    from nodes.models import AggregationKind
+    from rms_retrieval.nodes.models import AggregationKind
 
     request = make_request("How many times did Caroline go hiking?", token_budget=budget)
     pool = FilteredPool(tuple(candidates), {}, CandidatePool(tuple(candidates)))
@@ -141,7 +141,7 @@ def _count_bundle(candidates, budget):
 
 
 def test_a_count_question_starts_with_the_coverage_warning_and_reports_coverage():
-    from nodes.packing import COVERAGE_WARNING
+    from rms_retrieval.nodes.packing import COVERAGE_WARNING
 
     hikes = [make_candidate(make_object(f"hike{i}", f"Caroline went hiking {i}"), VECTOR=(i + 1, 0.8)) for i in range(3)]
     bundle = _count_bundle(hikes, 500)

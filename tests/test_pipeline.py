@@ -7,17 +7,17 @@ import random
 
 import pytest
 
-from dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from nodes.models import PathType
-from nodes.settings import (
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
+from rms_retrieval.nodes.models import PathType
+from rms_retrieval.nodes.settings import (
     CandidateSettings,
     PackingSettings,
     RankFusionScoring,
     RetrievalSettings,
     ScoringSettings,
 )
-from stores.models import NodeType
-from stores.protocols import Edge
+from rms_retrieval.stores.models import NodeType
+from rms_retrieval.stores.protocols import Edge
 from tests.factories import FakeEncoder, FakeStore, make_object, make_request, oid
 
 TURNS = [

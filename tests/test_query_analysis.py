@@ -8,8 +8,8 @@ from uuid import UUID
 import pytest
 from hamilton import driver
 
-import nodes.query_analysis as query_analysis_module
-from nodes.models import (
+import rms_retrieval.nodes.query_analysis as query_analysis_module
+from rms_retrieval.nodes.models import (
     AggregationKind,
     CandidateLimits,
     EntityType,
@@ -20,9 +20,9 @@ from nodes.models import (
     RetrievalRequest,
     TemporalType,
 )
-from nodes.query_analysis import candidate_limits, query_analysis
-from nodes.settings import CandidateSettings, RetrievalSettings
-from stores.protocols import EntityRef
+from rms_retrieval.nodes.query_analysis import candidate_limits, query_analysis
+from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
+from rms_retrieval.stores.protocols import EntityRef
 
 REFERENCE = datetime(2023, 8, 20, 12, 0, tzinfo=UTC)
 CAROLINE, MELANIE, JUNE, TUESDAY, ACME = (UUID(int=i) for i in range(1, 6))

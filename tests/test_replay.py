@@ -8,10 +8,10 @@ from itertools import cycle, islice
 import numpy as np
 import pytest
 
-from dataflows.replay import RefusingEncoder, ReplayError, find_record, replay, replay_record
-from dataflows.retrieval import retrieve
-from nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, SessionSettings
-from stores.memory_store import MemoryStore
+from rms_retrieval.dataflows.replay import RefusingEncoder, ReplayError, find_record, replay, replay_record
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, SessionSettings
+from rms_retrieval.stores.memory_store import MemoryStore
 
 CONFIGS = [
     RetrievalSettings(),
@@ -60,7 +60,7 @@ def test_replay_does_not_log_and_never_embeds(store, logged):
 
 
 def test_the_logged_vector_is_what_the_model_made(store, logged):
-    from dataflows.retrieval import default_encoder
+    from rms_retrieval.dataflows.retrieval import default_encoder
 
     record = find_record(store, logged[0])
     vector = np.asarray(record["payload"]["query_embedding"], dtype=np.float32)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dataflows.retrieval import LOG_VERSION, retrieve
-from nodes.models import PathType
-from stores.memory_store import MemoryStore
+from rms_retrieval.dataflows.retrieval import LOG_VERSION, retrieve
+from rms_retrieval.nodes.models import PathType
+from rms_retrieval.stores.memory_store import MemoryStore
 
 
 def test_retrieve_answers_from_the_demo_store_and_logs_the_request(demo_store, demo_copy):
@@ -39,8 +39,8 @@ def test_a_failed_request_is_logged_with_its_failure(demo_store, demo_copy):
 @pytest.fixture(scope="module")
 def locomo_conversation(locomo_path, tmp_path_factory, encoder):
     """The first LoCoMo conversation in its own store, built once for this module."""
-    from dataflows.ingest import locomo_objects
-    from dataflows.locomo import load_locomo
+    from rms_retrieval.dataflows.ingest import locomo_objects
+    from rms_retrieval.dataflows.locomo import load_locomo
 
     dataset = load_locomo(locomo_path)
     conversation = dataset.conversations[0]
@@ -53,7 +53,7 @@ def locomo_conversation(locomo_path, tmp_path_factory, encoder):
 
 @pytest.mark.locomo
 def test_locomo_smoke_on_one_conversation(locomo_conversation):
-    from dataflows.locomo import evidence_object_ids, questions_for, reference_time
+    from rms_retrieval.dataflows.locomo import evidence_object_ids, questions_for, reference_time
 
     dataset, conversation, path = locomo_conversation
     questions = [q for q in questions_for(dataset) if q.sample_id == conversation.sample_id][:20]
@@ -69,8 +69,8 @@ def test_locomo_smoke_on_one_conversation(locomo_conversation):
 
 @pytest.mark.locomo
 def test_locomo_count_question_reports_its_coverage(locomo_conversation):
-    from dataflows.locomo import reference_time
-    from nodes.packing import COVERAGE_WARNING
+    from rms_retrieval.dataflows.locomo import reference_time
+    from rms_retrieval.nodes.packing import COVERAGE_WARNING
 
     _, conversation, path = locomo_conversation
     with MemoryStore.open(path, create=False) as store:

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from nodes.models import CandidatePool, FilteredPool, QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
-from nodes.scoring import fused_scores__rrf, fused_scores__weighted
-from nodes.temporal import temporal_affinity
-from nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, WeightedScoring
+from rms_retrieval.nodes.models import CandidatePool, FilteredPool, QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
+from rms_retrieval.nodes.scoring import fused_scores__rrf, fused_scores__weighted
+from rms_retrieval.nodes.temporal import temporal_affinity
+from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, WeightedScoring
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request
 
 

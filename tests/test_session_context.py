@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.models import CandidatePool, FilteredPool, QueryAnalysis
-from nodes.scoring import fused_scores__rrf
-from nodes.session_context import ranked_candidates, session_context
-from nodes.settings import RetrievalSettings, SessionSettings
+from rms_retrieval.nodes.models import CandidatePool, FilteredPool, QueryAnalysis
+from rms_retrieval.nodes.scoring import fused_scores__rrf
+from rms_retrieval.nodes.session_context import ranked_candidates, session_context
+from rms_retrieval.nodes.settings import RetrievalSettings, SessionSettings
 from tests.factories import BASE_TIME, FakeStore, make_candidate, make_object, make_request
 
 

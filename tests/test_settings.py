@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from nodes.models import PathType
-from nodes.settings import CandidateSettings, RetrievalSettings, ScoringSettings, SessionSettings
+from rms_retrieval.nodes.models import PathType
+from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings, ScoringSettings, SessionSettings
 
 
 def test_defaults_and_the_structural_switch():
@@ -31,7 +31,7 @@ def test_bad_settings_are_rejected_naming_the_field(build, field):
 
 def test_the_fingerprint_follows_the_values_and_is_the_same_in_every_process():
     assert RetrievalSettings().fingerprint() != RetrievalSettings(session={"window": 1}).fingerprint()
-    script = "from nodes.settings import RetrievalSettings; print(RetrievalSettings().fingerprint())"
+    script = "from rms_retrieval.nodes.settings import RetrievalSettings; print(RetrievalSettings().fingerprint())"
     prints = {
         subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                        env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout.strip()

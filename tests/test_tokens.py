@@ -1,4 +1,4 @@
-from nodes.tokens import ENCODING_NAME, _encoding, count_tokens
+from rms_retrieval.nodes.tokens import ENCODING_NAME, _encoding, count_tokens
 
 
 def test_counts_cl100k_base_tokens_offline():

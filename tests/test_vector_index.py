@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stores import vector_index
+from rms_retrieval.stores import vector_index
 
 
 def _unit_vectors(count: int, dimension: int, seed: int) -> np.ndarray:

@@ -1,5 +1,5 @@
-from stores.models import EpistemicType, LifecycleState
-from stores.visibility import MODE_VISIBILITY
+from rms_retrieval.stores.models import EpistemicType, LifecycleState
+from rms_retrieval.stores.visibility import MODE_VISIBILITY
 
 
 def test_every_mode_is_defined_and_only_audit_sees_retired_memories():

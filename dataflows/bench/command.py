@@ -26,7 +26,7 @@ _VERSIONED = ("torch", "duckdb", "faiss-cpu", "apache-hamilton", "numpy", "panda
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `bench locomo` and `bench scale` to the `rms` parser."""
-    from dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS
+    from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS
 
     bench = sub.add_parser("bench", help="benchmarks: LoCoMo relevance and operations, scaling")
     commands = bench.add_subparsers(dest="bench_command", required=True)
@@ -144,9 +144,9 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
 
 def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool) -> dict[str, Any]:
     """Reuse the store when it holds objects, else build it from the LoCoMo file and time that."""
-    from dataflows.bench.speed_bench import directory_size_mb, peak_memory_mb
-    from dataflows.ingest import ingest_locomo
-    from stores.memory_store import MemoryStore
+    from rms_retrieval.dataflows.bench.speed_bench import directory_size_mb, peak_memory_mb
+    from rms_retrieval.dataflows.ingest import ingest_locomo
+    from rms_retrieval.stores.memory_store import MemoryStore
 
     existing = Path(store_path) / "store.duckdb"
     if existing.exists():
@@ -175,10 +175,10 @@ def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool) ->
 
 
 def _cmd_locomo(args: argparse.Namespace) -> int:
-    from dataflows.bench import locomo_bench, plots, speed_bench
-    from dataflows.locomo import load_locomo
-    from dataflows.retrieval import default_encoder
-    from stores.memory_store import MemoryStore
+    from rms_retrieval.dataflows.bench import locomo_bench, plots, speed_bench
+    from rms_retrieval.dataflows.locomo import load_locomo
+    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores.memory_store import MemoryStore
 
     for name in ("latency_queries", "node_time_queries", "isolation_queries", "determinism_queries",
                  "determinism_repeats"):
@@ -249,8 +249,8 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
 def _speed(store: Any, dataset: Any, encoder: Any, args: argparse.Namespace, progress: bool,
            results_path: Path, results: dict[str, Any]) -> dict[str, Any]:
     """Latency by bundle size, node times, determinism and isolation; results saved after each."""
-    from dataflows.bench import locomo_bench, speed_bench
-    from dataflows.locomo import reference_time
+    from rms_retrieval.dataflows.bench import locomo_bench, speed_bench
+    from rms_retrieval.dataflows.locomo import reference_time
 
     speed: dict[str, Any] = {}
     results["speed"] = speed
@@ -298,7 +298,7 @@ def _exit_code(speed: dict[str, Any]) -> int:
 
 
 def _cmd_scale(args: argparse.Namespace) -> int:
-    from dataflows.bench import plots, speed_bench
+    from rms_retrieval.dataflows.bench import plots, speed_bench
 
     for size in args.sizes:
         _positive("--sizes", size)
@@ -318,7 +318,7 @@ def _cmd_scale(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m dataflows.bench.command ...` is `rms bench ...`."""
-    from dataflows.cli import main as cli_main
+    """`python -m rms_retrieval.dataflows.bench.command ...` is `rms bench ...`."""
+    from rms_retrieval.dataflows.cli import main as cli_main
 
     return cli_main(["bench", *(argv if argv is not None else sys.argv[1:])])

@@ -24,7 +24,7 @@ from uuid import UUID
 
 from tqdm import tqdm
 
-from dataflows.bench.metrics import (
+from rms_retrieval.dataflows.bench.metrics import (
     QuestionOutcome,
     all_in_top_k,
     all_packed,
@@ -33,13 +33,13 @@ from dataflows.bench.metrics import (
     recall_at_k,
     summarise,
 )
-from dataflows.locomo import LocomoDataset, LocomoQuestion, evidence_object_ids, questions_for, reference_time
-from dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from dataflows.retrieval import retrieve
-from nodes.candidate_generation import query_embedding
-from nodes.models import MemoryBundle, PathType, QueryEmbedding, RetrievalRequest
-from nodes.settings import RetrievalSettings
-from stores.protocols import QueryEncoder
+from rms_retrieval.dataflows.locomo import LocomoDataset, LocomoQuestion, evidence_object_ids, questions_for, reference_time
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.nodes.candidate_generation import query_embedding
+from rms_retrieval.nodes.models import MemoryBundle, PathType, QueryEmbedding, RetrievalRequest
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.protocols import QueryEncoder
 
 DEFAULT_BUDGETS = (4000, 8000)
 BASELINE_ARM = "pipeline"

@@ -26,13 +26,13 @@ from hamilton import driver
 from hamilton.lifecycle import NodeExecutionHook
 from tqdm import tqdm
 
-from dataflows.bench.metrics import latency_percentiles
-from dataflows.pipeline import STAGE_MODULES, FINAL_NODE, pipeline_inputs
-from dataflows.retrieval import retrieve
-from nodes.models import RetrievalRequest
-from nodes.settings import RetrievalSettings
-from stores.models import MemoryObject
-from stores.protocols import EmbeddingIdentity, QueryEncoder
+from rms_retrieval.dataflows.bench.metrics import latency_percentiles
+from rms_retrieval.dataflows.pipeline import STAGE_MODULES, FINAL_NODE, pipeline_inputs
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.nodes.models import RetrievalRequest
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder
 
 BUNDLE_SIZES = (10, 50, 200)
 LATENCY_BUDGET = 100_000  # large enough that `limit`, not the budget, decides the bundle size
@@ -77,7 +77,7 @@ class NodeTimer(NodeExecutionHook):
 
 
 def timed_driver(settings: RetrievalSettings, timer: NodeTimer) -> driver.Driver:
-    """The retrieval DAG of `dataflows.pipeline`, with `timer` hooked into every node."""
+    """The retrieval DAG of `rms_retrieval.dataflows.pipeline`, with `timer` hooked into every node."""
     return (
         driver.Builder()
         .with_modules(*STAGE_MODULES)
@@ -284,7 +284,7 @@ def synthetic_objects(start: int, count: int, *, namespaces: int = SCALE_NAMESPA
 
 def scale_store(path: str | Path, size: int, *, batch: int = 50_000, progress: bool = False) -> dict[str, Any]:
     """Build (or reuse) a synthetic store of `size` objects at `path`; time every batch added."""
-    from stores.memory_store import MemoryStore
+    from rms_retrieval.stores.memory_store import MemoryStore
 
     encoder = RandomEncoder()
     with MemoryStore.open(path, encoder=encoder) as store:
@@ -302,7 +302,7 @@ def scale_store(path: str | Path, size: int, *, batch: int = 50_000, progress: b
 def scale_latency(path: str | Path, *, queries: int = 50, node_time_queries: int = 10, seed: int = 0) -> dict[str, Any]:
     """Latency of `retrieve()` (bundle of 50) and its floor on a synthetic store, queries of random words,
     with the time per node over the first `node_time_queries` of them."""
-    from stores.memory_store import MemoryStore
+    from rms_retrieval.stores.memory_store import MemoryStore
 
     encoder = RandomEncoder()
     rng = random.Random(seed)
@@ -336,7 +336,7 @@ def run_scale(out: str | Path, sizes: Sequence[int] = SCALE_SIZES, *, queries: i
 
 def locomo_bench_queries(dataset: Any, questions: Sequence[Any]) -> list[BenchQuery]:
     """LoCoMo questions as queries on their own conversation at its reference time."""
-    from dataflows.locomo import reference_time
+    from rms_retrieval.dataflows.locomo import reference_time
 
     when = {c.sample_id: reference_time(c) for c in dataset.conversations}
     return [BenchQuery(q.question, (q.sample_id,), when[q.sample_id]) for q in questions]
