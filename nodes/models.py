@@ -22,6 +22,10 @@ class RetrievalMode(StrEnum):
     AUDIT = "AUDIT"
 
 
+# The token budget of a request that names none (cl100k_base tokens).
+DEFAULT_TOKEN_BUDGET = 4096
+
+
 class RetrievalRequest(BaseModel):
     """One question and everything that varies per request. `reference_time` is fixed by then."""
 
@@ -30,7 +34,7 @@ class RetrievalRequest(BaseModel):
     query: str = Field(min_length=1, max_length=10_000)
     namespaces: tuple[str, ...] = Field(min_length=1)
     reference_time: AwareDatetime
-    token_budget: int = Field(default=4096, ge=1, le=10_000_000)
+    token_budget: int = Field(default=DEFAULT_TOKEN_BUDGET, ge=1, le=10_000_000)
     retrieval_mode: RetrievalMode = RetrievalMode.DEFAULT
     time_from: AwareDatetime | None = None
     time_to: AwareDatetime | None = None

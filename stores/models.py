@@ -103,6 +103,13 @@ class MemoryObject(BaseModel):
         return self
 
     @property
+    def is_pinned(self) -> bool:
+        """Pinned (RFC 4.4): salience 1.0, or an ACTIVE TASK or INTENT. The one place this rule lives."""
+        return self.salience == 1.0 or (
+            self.node_type in (NodeType.TASK, NodeType.INTENT) and self.lifecycle_state is LifecycleState.ACTIVE
+        )
+
+    @property
     def stated_time(self) -> datetime:
         """When the memory was stated: its event time, else when it was stored (RFC 7.2)."""
         return self.event_time or self.created_at

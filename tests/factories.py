@@ -133,9 +133,8 @@ class FakeStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog
         return {i: self.objects[i] for i in ids if i in self.objects}
 
     def pinned_objects(self, namespaces):
-        return sorted((o for o in self.objects.values() if o.namespace in namespaces and (
-            o.salience == 1.0 or (o.node_type in ("TASK", "INTENT") and o.lifecycle_state == "ACTIVE"))),
-            key=lambda o: str(o.id))
+        return sorted((o for o in self.objects.values() if o.namespace in namespaces and o.is_pinned),
+                      key=lambda o: str(o.id))
 
     def session_neighbours(self, triggers, window):
         out = []
