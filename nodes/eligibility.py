@@ -31,7 +31,7 @@ def _is_bare_entity(obj: MemoryObject) -> bool:
 def _epistemic_reason(obj: MemoryObject, mode: RetrievalMode, filtering: FilterSettings) -> str | None:
     if mode is not RetrievalMode.AUDIT and _is_bare_entity(obj):
         return "bare_entity"
-    rule = MODE_VISIBILITY[mode.value]
+    rule = MODE_VISIBILITY[mode]
     if obj.epistemic_type in rule.dropped_epistemic_types:
         return str(obj.epistemic_type)
     if (

@@ -14,12 +14,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import EmbeddingIdentity
-
-
-class RetrievalMode(StrEnum):
-    DEFAULT = "DEFAULT"
-    EXPLICIT = "EXPLICIT"
-    AUDIT = "AUDIT"
+from rms_retrieval.stores.visibility import RetrievalMode
 
 
 # The token budget of a request that names none (cl100k_base tokens).

@@ -24,14 +24,16 @@ from rms_retrieval.nodes.models import (
 )
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.temporal import date_words_read_as_names, parse_temporal_signals
-from rms_retrieval.stores.entities import ExtractedEntity, extract_entities
+from rms_retrieval.stores.entities import ExtractedEntity, NameMatcher, extract_entities
+from rms_retrieval.stores.entities import first_name_word as _first_word
+from rms_retrieval.stores.entities import name_key as _key
+from rms_retrieval.stores.entities import name_words as _words
 from rms_retrieval.stores.protocols import EntityRef
 
 _SPAN_CONFIDENCE = 0.6
 _FIRST_NAME_CONFIDENCE = 0.7
 _QUOTED_CONFIDENCE = 0.8
 _CATALOG_CONFIDENCE = 0.9
-_MAX_NAME_WORDS = 8
 
 
 def _rx(pattern: str) -> re.Pattern[str]:
@@ -96,31 +98,12 @@ _LIST = _rx(
 _EXTRACTOR_TYPES = {t.value: t for t in EntityType}
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.casefold())
-
-
-def _key(name: str) -> str:
-    """A name as lower-case words; the fast path skips the regex for plain names."""
-    folded = name.casefold()
-    if folded.replace(" ", "").isalnum():
-        return " ".join(folded.split())
-    return " ".join(_words(folded))
-
-
-def _first_word(name: str) -> str:
-    words = name.casefold().split(maxsplit=1)
-    if words and words[0].isalnum():
-        return words[0]
-    return next(iter(_words(name)), "")
-
-
 def _occurrences(name: str, query: str) -> list[tuple[int, int]]:
     """Where `name` occurs in `query` as whole words, case-insensitively."""
     words = _words(name)
     if not words:
         return []
-    pattern = r"(?<!\w)" + r"\W+".join(re.escape(w) for w in words) + r"(?!\w)"
+    pattern = r"(?<![^\W_])" + r"[\W_]+".join(re.escape(w) for w in words) + r"(?![^\W_])"
     return [m.span() for m in re.finditer(pattern, query, re.IGNORECASE)]
 
 
@@ -132,7 +115,7 @@ class _Catalog:
     """
 
     def __init__(self, catalog: Iterable[EntityRef], query: str) -> None:
-        self.ids: dict[str, set[UUID]] = {}
+        self.names = NameMatcher()
         self.spelling: dict[str, str] = {}
         self.by_first_word: dict[str, set[UUID]] = {}
         query_words = set(_words(query))
@@ -140,30 +123,21 @@ class _Catalog:
             for name in (ref.canonical_name, ref.alias):
                 if _first_word(name) not in query_words:
                     continue
-                key = _key(name)
-                if len(key) < 2:
+                key = self.names.add(ref.object_id, name)
+                if key is None:
                     continue
-                self.ids.setdefault(key, set()).add(ref.object_id)
                 if key not in self.spelling or name == ref.canonical_name:
                     self.spelling[key] = name
                 first, _, rest = key.partition(" ")
                 if rest:
                     self.by_first_word.setdefault(first, set()).add(ref.object_id)
-        self.longest = min(max((len(k.split()) for k in self.ids), default=0), _MAX_NAME_WORDS)
 
     def found_in(self, query: str) -> list[str]:
         """Catalog names found in the query as whole words, as lower-case keys."""
-        words = _words(query)
-        found = []
-        for size in range(1, self.longest + 1):
-            for i in range(len(words) - size + 1):
-                key = " ".join(words[i : i + size])
-                if key in self.ids and key not in found:
-                    found.append(key)
-        return found
+        return self.names.names_in(query)
 
     def matched_ids(self, name: str) -> tuple[UUID, ...]:
-        return tuple(sorted(self.ids.get(_key(name), ())))
+        return tuple(sorted(self.names.named(name)))
 
     def unique_full_name(self, first_name: str) -> UUID | None:
         key = _key(first_name)

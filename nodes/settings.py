@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 
 from rms_retrieval.nodes.models import PRIMARY_PATHS, PathType
 from rms_retrieval.stores.models import EpistemicType, NodeType
+from rms_retrieval.stores.visibility import DEFAULT_UNVERIFIED_THRESHOLD
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -162,7 +163,7 @@ class FilterSettings(BaseModel):
 
     model_config = _FROZEN
 
-    unverified_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    unverified_threshold: float = Field(default=DEFAULT_UNVERIFIED_THRESHOLD, ge=0.0, le=1.0)
     namespace_thresholds: dict[str, float] = Field(default_factory=dict)
 
     def threshold_for(self, namespace: str) -> float:

@@ -4,13 +4,13 @@ No vector, lexical, graph or model selection: the store's SQL visits every recor
 (and scope) of the chosen node types. Selectors are ANDed across fields and ORed within one; an
 empty selector matches every value. Values match exactly after `rms_retrieval.stores.claims` normalisation.
 
-Epistemic modes mirror the retrieval filter (nodes/filtering.py), restated here because stores do
-not import nodes: DEFAULT drops DEPRECATED, HYPOTHETICAL, UNVERIFIED below
-`unverified_min_confidence` and anything not ACTIVE; EXPLICIT drops DEPRECATED, ARCHIVED,
-SUPERSEDED and DELETED; AUDIT drops only DELETED. An explicit `lifecycle` set replaces the mode's
-lifecycle rule (it is authoritative here), the epistemic rules stay. Event-time bounds are
-inclusive on the stated time (event time, else ingestion time); `valid_at` keeps objects whose
-validity window contains it; `knowledge_at` keeps objects ingested by then (current state only).
+Retrieval modes apply the retrieval filter's own table (`rms_retrieval.stores.visibility`):
+DEFAULT drops DEPRECATED, HYPOTHETICAL, UNVERIFIED below `unverified_min_confidence` and
+anything not ACTIVE; EXPLICIT drops DEPRECATED, ARCHIVED, SUPERSEDED and DELETED; AUDIT drops
+only DELETED. An explicit `lifecycle` set replaces the mode's lifecycle rule (it is authoritative
+here), the epistemic rules stay. Event-time bounds are inclusive on the stated time (event time,
+else ingestion time); `valid_at` keeps objects whose validity window contains it; `knowledge_at`
+keeps objects ingested by then (current state only).
 
 Quantity totals are exact: each decimal becomes a scaled integer and Python's unbounded integers
 add them. Neither DuckDB's DECIMAL (at most 38 digits) nor the process decimal context (28
@@ -27,7 +27,6 @@ import json
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from decimal import Decimal
-from enum import StrEnum
 from typing import Any, Literal
 from uuid import UUID
 
@@ -45,18 +44,9 @@ from rms_retrieval.stores.claims import (
 )
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, NodeType
-from rms_retrieval.stores.visibility import MODE_VISIBILITY
-
-
-class EpistemicMode(StrEnum):
-    DEFAULT = "DEFAULT"
-    EXPLICIT = "EXPLICIT"
-    AUDIT = "AUDIT"
-
+from rms_retrieval.stores.visibility import DEFAULT_UNVERIFIED_THRESHOLD, MODE_VISIBILITY, RetrievalMode
 
 CLAIM_NODE_TYPES = (NodeType.FACT, NodeType.DECISION, NodeType.PREFERENCE)
-# Matches the retrieval default (FilterSettings.unverified_threshold).
-DEFAULT_UNVERIFIED_MIN_CONFIDENCE = 0.5
 
 # Every record of the namespace/scope and node types that has no claim or whose claim matches
 # the selectors, with the first reason (in filtering.py's order) it is excluded, or NULL.
@@ -133,8 +123,8 @@ class AssertionQuery(BaseModel):
     lifecycle: tuple[LifecycleState, ...] | None = Field(
         default=None, description="None: the mode's lifecycle rule; a set (even empty) is authoritative."
     )
-    mode: EpistemicMode = EpistemicMode.DEFAULT
-    unverified_min_confidence: float = Field(default=DEFAULT_UNVERIFIED_MIN_CONFIDENCE, ge=0.0, le=1.0)
+    mode: RetrievalMode = RetrievalMode.DEFAULT
+    unverified_min_confidence: float = Field(default=DEFAULT_UNVERIFIED_THRESHOLD, ge=0.0, le=1.0)
     event_time_from: AwareDatetime | None = None
     event_time_to: AwareDatetime | None = None
     valid_at: AwareDatetime | None = None
@@ -232,7 +222,7 @@ def aggregate_assertions(store: MemoryStore, query: AssertionQuery) -> Assertion
 
 def _selection_parameters(query: AssertionQuery, *, require_quantity: bool) -> dict[str, Any]:
     """The bound values of `_SELECTED` for a query (without a page cursor)."""
-    rule = MODE_VISIBILITY[query.mode.value]
+    rule = MODE_VISIBILITY[query.mode]
     lifecycles = rule.kept_lifecycles if query.lifecycle is None else frozenset(query.lifecycle)
     selectors = query.normalized_selectors()
     return {

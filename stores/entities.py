@@ -1,4 +1,11 @@
-"""Rule-based named-entity spotting, shared by ingestion (the entity graph) and query analysis.
+"""Rule-based named-entity spotting and name matching, shared by ingestion (the entity graph) and
+query analysis, so the two cannot disagree on whether a text names an entity.
+
+Name matching: a name and a text are compared as sequences of name words, made by NFKC
+normalisation, case folding and splitting at anything that is not a letter or a digit
+(underscores, apostrophes and hyphens included): "Jo_Ann", "jo-ann" and "JO ANN" are one name,
+"Caroline's" contains "Caroline", "José" matches whether its accent is composed or not. A name
+shorter than two characters is never matched: one letter is a word of almost every sentence.
 
 What it catches: runs of capitalised words ("Caroline", "New York", "Sun Microsystems"), with a
 possessive 's removed and "of"/"de"/"van" allowed inside a run ("Bank of America"); quoted
@@ -11,9 +18,12 @@ dates belong to the temporal parser.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
+from uuid import UUID
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9&\-]*(?:'[A-Za-z]+)?|[.!?;:,\"()]")
+_NAME_WORD = re.compile(r"[^\W_]+")
 _JOINERS = frozenset({"of", "de", "van", "von", "la", "del", "da"})
 _NEVER = frozenset(
     """
@@ -92,3 +102,60 @@ def _guess_type(tokens: list[str], start: int, words: list[str]) -> str:
     if start > 0 and tokens[start - 1].lower() in _PLACE_CUES:
         return "PLACE"
     return "OTHER"
+
+
+def name_words(text: str) -> list[str]:
+    """The name words of `text`, as every name match compares them."""
+    folded = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text.casefold())
+    return _NAME_WORD.findall(folded)
+
+
+def name_key(name: str) -> str:
+    """A name as its name words joined by single spaces; plain ASCII names skip the regex."""
+    if name.isascii() and name.replace(" ", "").isalnum():
+        return " ".join(name.lower().split())
+    return " ".join(name_words(name))
+
+
+def first_name_word(name: str) -> str:
+    """The first name word of `name`, cheaply: query analysis asks it of every catalog name."""
+    head = name.split(maxsplit=1)
+    if head and head[0].isascii() and head[0].isalnum():
+        return head[0].lower()
+    return next(iter(name_words(name)), "")
+
+
+class NameMatcher:
+    """Names and the ids they name, found in a text as whole name words."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, set[UUID]] = {}
+        self._longest = 0
+
+    def add(self, object_id: UUID, name: str) -> str | None:
+        """Record that `name` names `object_id`; its key, or None for a name too short to match."""
+        key = name_key(name)
+        if len(key) < 2:
+            return None
+        self._ids.setdefault(key, set()).add(object_id)
+        self._longest = max(self._longest, key.count(" ") + 1)
+        return key
+
+    def named(self, name: str) -> set[UUID]:
+        """The ids `name` names exactly (as name words)."""
+        return set(self._ids.get(name_key(name), ()))
+
+    def names_in(self, text: str) -> list[str]:
+        """The keys of the names occurring in `text`: one-word names first, each size in text order."""
+        words = name_words(text)
+        found: dict[str, None] = {}
+        for size in range(1, min(self._longest, len(words)) + 1):
+            for start in range(len(words) - size + 1):
+                key = " ".join(words[start : start + size])
+                if key in self._ids:
+                    found.setdefault(key)
+        return list(found)
+
+    def ids_in(self, text: str) -> set[UUID]:
+        """The ids of every name occurring in `text`."""
+        return {object_id for key in self.names_in(text) for object_id in self._ids[key]}

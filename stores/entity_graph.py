@@ -2,9 +2,9 @@
 
 Known entities are the ENTITY objects already in the store or in the batch, matched by
 `entity_canonical_name` and `metadata["aliases"]`. Every other object gets a MENTIONS edge to
-each entity whose name occurs in its content as whole words (case-insensitive), plus to each
-name `rms_retrieval.stores.entities.extract_entities` spots; a spotted name that is not known becomes a new
-ENTITY object (marked `extracted`, with lower confidence). A `metadata["speaker"]` naming an
+each entity whose name occurs in its content (by `rms_retrieval.stores.entities.NameMatcher`, the
+matcher query analysis uses too), plus to each name `extract_entities` spots; a spotted name
+that is not known becomes a new ENTITY object (marked `extracted`, with lower confidence). A `metadata["speaker"]` naming an
 entity adds SPOKEN_BY. Entities mentioned by the same object are joined by CO_MENTIONED, whose
 confidence grows with the number of objects mentioning both.
 
@@ -18,7 +18,6 @@ Edges never cross namespaces: both ends come from one object's namespace.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from datetime import datetime
 from itertools import combinations
 from uuid import UUID, uuid5
 
-from rms_retrieval.stores.entities import extract_entities
+from rms_retrieval.stores.entities import NameMatcher, extract_entities
 from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
 
 # Fixed so an extracted entity gets the same id in every store and every run.
@@ -40,8 +39,6 @@ DECLARED_MENTION_CONFIDENCE = 0.9
 EXTRACTED_MENTION_CONFIDENCE = 0.7
 EXTRACTED_ENTITY_CONFIDENCE = 0.7
 SPOKEN_BY_CONFIDENCE = 1.0
-
-_NAME_WORD = re.compile(r"[^\W_]+")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -84,37 +81,24 @@ def entity_names(entity: MemoryObject) -> list[str]:
     return [name for name in names if name.strip()]
 
 
-def _name_key(name: str) -> tuple[str, ...]:
-    return tuple(_NAME_WORD.findall(name.lower()))
-
-
 class _NamespaceEntities:
-    """The entities one namespace knows, looked up by the word sequence of any of their names."""
+    """The entities one namespace knows, by any of their names, and which of them were extracted."""
 
     def __init__(self) -> None:
-        self.by_key: dict[tuple[str, ...], set[UUID]] = defaultdict(set)
+        self.names = NameMatcher()
         self.extracted: set[UUID] = set()
-        self.longest = 0
 
     def add(self, object_id: UUID, names: Iterable[str], extracted: bool) -> None:
         for name in names:
-            key = _name_key(name)
-            if key:
-                self.by_key[key].add(object_id)
-                self.longest = max(self.longest, len(key))
+            self.names.add(object_id, name)
         if extracted:
             self.extracted.add(object_id)
 
     def named(self, name: str) -> set[UUID]:
-        return self.by_key.get(_name_key(name), set())
+        return self.names.named(name)
 
     def occurring_in(self, text: str) -> set[UUID]:
-        words = _NAME_WORD.findall(text.lower())
-        found: set[UUID] = set()
-        for start in range(len(words)):
-            for length in range(1, min(self.longest, len(words) - start) + 1):
-                found |= self.by_key.get(tuple(words[start : start + length]), set())
-        return found
+        return self.names.ids_in(text)
 
 
 def entity_graph(

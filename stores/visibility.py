@@ -1,15 +1,28 @@
-"""What each retrieval mode lets a caller see (RFC 6, RFC-0003), as data.
+"""The retrieval modes and what each lets a caller see (RFC 6, RFC-0003), as data.
 
-One table serves the retrieval filter (`nodes/eligibility.py`, in Python) and exact aggregation
-(`stores/aggregation.py`, as SQL parameters), so the two can never disagree. Keyed by the mode's
-name: DEFAULT, EXPLICIT (the caller asked for uncertain memories by name) and AUDIT.
+One enum and one table serve the retrieval filter (`nodes/eligibility.py`, in Python) and exact
+aggregation (`stores/aggregation.py`, as SQL parameters), so the two can never disagree. They
+live in stores because nodes import stores, never the other way round.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from rms_retrieval.stores.models import EpistemicType, LifecycleState
+
+
+class RetrievalMode(StrEnum):
+    """DEFAULT; EXPLICIT: the caller asked for uncertain memories by name; AUDIT: all but deleted."""
+
+    DEFAULT = "DEFAULT"
+    EXPLICIT = "EXPLICIT"
+    AUDIT = "AUDIT"
+
+
+# Below this confidence an UNVERIFIED memory is hidden in DEFAULT mode, unless a namespace sets its own.
+DEFAULT_UNVERIFIED_THRESHOLD = 0.5
 
 
 @dataclass(frozen=True)
@@ -19,12 +32,12 @@ class Visibility:
     kept_lifecycles: frozenset[LifecycleState]
 
 
-MODE_VISIBILITY: dict[str, Visibility] = {
-    "DEFAULT": Visibility(
+MODE_VISIBILITY: dict[RetrievalMode, Visibility] = {
+    RetrievalMode.DEFAULT: Visibility(
         frozenset({EpistemicType.DEPRECATED, EpistemicType.HYPOTHETICAL}), True, frozenset({LifecycleState.ACTIVE})
     ),
-    "EXPLICIT": Visibility(
+    RetrievalMode.EXPLICIT: Visibility(
         frozenset({EpistemicType.DEPRECATED}), False, frozenset({LifecycleState.ACTIVE, LifecycleState.TENTATIVE})
     ),
-    "AUDIT": Visibility(frozenset(), False, frozenset(LifecycleState) - {LifecycleState.DELETED}),
+    RetrievalMode.AUDIT: Visibility(frozenset(), False, frozenset(LifecycleState) - {LifecycleState.DELETED}),
 }

@@ -8,7 +8,6 @@ from pydantic import ValidationError
 from rms_retrieval.stores import aggregation
 from rms_retrieval.stores.aggregation import (
     AssertionQuery,
-    EpistemicMode,
     QuantityQuery,
     aggregate_assertions,
     aggregate_quantities,
@@ -16,6 +15,7 @@ from rms_retrieval.stores.aggregation import (
 from rms_retrieval.stores.claims import Assertion, Quantity
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
+from rms_retrieval.stores.visibility import RetrievalMode
 from tests.factories import BASE_TIME, FakeEncoder, make_object, oid
 
 ALL_STATES = tuple(LifecycleState)
@@ -153,16 +153,16 @@ def test_node_types_default_to_claims(store):
 
 
 def test_epistemic_modes(store):
-    assert books(store, mode=EpistemicMode.EXPLICIT) == ["b1", "b2", "b3", "hypothetical", "tentative", "unverified",
+    assert books(store, mode=RetrievalMode.EXPLICIT) == ["b1", "b2", "b3", "hypothetical", "tentative", "unverified",
                                                          "valid", "work"]
-    assert books(store, mode=EpistemicMode.AUDIT) == sorted(
+    assert books(store, mode=RetrievalMode.AUDIT) == sorted(
         ["b1", "b2", "b3", "archived", "deprecated", "hypothetical", "tentative", "unverified", "valid", "work"])
     assert "unverified" in books(store, unverified_min_confidence=0.3)
 
 
 def test_explicit_lifecycle_is_authoritative(store):
     assert books(store, lifecycle=(LifecycleState.ARCHIVED,)) == ["archived"]
-    assert books(store, lifecycle=(LifecycleState.DELETED,), mode=EpistemicMode.AUDIT) == ["deleted"]
+    assert books(store, lifecycle=(LifecycleState.DELETED,), mode=RetrievalMode.AUDIT) == ["deleted"]
     assert books(store, lifecycle=()) == []
     empty = aggregate_assertions(store, AssertionQuery(namespace="ns", lifecycle=()))
     assert empty.occurrence_count == 0 and empty.exclusions["lifecycle:ACTIVE"] == 9

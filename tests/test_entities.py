@@ -1,6 +1,17 @@
 from __future__ import annotations
 
-from rms_retrieval.stores.entities import extract_entities
+from datetime import UTC, datetime
+from uuid import UUID
+
+import pytest
+
+from rms_retrieval.nodes.models import RetrievalRequest
+from rms_retrieval.nodes.query_analysis import query_analysis
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.entities import NameMatcher, extract_entities, first_name_word, name_key, name_words
+from rms_retrieval.stores.entity_graph import MENTIONS, entity_graph
+from rms_retrieval.stores.models import MemoryObject, NodeType
+from rms_retrieval.stores.protocols import EntityRef
 
 
 def _names(text: str) -> list[tuple[str, str]]:
@@ -24,3 +35,56 @@ def test_function_words_weekdays_and_repeats_are_skipped():
 
 def test_acronyms_are_organisations():
     assert _names("I joined the LGBTQ support group") == [("LGBTQ", "ORGANIZATION")]
+
+
+# ---- one name matcher for ingest and query --------------------------------------------------
+
+_TRICKY = [
+    # (declared name, text, names it)
+    ("Jo_Ann", "I met Jo Ann at the market", True),
+    ("Jo Ann", "I met jo_ann at the market", True),
+    ("O'Brien", "Dinner with O’Brien went well", True),
+    ("Jean-Luc", "I called jean luc yesterday", True),
+    ("José", "I called Jose\u0301 yesterday", True),  # the text's accent is a combining mark
+    ("Straße", "We walked down STRASSE", True),
+    ("ＡＣＭＥ", "She works at ACME now", True),
+    ("Caroline", "Caroline's painting is lovely", True),
+    ("Ann", "Annie went hiking", False),
+    ("Jo", "Joanne went hiking", False),
+    ("Zoë", "Zoe went hiking", False),  # an accent is part of the name
+    ("A", "A friend went hiking", False),  # one letter never names anyone
+]
+
+
+def _named_at_ingest(name: str, text: str) -> bool:
+    entity = MemoryObject(id=UUID(int=1), namespace="ns", node_type=NodeType.ENTITY, content=f"{name}, a friend",
+                          entity_canonical_name=name)
+    turn = MemoryObject(id=UUID(int=2), namespace="ns", content=text)
+    update = entity_graph([turn], [entity], {})
+    return any(edge.edge_type == MENTIONS and edge.target == entity.id for edge in update.edges)
+
+
+def _named_in_query(name: str, text: str) -> bool:
+    request = RetrievalRequest(query=text, namespaces=("ns",), reference_time=datetime(2024, 1, 1, tzinfo=UTC))
+    analysis = query_analysis(request, [EntityRef(UUID(int=1), "ns", name, name)], RetrievalSettings())
+    return any(UUID(int=1) in entity.matched_ids for entity in analysis.entities)
+
+
+@pytest.mark.parametrize("name, text, names_it", _TRICKY)
+def test_ingest_and_query_agree_on_tricky_names(name, text, names_it):
+    assert (_named_at_ingest(name, text), _named_in_query(name, text)) == (names_it, names_it)
+
+
+def test_name_keys_fold_case_accents_and_separators():
+    assert name_words("Jo_Ann O’Brien-Smith") == ["jo", "ann", "o", "brien", "smith"]
+    assert name_key("Jose\u0301  STRASSE") == name_key("josé strasse") == "josé strasse"
+    assert first_name_word("Jo_Ann") == "jo" and first_name_word("Mel Brown") == "mel"
+
+
+def test_matcher_finds_names_as_whole_words_shortest_first():
+    matcher = NameMatcher()
+    assert matcher.add(UUID(int=1), "Melanie Brown") == "melanie brown"
+    assert matcher.add(UUID(int=2), "Mel") == "mel"
+    assert matcher.add(UUID(int=3), "x") is None
+    assert matcher.names_in("melanie brown and MEL, not melanies or x") == ["mel", "melanie brown"]
+    assert matcher.ids_in("Mel") == {UUID(int=2)} and matcher.named("MELANIE  brown") == {UUID(int=1)}
