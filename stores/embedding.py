@@ -103,10 +103,6 @@ class SentenceEncoder(QueryEncoder):
             )
         return validated_vectors(vectors, len(texts), self._dimension)
 
-    def encode_many(self, texts: Sequence[str], progress: bool = True) -> np.ndarray:
-        """Like `encode`, with a progress bar for ingestion."""
-        return encode_many(self, texts, progress=progress)
-
     def _loaded_model(self) -> Any:
         if self._model is None:
             # The model ships with the package; never let the hub reach for the network.
