@@ -9,7 +9,8 @@ from uuid import UUID, uuid5
 import numpy as np
 
 from rms_retrieval.nodes.models import Candidate, ChannelHit, PathType, RetrievalRequest
-from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.claims import Assertion, Quantity
+from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import (
     Edge,
     EmbeddingIdentity,
@@ -154,3 +155,35 @@ class FakeStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog
 
     def log_retrieval(self, record):
         self.log.append(dict(record))
+
+
+CONVERSATION = [
+    "Caroline went to the LGBTQ support group yesterday",
+    "Melanie painted a sunrise over the lake",
+    "Caroline is researching adoption agencies",
+    "Melanie's kids love the beach",
+    "Caroline gave a talk at the school about her journey",
+    "Melanie signed up for a pottery class",
+]
+
+
+def conversation_store(identity: EmbeddingIdentity | None = IDENTITY) -> FakeStore:
+    """One session of six turns, the entity Caroline with MENTIONS edges, a pinned and a DEPRECATED memory."""
+    caroline = make_object("Caroline", "Caroline", node_type=NodeType.ENTITY, entity_canonical_name="Caroline")
+    turns = [make_object(f"t{i}", text, days=i, session_id="s1", session_seq=i) for i, text in enumerate(CONVERSATION)]
+    pin = make_object("pin", "Caroline prefers short answers", salience=1.0, node_type=NodeType.PREFERENCE)
+    old = make_object("old", "Caroline used to live in Ohio", epistemic_type="DEPRECATED")
+    edges = [Edge(i + 1, t.id, caroline.id, "MENTIONS", 0.9) for i, t in enumerate(turns) if "Caroline" in t.content]
+    return FakeStore([caroline, *turns, pin, old], edges, identity=identity)
+
+
+def claim(name, subject, predicate, object_, *, polarity="positive", value=None, unit=None, source=None,
+          evidence=None, **fields) -> MemoryObject:
+    """A FACT named `name` (its content is "memory <name>") with a claim, and a quantity when `value` is given."""
+    fields.setdefault("node_type", NodeType.FACT)
+    fields.setdefault("evidence_refs", (f"dia-{name}",) if evidence is None else evidence)
+    assertion = Assertion(subject=subject, predicate=predicate, object=object_, polarity=polarity)
+    quantity = None
+    if value is not None:
+        quantity = Quantity(value=value, unit=unit, source_text=source or f"it came to {value} {unit} in all")
+    return make_object(name, f"memory {name}", assertion=assertion, quantity=quantity, **fields)

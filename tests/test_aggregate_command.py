@@ -7,8 +7,7 @@ import pytest
 from rms_retrieval.dataflows.cli import main
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, NodeType
-from tests.factories import FakeEncoder, make_object, oid
-from tests.test_aggregation import claim
+from tests.factories import FakeEncoder, claim, make_object, oid
 
 OBJECTS = [
     claim("s1", "I", "spent on", "coffee", value="0.10", unit="$", days=1),

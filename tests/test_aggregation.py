@@ -12,25 +12,13 @@ from rms_retrieval.stores.aggregation import (
     aggregate_assertions,
     aggregate_quantities,
 )
-from rms_retrieval.stores.claims import Assertion, Quantity
+from rms_retrieval.stores.claims import Quantity
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
 from rms_retrieval.stores.visibility import RetrievalMode
-from tests.factories import BASE_TIME, FakeEncoder, make_object, oid
+from tests.factories import BASE_TIME, FakeEncoder, claim, make_object, oid
 
 ALL_STATES = tuple(LifecycleState)
-
-
-def claim(name, subject, predicate, object_, *, polarity="positive", value=None, unit=None, source=None,
-          evidence=None, **fields) -> MemoryObject:
-    """A FACT named `name` (its content is "memory <name>") with a claim, and a quantity when `value` is given."""
-    fields.setdefault("node_type", NodeType.FACT)
-    fields.setdefault("evidence_refs", (f"dia-{name}",) if evidence is None else evidence)
-    assertion = Assertion(subject=subject, predicate=predicate, object=object_, polarity=polarity)
-    quantity = None
-    if value is not None:
-        quantity = Quantity(value=value, unit=unit, source_text=source or f"it came to {value} {unit} in all")
-    return make_object(name, f"memory {name}", assertion=assertion, quantity=quantity, **fields)
 
 
 def name_of(object_id) -> str:

@@ -15,8 +15,7 @@ from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings, S
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import NodeType
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
-from tests.factories import BASE_TIME, FakeEncoder, FakeStore, make_object, make_request
-from tests.test_pipeline import _store
+from tests.factories import BASE_TIME, FakeEncoder, FakeStore, conversation_store, make_object, make_request
 
 
 def _retrieve(store, query="What did Caroline do at the support group?", settings=None, **kw):
@@ -28,7 +27,7 @@ def test_all_four_candidate_generation_paths_must_be_implemented():
     dr = build_driver()
     for node in ("vector_candidates", "lexical_candidates", "graph_candidates", "pinned_candidates"):
         assert node in {v.name for v in dr.list_available_variables()}
-    paths = {p for item in _retrieve(_store()).bundle.items for p in item.paths}
+    paths = {p for item in _retrieve(conversation_store()).bundle.items for p in item.paths}
     assert {PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED} <= paths
 
 
@@ -38,14 +37,14 @@ def test_epistemic_filtering_must_occur_before_scoring():
     assert "filtered_candidates" in upstream
     assert set(inspect.signature(scoring.fused_scores__rrf).parameters) >= {"filtered_candidates"}
     assert "merged_candidates" not in inspect.signature(scoring.fused_scores__rrf).parameters
-    result = _retrieve(_store(), extra_nodes=["fused_scores", "filtered_candidates"])
+    result = _retrieve(conversation_store(), extra_nodes=["fused_scores", "filtered_candidates"])
     excluded = {str(k) for k in result.nodes["filtered_candidates"].excluded}
     assert excluded and excluded.isdisjoint(set(result.nodes["fused_scores"]["object_id"]))
 
 
 def test_composite_score_formula_version_1_must_include_all_eight_inputs():
     settings = RetrievalSettings(scoring=ScoringSettings(fusion="weighted"))
-    frame = _retrieve(_store(), settings=settings, extra_nodes=["fused_scores"]).nodes["fused_scores"]
+    frame = _retrieve(conversation_store(), settings=settings, extra_nodes=["fused_scores"]).nodes["fused_scores"]
     for column in ("semantic_relevance", "lexical", "graph_proximity", "recency", "salience", "confidence",
                    "epistemic_factor", "path_count"):
         assert frame[column].notna().all(), column
@@ -61,7 +60,7 @@ def test_weights_must_sum_to_one_excluding_epistemic_multiplier_and_path_tiebrea
 
 
 def test_embedding_version_mismatch_must_be_detected_and_handled():
-    store = FakeStore(list(_store().objects.values()), identity=EmbeddingIdentity("other", "f" * 16, 4))
+    store = FakeStore(list(conversation_store().objects.values()), identity=EmbeddingIdentity("other", "f" * 16, 4))
     bundle = _retrieve(store).bundle
     assert bundle.retrieval_metadata["embedding_mismatch"] is True
     assert all(PathType.VECTOR not in item.paths for item in bundle.items)
@@ -72,7 +71,7 @@ def test_embedding_version_mismatch_must_be_detected_and_handled():
 
 
 def test_every_retrieval_request_must_generate_a_retrieval_log_record():
-    store = _store()
+    store = conversation_store()
     result = _retrieve(store)
     assert store.log[-1]["op_type"] == "RETRIEVAL_REQUEST"
     payload = store.log[-1]["payload"]
@@ -89,7 +88,7 @@ def test_every_retrieval_request_must_generate_a_retrieval_log_record():
 
 
 def test_retrieval_must_be_deterministic_given_identical_inputs():
-    store = _store()
+    store = conversation_store()
     first = _retrieve(store).bundle.to_json()
     assert all(_retrieve(store).bundle.to_json() == first for _ in range(20))
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from rms_retrieval.nodes.models import PathType
+from rms_retrieval.nodes.models import PRIMARY_PATHS, PathType
 from rms_retrieval.nodes.settings import (
     CandidateSettings,
     PackingSettings,
@@ -16,31 +16,15 @@ from rms_retrieval.nodes.settings import (
     RetrievalSettings,
     ScoringSettings,
 )
-from rms_retrieval.stores.models import NodeType
-from rms_retrieval.stores.protocols import Edge
-from tests.factories import FakeEncoder, FakeStore, make_object, make_request, oid
+from rms_retrieval.stores.errors import EmbeddingMismatchError
+from rms_retrieval.stores.protocols import EmbeddingIdentity
+from tests.factories import FakeEncoder, FakeStore, conversation_store, make_request, oid
 
-TURNS = [
-    "Caroline went to the LGBTQ support group yesterday",
-    "Melanie painted a sunrise over the lake",
-    "Caroline is researching adoption agencies",
-    "Melanie's kids love the beach",
-    "Caroline gave a talk at the school about her journey",
-    "Melanie signed up for a pottery class",
-]
-
-
-def _store() -> FakeStore:
-    caroline = make_object("Caroline", "Caroline", node_type=NodeType.ENTITY, entity_canonical_name="Caroline")
-    turns = [make_object(f"t{i}", text, days=i, session_id="s1", session_seq=i) for i, text in enumerate(TURNS)]
-    pin = make_object("pin", "Caroline prefers short answers", salience=1.0, node_type=NodeType.PREFERENCE)
-    old = make_object("old", "Caroline used to live in Ohio", epistemic_type="DEPRECATED")
-    edges = [Edge(i + 1, t.id, caroline.id, "MENTIONS", 0.9) for i, t in enumerate(turns) if "Caroline" in t.content]
-    return FakeStore([caroline, *turns, pin, old], edges)
+OTHER_MODEL = EmbeddingIdentity("other-model", "f" * 16, 4)
 
 
 def _run(settings: RetrievalSettings, store=None, query="What did Caroline do at the support group?"):
-    store = store or _store()
+    store = store or conversation_store()
     request = make_request(query)
     return build_driver(settings).execute(
         [FINAL_NODE, "fused_scores"], inputs=pipeline_inputs(store, request, settings, FakeEncoder())
@@ -75,8 +59,22 @@ def test_every_configuration_builds_and_executes(name):
     assert bundle.retrieval_metadata["excluded"][str(oid("old"))] == "DEPRECATED"
     if PathType.PINNED in settings.candidates.enabled_paths:
         assert bundle.items[0].id == oid("pin")  # pinned first
-    else:
-        assert oid("pin") not in {i.id for i in bundle.items if PathType.PINNED in i.paths}
+    # A path switched off reaches no item.
+    assert {path for item in bundle.items for path in item.paths} & PRIMARY_PATHS <= settings.candidates.enabled_paths
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGURATIONS))
+def test_a_store_embedded_by_another_model_is_refused_or_answered_without_vectors(name):
+    settings = CONFIGURATIONS[name]
+    store = conversation_store(identity=OTHER_MODEL)
+    if settings.candidates.on_embedding_mismatch == "error":
+        with pytest.raises(EmbeddingMismatchError, match="EMBEDDING_VERSION_MISMATCH"):
+            _run(settings, store)
+        return
+    bundle = _run(settings, store)[FINAL_NODE]
+    vector_on = PathType.VECTOR in settings.candidates.enabled_paths
+    assert bundle.retrieval_metadata["embedding_mismatch"] is vector_on
+    assert all(PathType.VECTOR not in item.paths for item in bundle.items)
 
 
 def test_all_four_candidate_paths_run_and_reach_the_bundle():
@@ -86,7 +84,7 @@ def test_all_four_candidate_paths_run_and_reach_the_bundle():
 
 
 def test_one_hundred_repeats_give_byte_identical_bundles():
-    store = _store()
+    store = conversation_store()
     first = _run(RetrievalSettings(), store)[FINAL_NODE].to_json()
     assert all(_run(RetrievalSettings(), store)[FINAL_NODE].to_json() == first for _ in range(100))
 
@@ -109,7 +107,9 @@ class _ShuffledStore(FakeStore):
         return found
 
     def edges_touching(self, nodes, namespaces, min_confidence):
-        return super().edges_touching(nodes, namespaces, min_confidence)
+        found = super().edges_touching(nodes, namespaces, min_confidence)
+        self._random.shuffle(found)
+        return found
 
     def session_neighbours(self, triggers, window):
         found = super().session_neighbours(triggers, window)
@@ -117,9 +117,11 @@ class _ShuffledStore(FakeStore):
         return found
 
 
-def test_the_order_candidates_arrive_in_does_not_change_the_bundle():
-    base = _store()
-    expected = _run(RetrievalSettings(), base)[FINAL_NODE].to_json()
+@pytest.mark.parametrize("name", ["defaults", "graph_ranked_list", "weighted"])
+def test_the_order_candidates_arrive_in_does_not_change_the_bundle(name):
+    settings = CONFIGURATIONS[name]
+    base = conversation_store()
+    expected = _run(settings, base)[FINAL_NODE].to_json()
     for seed in range(10):
         shuffled = _ShuffledStore(list(base.objects.values()), base.edges, seed=seed)
-        assert _run(RetrievalSettings(), shuffled)[FINAL_NODE].to_json() == expected
+        assert _run(settings, shuffled)[FINAL_NODE].to_json() == expected

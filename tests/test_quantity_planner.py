@@ -9,8 +9,7 @@ from rms_retrieval.stores.quantity_planner import (
     aggregate_quantities_from_text,
     plan_quantity_question,
 )
-from tests.factories import FakeEncoder
-from tests.test_aggregation import claim
+from tests.factories import FakeEncoder, claim
 
 
 def plan(question: str):
