@@ -11,7 +11,7 @@ LOCOMO ?= ../shared/data/locomo10.json
 PIP_FLAGS := --quiet --disable-pip-version-check
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install system-deps demo test bench dag clean
+.PHONY: install system-deps demo test bench dag modules clean
 
 # Graphviz's `dot` draws the DAG pictures (rms dag, the notebook, their tests).
 system-deps:
@@ -40,6 +40,10 @@ bench: install
 dag: install
 	$(RMS) dag --out docs/retrieval_dag.svg
 	$(RMS) dag --out docs/retrieval_dag.png
+
+# The module and import diagram (docs/modules.md), redrawn from the source; standard library only.
+modules:
+	$(PYTHON) docs/module_graph.py
 
 clean:
 	rm -rf $(VENV) .rms bench-out .pytest_cache build dist
