@@ -119,9 +119,9 @@ def name_key(name: str) -> str:
 
 def first_name_word(name: str) -> str:
     """The first name word of `name`, cheaply: query analysis asks it of every catalog name."""
-    head = name.split(maxsplit=1)
-    if head and head[0].isascii() and head[0].isalnum():
-        return head[0].lower()
+    head = name.partition(" ")[0]
+    if head.isalnum() and head.isascii():
+        return head.lower()
     return next(iter(name_words(name)), "")
 
 
