@@ -130,6 +130,7 @@ class NameMatcher:
 
     def __init__(self) -> None:
         self._ids: dict[str, set[UUID]] = {}
+        self._first_words: set[str] = set()  # where in a text a name can start
         self._longest = 0
 
     def add(self, object_id: UUID, name: str) -> str | None:
@@ -138,6 +139,7 @@ class NameMatcher:
         if len(key) < 2:
             return None
         self._ids.setdefault(key, set()).add(object_id)
+        self._first_words.add(key.partition(" ")[0])
         self._longest = max(self._longest, key.count(" ") + 1)
         return key
 
@@ -148,11 +150,12 @@ class NameMatcher:
     def names_in(self, text: str) -> list[str]:
         """The keys of the names occurring in `text`: one-word names first, each size in text order."""
         words = name_words(text)
+        starts = [start for start, word in enumerate(words) if word in self._first_words]
         found: dict[str, None] = {}
-        for size in range(1, min(self._longest, len(words)) + 1):
-            for start in range(len(words) - size + 1):
+        for size in range(1, self._longest + 1):
+            for start in starts:
                 key = " ".join(words[start : start + size])
-                if key in self._ids:
+                if start + size <= len(words) and key in self._ids:
                     found.setdefault(key)
         return list(found)
 
