@@ -154,8 +154,7 @@ class NameMatcher:
         found: dict[str, None] = {}
         for size in range(1, self._longest + 1):
             for start in starts:
-                key = " ".join(words[start : start + size])
-                if start + size <= len(words) and key in self._ids:
+                if start + size <= len(words) and (key := " ".join(words[start : start + size])) in self._ids:
                     found.setdefault(key)
         return list(found)
 
