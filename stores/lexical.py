@@ -212,9 +212,9 @@ class _Part:
     """One segment's rows of one namespace, postings sliced by term."""
 
     slices: Mapping[str, tuple[int, int]]
-    rows: np.ndarray  # int64 per posting, row within the part
-    tfs: np.ndarray  # float64 per posting
-    lengths: np.ndarray  # float64 per posting: its row's document length
+    rows: np.ndarray  # int32 per posting, row within the part
+    tfs: np.ndarray  # int32 per posting
+    lengths: np.ndarray  # int32 per posting: its row's document length
     object_ids: np.ndarray  # object array of UUID per row
     id_keys: np.ndarray  # (rows, 2) uint64: the ids' big-endian halves, for vectorised tie order
     num_docs: int
@@ -230,7 +230,7 @@ def _namespace_parts(postings: TermPostings, namespaces: Sequence[str], object_i
     parts = {}
     for code, name in enumerate(names):
         members = np.flatnonzero(row_namespace == code)
-        local_row = np.full(postings.num_rows, -1, dtype=np.int64)
+        local_row = np.full(postings.num_rows, -1, dtype=np.int32)
         local_row[members] = np.arange(len(members))
         chosen = np.flatnonzero(posting_namespace == code)
         term_ids = postings.term_ids[chosen]
@@ -241,8 +241,8 @@ def _namespace_parts(postings: TermPostings, namespaces: Sequence[str], object_i
             slices=MappingProxyType(dict(zip(postings.vocabulary[term_ids[starts]].tolist(),
                                              zip(starts.tolist(), ends.tolist())))),
             rows=_frozen(local_row[global_rows]),
-            tfs=_frozen(postings.tfs[chosen].astype(np.float64)),
-            lengths=_frozen(postings.lengths[global_rows].astype(np.float64)),
+            tfs=_frozen(postings.tfs[chosen]),
+            lengths=_frozen(postings.lengths[global_rows]),
             object_ids=_frozen(ids[members]),
             id_keys=_frozen(id_keys[members].astype(np.uint64)),
             num_docs=len(members),
@@ -311,11 +311,12 @@ class Bm25Index:
                 continue
             df = sum(end - start for (start, end), _, _ in hits)
             idf = np.log10((num_docs - df + 0.5) / (df + 0.5) + 1)
-            tf = np.concatenate([part.tfs[start:end] for (start, end), part, _ in hits])
-            length = np.concatenate([part.lengths[start:end] for (start, end), part, _ in hits])
+            # Integers are exact in float64, so these equal DuckDB's BIGINT-to-DOUBLE operands.
+            tf = np.concatenate([part.tfs[start:end] for (start, end), part, _ in hits]).astype(np.float64)
+            length = np.concatenate([part.lengths[start:end] for (start, end), part, _ in hits]).astype(np.float64)
             # match_bm25's expression, operation for operation, so each subscore is bit-identical.
             subscores.append(idf * ((tf * (BM25_K1 + 1)) / (tf + (BM25_K1 * ((1 - BM25_B) + (BM25_B * (length / avgdl)))))))
-            keys.append(np.concatenate([part.rows[start:end] + offset for (start, end), part, offset in hits]))
+            keys.append(np.concatenate([part.rows[start:end].astype(np.int64) + offset for (start, end), part, offset in hits]))
         if not keys:
             return []
         sums = np.bincount(np.concatenate(keys), weights=np.concatenate(subscores), minlength=int(offsets[-1]))

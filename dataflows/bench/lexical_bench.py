@@ -1,0 +1,142 @@
+"""Lexical search latency of `stores.lexical.Bm25Index` at LoCoMo size and on a synthetic corpus.
+
+Run: `python -m rms_retrieval.dataflows.bench.lexical_bench [--locomo PATH] [--synthetic N]`.
+Each query asks one namespace. "cold" is a query's first search (DuckDB analyses the text);
+"warm" repeats it (the analysis is cached, so it is numpy alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import UUID, uuid5, NAMESPACE_URL
+
+import numpy as np
+
+from rms_retrieval.dataflows.bench.metrics import latency_percentiles
+from rms_retrieval.stores.lexical import Bm25Index, query_terms, term_postings
+
+SEGMENT_ROWS = 100_000
+SEARCH_LIMIT = 200
+SYNTHETIC_NAMESPACES = 10
+SYNTHETIC_VOCABULARY = 50_000
+SYNTHETIC_WORDS_PER_DOCUMENT = 14
+_LETTERS = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+
+
+@dataclass(frozen=True)
+class LexicalCorpus:
+    """Documents as the store analyses them, with their namespaces and ids, and the queries to ask."""
+
+    documents: list[tuple[str, str | None]]
+    namespaces: list[str]
+    object_ids: list[UUID]
+    queries: list[tuple[str, str]]  # (text, namespace)
+
+
+@dataclass(frozen=True)
+class LexicalReport:
+    documents: int
+    build_seconds: float
+    cold_ms: dict[str, float | int]
+    warm_ms: dict[str, float | int]
+
+    def lines(self, label: str) -> list[str]:
+        def show(figures: dict[str, float | int]) -> str:
+            return " ".join(f"{name} {value}" if name == "n" else f"{name} {value:.3f}" for name, value in figures.items())
+
+        return [
+            f"{label}: {self.documents:,} documents, built in {self.build_seconds:.1f} s "
+            f"({SEGMENT_ROWS:,}-row segments)",
+            f"  cold per query (ms): {show(self.cold_ms)}",
+            f"  warm per query (ms): {show(self.warm_ms)}",
+        ]
+
+
+def locomo_corpus(path: Path) -> LexicalCorpus:
+    """LoCoMo's speakers and turns, one namespace per conversation; its questions, each to its own."""
+    from rms_retrieval.dataflows.ingest import locomo_objects
+    from rms_retrieval.dataflows.locomo import load_locomo
+
+    dataset = load_locomo(path)
+    objects = locomo_objects(dataset)
+    return LexicalCorpus(
+        documents=[(obj.content, obj.entity_canonical_name) for obj in objects],
+        namespaces=[obj.namespace for obj in objects],
+        object_ids=[obj.id for obj in objects],
+        queries=[(question.question, question.sample_id) for question in dataset.questions],
+    )
+
+
+def _synthetic_words(count: int, seed: int) -> np.ndarray:
+    """Distinct letter-only words (digits would be tokenised away), Zipf-ranked by position."""
+    generator = np.random.default_rng(seed)
+    lengths = generator.integers(4, 10, size=count * 2)
+    words = ["".join(_LETTERS[generator.integers(0, 26, size=length)]) for length in lengths]
+    return np.array(list(dict.fromkeys(words))[:count], dtype=object)
+
+
+def synthetic_corpus(size: int, queries: int = 200, seed: int = 7) -> LexicalCorpus:
+    """`size` documents of Zipf-distributed words over ten namespaces, and `queries` 2-6 word queries."""
+    generator = np.random.default_rng(seed)
+    words = _synthetic_words(SYNTHETIC_VOCABULARY, seed)
+    ranks = np.minimum(generator.zipf(1.15, size=size * SYNTHETIC_WORDS_PER_DOCUMENT), len(words)) - 1
+    rows = words[ranks].reshape(size, SYNTHETIC_WORDS_PER_DOCUMENT)
+    documents = [(" ".join(row), None) for row in rows.tolist()]
+    namespaces = [f"namespace-{index % SYNTHETIC_NAMESPACES}" for index in range(size)]
+    asked = []
+    for _ in range(queries):
+        count = int(generator.integers(2, 7))
+        picked = words[np.minimum(generator.zipf(1.15, size=count), len(words)) - 1]
+        asked.append((" ".join(picked.tolist()), f"namespace-{int(generator.integers(0, SYNTHETIC_NAMESPACES))}"))
+    return LexicalCorpus(documents, namespaces, [uuid5(NAMESPACE_URL, f"doc-{i}") for i in range(size)], asked)
+
+
+def build_index(corpus: LexicalCorpus) -> Bm25Index:
+    index = Bm25Index.empty()
+    for start in range(0, len(corpus.documents), SEGMENT_ROWS):
+        stop = start + SEGMENT_ROWS
+        postings = term_postings(corpus.documents[start:stop])
+        index = index.with_segment(postings, corpus.namespaces[start:stop], corpus.object_ids[start:stop])
+    return index
+
+
+def measure(corpus: LexicalCorpus) -> LexicalReport:
+    """Build the index, then time every query cold and then warm."""
+    started = time.perf_counter()
+    index = build_index(corpus)
+    build_seconds = time.perf_counter() - started
+    query_terms.cache_clear()
+    timings: dict[str, list[float]] = {"cold": [], "warm": []}
+    for phase in timings:
+        for text, namespace in corpus.queries:
+            started = time.perf_counter()
+            index.search(text, [namespace], SEARCH_LIMIT)
+            timings[phase].append(time.perf_counter() - started)
+    return LexicalReport(
+        documents=len(corpus.documents),
+        build_seconds=build_seconds,
+        cold_ms=latency_percentiles(timings["cold"]),
+        warm_ms=latency_percentiles(timings["warm"]),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--locomo", type=Path, help="locomo10.json (skipped when omitted)")
+    parser.add_argument("--synthetic", type=int, default=1_000_000, help="synthetic corpus size (0 skips)")
+    args = parser.parse_args(argv)
+    if args.synthetic < 0:
+        parser.error(f"--synthetic must be 0 or more, not {args.synthetic}")
+    if args.locomo is not None:
+        print("\n".join(measure(locomo_corpus(args.locomo)).lines("LoCoMo")), flush=True)
+    if args.synthetic:
+        print("\n".join(measure(synthetic_corpus(args.synthetic)).lines("synthetic")), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
