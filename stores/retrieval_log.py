@@ -222,7 +222,9 @@ class RetrievalLogWriter:
 
     def _segment(self, incoming: int) -> int:
         if self._fd is not None and self._pid != os.getpid():
-            # A forked child shares the parent's descriptor and lock; it gets a segment of its own.
+            # A forked child shares the parent's open segment (and its lock, which lasts while any
+            # copy of the descriptor is open): it drops its copy and gets a segment of its own.
+            os.close(self._fd)
             self._fd, self._path = None, None
         if self._fd is not None and self._size and self._size + incoming > self.max_segment_bytes:
             self._release()
@@ -314,37 +316,53 @@ def _records_forwards(handle: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]
                 yield parsed
 
 
-def read_records(directory: Path, limit: int | None = None) -> list[dict[str, Any]]:
-    """Every segment's records merged in time order, oldest first; with `limit`, the newest `limit`,
-    read from the files' ends (O(limit), not O(log))."""
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must be 0 or more, not {limit}")
-    if limit == 0:
-        return []
-    directory = Path(directory)
+def _open_segments(directory: Path) -> list[IO[bytes]]:
+    """Open every segment a reader reads, listing again if a compaction replaced one meanwhile."""
     for attempt in range(_READ_ATTEMPTS):
         handles: list[IO[bytes]] = []
         try:
             for path in _segments(directory)[0]:
                 handles.append(open(path, "rb"))
+            return handles
         except FileNotFoundError:
-            # A compaction replaced a segment between listing and opening: list again.
             for handle in handles:
                 handle.close()
             if attempt == _READ_ATTEMPTS - 1:
                 raise
-            continue
-        try:
-            if limit is None:
-                merged = heapq.merge(*map(_records_forwards, handles), key=lambda entry: entry[0])
-                return [_decode_embedding(record) for _, record in merged]
-            newest = heapq.merge(*map(_records_backwards, handles), key=lambda entry: entry[0], reverse=True)
-            chosen = [record for _, (_, record) in zip(range(limit), newest)]
-            return [_decode_embedding(record) for record in reversed(chosen)]
-        finally:
-            for handle in handles:
-                handle.close()
     raise AssertionError("unreachable")
+
+
+def records_newest_first(directory: Path) -> Iterator[dict[str, Any]]:
+    """Every segment's records, newest first, read lazily from the files' ends: finding a recent
+    record (replay by request id) costs what lies after it, not the whole log."""
+    handles = _open_segments(Path(directory))
+    try:
+        newest = heapq.merge(*map(_records_backwards, handles), key=lambda entry: entry[0], reverse=True)
+        for _, record in newest:
+            yield _decode_embedding(record)
+    finally:
+        for handle in handles:
+            handle.close()
+
+
+def read_records(directory: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """Every segment's records merged in time order, oldest first; with `limit`, the newest `limit`,
+    read from the files' ends (O(limit), not O(log))."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be 0 or more, not {limit}")
+    if limit is not None:
+        newest = records_newest_first(directory)
+        try:
+            return list(reversed([record for _, record in zip(range(limit), newest)]))
+        finally:
+            newest.close()
+    handles = _open_segments(Path(directory))
+    try:
+        merged = heapq.merge(*map(_records_forwards, handles), key=lambda entry: entry[0])
+        return [_decode_embedding(record) for _, record in merged]
+    finally:
+        for handle in handles:
+            handle.close()
 
 
 # ----- compaction --------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from rms_retrieval.stores.retrieval_log import (
     compact,
     log_size,
     read_records,
+    records_newest_first,
     source_fingerprint,
 )
 
@@ -333,3 +334,32 @@ def test_code_identity_names_the_version_and_the_source():
     assert identity["package_version"] and len(identity["dag_fingerprint"]) == 64
     assert identity["dag_fingerprint"] == source_fingerprint([retrieval_log, errors])
     assert source_fingerprint([errors]) != identity["dag_fingerprint"]
+
+
+def test_newest_first_is_lazy_and_closes_its_files(tmp_path):
+    with RetrievalLogWriter(tmp_path, max_segment_bytes=20_000) as writer:
+        for sequence in range(500):
+            writer.append(_record(sequence))
+    newest = records_newest_first(tmp_path)
+    assert [next(newest)["sequence"] for _ in range(3)] == [499, 498, 497]
+    newest.close()
+    assert [record["sequence"] for record in records_newest_first(tmp_path)] == list(range(499, -1, -1))
+
+
+def test_a_forked_child_writes_a_segment_of_its_own(tmp_path):
+    writer = RetrievalLogWriter(tmp_path)
+    writer.append(_record(0, "parent"))
+    parent_segment = writer.path
+    child = os.fork()
+    if child == 0:
+        try:
+            writer.append(_record(0, "child"))
+            writer.close()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    writer.append(_record(1, "parent"))
+    writer.close()
+    assert len(list(tmp_path.glob("*.jsonl"))) == 2
+    assert [r["sequence"] for r in read_records(tmp_path) if r["writer"] == "parent"] == [0, 1]
+    assert len(parent_segment.read_bytes().splitlines()) == 2
