@@ -42,6 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rms_retrieval.stores.errors import StoreError
 
+# The log's directory inside a store directory.
+LOG_DIRECTORY = "log"
 SEGMENT_SUFFIX = ".jsonl"
 MERGED_PREFIX = "merged-"
 EMBEDDING_ENCODING = "float32le_base64"

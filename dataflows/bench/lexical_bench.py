@@ -57,12 +57,15 @@ class LexicalReport:
 
 
 def locomo_corpus(path: Path) -> LexicalCorpus:
-    """LoCoMo's speakers and turns, one namespace per conversation; its questions, each to its own."""
+    """LoCoMo as the store holds it (speakers, turns and the entities `add` extracts), one namespace
+    per conversation; its questions, each asked of its own conversation."""
     from rms_retrieval.dataflows.ingest import locomo_objects
     from rms_retrieval.dataflows.locomo import load_locomo
+    from rms_retrieval.stores.entity_graph import entity_graph
 
     dataset = load_locomo(path)
-    objects = locomo_objects(dataset)
+    turns = locomo_objects(dataset)
+    objects = [*turns, *entity_graph(turns, [], {}).entities]
     return LexicalCorpus(
         documents=[(obj.content, obj.entity_canonical_name) for obj in objects],
         namespaces=[obj.namespace for obj in objects],
