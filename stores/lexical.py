@@ -70,6 +70,9 @@ QUERY_TERMS = "SELECT DISTINCT stem(unnest(fts_main_lexicon.tokenize($text)), 'p
 _QUERY_CACHE_SIZE = 8192
 
 
+_INHERITED_CONNECTIONS: list[duckdb.DuckDBPyConnection] = []
+
+
 class _Analyzer:
     """One in-memory DuckDB per process (a connection must not cross a fork), used under a lock."""
 
@@ -79,7 +82,12 @@ class _Analyzer:
         self._pid = -1
 
     def _ready(self) -> duckdb.DuckDBPyConnection:
-        if self._connection is None or self._pid != os.getpid():
+        if self._connection is not None and self._pid != os.getpid():
+            # Destroying the parent's connection in a forked child would join threads the child
+            # does not have (std::terminate), so the child keeps it, unused, for its lifetime.
+            _INHERITED_CONNECTIONS.append(self._connection)
+            self._connection = None
+        if self._connection is None:
             connection = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
             connection.execute(LOAD_FTS)
             for statement in CREATE_LEXICON:

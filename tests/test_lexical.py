@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from uuid import UUID, uuid5, NAMESPACE_URL
+import os
+import threading
+from uuid import NAMESPACE_URL, UUID, uuid5
 
 import duckdb
 import numpy as np
@@ -231,3 +233,42 @@ def test_query_terms_are_distinct_porter_stems_of_the_fts_tokens():
     assert query_terms("Running runs RUN, ran!") == ("ran", "run")
     assert query_terms("") == ()
     assert query_terms("Café") == ("cafe",)
+
+
+def test_threads_search_one_index_at_once():
+    documents = CORPUS * 5
+    ids = _ids(len(documents))
+    index = _index(documents, ids, ["n"] * len(documents), segment_size=7)
+    texts = [f"{text} extra{index}" for index, text in enumerate(QUERIES * 4)]  # uncached: DuckDB analyses each
+    expected = {text: index.search(text, ["n"], 20) for text in texts}
+    query_terms.cache_clear()
+    results: dict[str, list] = {}
+
+    def search(chunk: list[str]) -> None:
+        for text in chunk:
+            results[text] = index.search(text, ["n"], 20)
+
+    threads = [threading.Thread(target=search, args=(texts[start::6],)) for start in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == expected
+
+
+def test_a_forked_child_analyses_with_its_own_connection():
+    expected = term_postings(CORPUS)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            postings = term_postings(CORPUS)
+            same = all(np.array_equal(getattr(postings, n), getattr(expected, n))
+                       for n in ("vocabulary", "term_ids", "rows", "tfs", "lengths"))
+            os.write(write, b"1" if same else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    assert os.read(read, 1) == b"1"
+    os.close(read)
