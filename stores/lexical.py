@@ -32,10 +32,10 @@ BM25_B = 0.75
 BM25_TIE_DECIMALS = 9
 
 DUCKDB_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-_FTS_EXTENSION = os.path.join(
+FTS_EXTENSION = os.path.join(
     os.path.dirname(duckdb_extension_fts.__file__), "extensions", "v" + duckdb.__version__, "fts.duckdb_extension"
 )
-LOAD_FTS = "LOAD '" + _FTS_EXTENSION.replace("'", "''") + "'"
+SINGLE_THREADED = "SET threads = 1"
 # A one-row index whose schema lends us DuckDB's own analyser: the `tokenize` macro and the
 # stopword table that create_fts_index writes, with the stemmer and stopwords named explicitly.
 CREATE_LEXICON = (
@@ -89,7 +89,10 @@ class _Analyzer:
             self._connection = None
         if self._connection is None:
             connection = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
-            connection.execute(LOAD_FTS)
+            connection.load_extension(FTS_EXTENSION)
+            # Statements here are small and frequent: handing them to a second thread costs more
+            # than it saves (query analysis p50 0.7 ms instead of 2-4 ms on a loaded 2-core box).
+            connection.execute(SINGLE_THREADED)
             for statement in CREATE_LEXICON:
                 connection.execute(statement)
             self._connection, self._pid = connection, os.getpid()

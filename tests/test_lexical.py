@@ -12,7 +12,7 @@ import pytest
 
 from rms_retrieval.stores.lexical import (
     DUCKDB_CONFIG,
-    LOAD_FTS,
+    FTS_EXTENSION,
     Bm25Index,
     TermPostings,
     query_terms,
@@ -54,7 +54,7 @@ def _ids(count: int, salt: str = "") -> list[UUID]:
 
 def _reference(documents, ids, text: str) -> dict[UUID, float]:
     connection = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
-    connection.execute(LOAD_FTS)
+    connection.load_extension(FTS_EXTENSION)
     connection.execute(REFERENCE_TABLE)
     connection.executemany(REFERENCE_INSERT, [(str(i), c, n) for i, (c, n) in zip(ids, documents)])
     connection.execute(REFERENCE_INDEX)
@@ -92,7 +92,7 @@ def test_postings_match_the_fts_index_tables():
     """Terms, tf and document lengths are those create_fts_index writes."""
     ids = _ids(len(CORPUS))
     connection = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
-    connection.execute(LOAD_FTS)
+    connection.load_extension(FTS_EXTENSION)
     connection.execute(REFERENCE_TABLE)
     connection.executemany(REFERENCE_INSERT, [(str(i), c, n) for i, (c, n) in zip(ids, CORPUS)])
     connection.execute(REFERENCE_INDEX)
@@ -122,7 +122,7 @@ def test_locomo_questions_match_duckdb(locomo_path):
     questions = [q for q in dataset.questions if q.sample_id == conversation.sample_id][:100]
     assert len(questions) == 100
     connection = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
-    connection.execute(LOAD_FTS)
+    connection.load_extension(FTS_EXTENSION)
     connection.execute(REFERENCE_TABLE)
     connection.executemany(REFERENCE_INSERT, [(str(i), c, n) for i, (c, n) in zip(ids, documents)])
     connection.execute(REFERENCE_INDEX)

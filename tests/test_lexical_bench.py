@@ -34,6 +34,13 @@ def test_main_prints_the_figures(capsys):
     assert "synthetic: 200 documents" in out and "warm per query (ms): p50" in out
 
 
-def test_main_rejects_a_negative_size():
+def test_main_runs_once_per_segment_size(capsys):
+    assert main(["--synthetic", "120", "--segment-rows", "7", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "(7-row segments)" in out and "(1,000-row segments)" in out
+
+
+@pytest.mark.parametrize("arguments", [["--synthetic", "-1"], ["--segment-rows", "0"]])
+def test_main_rejects_bad_sizes(arguments):
     with pytest.raises(SystemExit):
-        main(["--synthetic", "-1"])
+        main(arguments)

@@ -40,6 +40,7 @@ class LexicalCorpus:
 @dataclass(frozen=True)
 class LexicalReport:
     documents: int
+    segment_rows: int
     build_seconds: float
     cold_ms: dict[str, float | int]
     warm_ms: dict[str, float | int]
@@ -50,7 +51,7 @@ class LexicalReport:
 
         return [
             f"{label}: {self.documents:,} documents, built in {self.build_seconds:.1f} s "
-            f"({SEGMENT_ROWS:,}-row segments)",
+            f"({self.segment_rows:,}-row segments)",
             f"  cold per query (ms): {show(self.cold_ms)}",
             f"  warm per query (ms): {show(self.warm_ms)}",
         ]
@@ -98,19 +99,19 @@ def synthetic_corpus(size: int, queries: int = 200, seed: int = 7) -> LexicalCor
     return LexicalCorpus(documents, namespaces, [uuid5(NAMESPACE_URL, f"doc-{i}") for i in range(size)], asked)
 
 
-def build_index(corpus: LexicalCorpus) -> Bm25Index:
+def build_index(corpus: LexicalCorpus, segment_rows: int = SEGMENT_ROWS) -> Bm25Index:
     index = Bm25Index.empty()
-    for start in range(0, len(corpus.documents), SEGMENT_ROWS):
-        stop = start + SEGMENT_ROWS
+    for start in range(0, len(corpus.documents), segment_rows):
+        stop = start + segment_rows
         postings = term_postings(corpus.documents[start:stop])
         index = index.with_segment(postings, corpus.namespaces[start:stop], corpus.object_ids[start:stop])
     return index
 
 
-def measure(corpus: LexicalCorpus) -> LexicalReport:
-    """Build the index, then time every query cold and then warm."""
+def measure(corpus: LexicalCorpus, segment_rows: int = SEGMENT_ROWS) -> LexicalReport:
+    """Build the index from `segment_rows`-row segments, then time every query cold, then warm."""
     started = time.perf_counter()
-    index = build_index(corpus)
+    index = build_index(corpus, segment_rows)
     build_seconds = time.perf_counter() - started
     query_terms.cache_clear()
     timings: dict[str, list[float]] = {"cold": [], "warm": []}
@@ -121,6 +122,7 @@ def measure(corpus: LexicalCorpus) -> LexicalReport:
             timings[phase].append(time.perf_counter() - started)
     return LexicalReport(
         documents=len(corpus.documents),
+        segment_rows=segment_rows,
         build_seconds=build_seconds,
         cold_ms=latency_percentiles(timings["cold"]),
         warm_ms=latency_percentiles(timings["warm"]),
@@ -131,13 +133,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--locomo", type=Path, help="locomo10.json (skipped when omitted)")
     parser.add_argument("--synthetic", type=int, default=1_000_000, help="synthetic corpus size (0 skips)")
+    parser.add_argument("--segment-rows", type=int, nargs="+", default=[SEGMENT_ROWS],
+                        help=f"rows per segment, one run per value (default {SEGMENT_ROWS:,})")
     args = parser.parse_args(argv)
     if args.synthetic < 0:
         parser.error(f"--synthetic must be 0 or more, not {args.synthetic}")
+    if min(args.segment_rows) <= 0:
+        parser.error(f"--segment-rows must be positive, not {min(args.segment_rows)}")
+    corpora = []
     if args.locomo is not None:
-        print("\n".join(measure(locomo_corpus(args.locomo)).lines("LoCoMo")), flush=True)
+        corpora.append(("LoCoMo", locomo_corpus(args.locomo)))
     if args.synthetic:
-        print("\n".join(measure(synthetic_corpus(args.synthetic)).lines("synthetic")), flush=True)
+        corpora.append(("synthetic", synthetic_corpus(args.synthetic)))
+    for label, corpus in corpora:
+        for segment_rows in args.segment_rows:
+            print("\n".join(measure(corpus, segment_rows).lines(label)), flush=True)
     return 0
 
 
