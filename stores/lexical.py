@@ -30,6 +30,7 @@ BM25_B = 0.75
 # Near-equal sums can differ in the last bits with summation order; rounding makes them exact
 # ties, which the object id then breaks (RFC-0005 Section 11).
 BM25_TIE_DECIMALS = 9
+_ROUNDING_MARGIN = 2 * 10.0**-BM25_TIE_DECIMALS
 
 DUCKDB_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 FTS_EXTENSION = os.path.join(
@@ -262,6 +263,20 @@ def _namespace_parts(postings: TermPostings, namespaces: Sequence[str], object_i
     return parts
 
 
+def _subscores(tf: np.ndarray, length: np.ndarray, idf: float, avgdl: float) -> np.ndarray:
+    """match_bm25's `idf * ((tf * (k + 1)) / (tf + (k * ((1 - b) + (b * (len / avgdl))))))`, operation
+    for operation (in place, and IEEE + and * commute exactly), so each subscore is DuckDB's."""
+    norm = length / avgdl
+    norm *= BM25_B
+    norm += 1 - BM25_B
+    norm *= BM25_K1
+    norm += tf
+    scores = tf * (BM25_K1 + 1)
+    scores /= norm
+    scores *= idf
+    return scores
+
+
 def _round_half_away(values: np.ndarray, decimals: int) -> np.ndarray:
     """DuckDB's round(x, d) for x >= 0: std::round(x * 10^d) / 10^d (halves away from zero)."""
     modifier = 10.0**decimals
@@ -325,13 +340,17 @@ class Bm25Index:
             # Integers are exact in float64, so these equal DuckDB's BIGINT-to-DOUBLE operands.
             tf = np.concatenate([part.tfs[start:end] for (start, end), part, _ in hits]).astype(np.float64)
             length = np.concatenate([part.lengths[start:end] for (start, end), part, _ in hits]).astype(np.float64)
-            # match_bm25's expression, operation for operation, so each subscore is bit-identical.
-            subscores.append(idf * ((tf * (BM25_K1 + 1)) / (tf + (BM25_K1 * ((1 - BM25_B) + (BM25_B * (length / avgdl)))))))
+            subscores.append(_subscores(tf, length, idf, avgdl))
             keys.append(np.concatenate([part.rows[start:end].astype(np.int64) + offset for (start, end), part, offset in hits]))
         if not keys:
             return []
         sums = np.bincount(np.concatenate(keys), weights=np.concatenate(subscores), minlength=int(offsets[-1]))
-        matched = np.flatnonzero(sums)  # every subscore is positive, so a match never sums to 0
+        # Every subscore is positive, so a match never sums to 0. Rounding moves a score by at most
+        # half the last decimal, so nothing far below the limit-th raw sum can reach the top.
+        floor = 0.0
+        if limit < len(sums):
+            floor = np.partition(sums, len(sums) - limit)[len(sums) - limit] - _ROUNDING_MARGIN
+        matched = np.flatnonzero(sums > floor) if floor > 0 else np.flatnonzero(sums)
         scores = _round_half_away(sums[matched], BM25_TIE_DECIMALS)
         if len(matched) > limit:
             threshold = np.partition(scores, len(scores) - limit)[len(scores) - limit]

@@ -141,7 +141,10 @@ def test_one_segment_and_many_segments_give_identical_results():
         pieces = _index(documents, ids, namespaces, segment_size=size)
         for text in QUERIES:
             for scope in (["a"], ["b"], ["a", "b"]):
-                assert pieces.search(text, scope, 25) == whole.search(text, scope, 25)
+                everything = whole.search(text, scope, 1_000)
+                assert pieces.search(text, scope, 1_000) == everything
+                for limit in (1, 3, 8):
+                    assert pieces.search(text, scope, limit) == everything[:limit]
 
 
 def test_statistics_cover_the_requested_namespaces_only():
