@@ -40,7 +40,13 @@ def test_main_runs_once_per_segment_size(capsys):
     assert "(7-row segments)" in out and "(1,000-row segments)" in out
 
 
-@pytest.mark.parametrize("arguments", [["--synthetic", "-1"], ["--segment-rows", "0"]])
+def test_a_small_vocabulary_makes_every_query_match_most_documents():
+    corpus = synthetic_corpus(400, queries=10, vocabulary=24)
+    index = build_index(corpus)
+    assert all(len(index.search(text, [namespace], 1_000)) > 40 / 3 for text, namespace in corpus.queries)
+
+
+@pytest.mark.parametrize("arguments", [["--synthetic", "-1"], ["--segment-rows", "0"], ["--vocabulary", "0"]])
 def test_main_rejects_bad_sizes(arguments):
     with pytest.raises(SystemExit):
         main(arguments)

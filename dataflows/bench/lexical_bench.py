@@ -83,10 +83,13 @@ def _synthetic_words(count: int, seed: int) -> np.ndarray:
     return np.array(list(dict.fromkeys(words))[:count], dtype=object)
 
 
-def synthetic_corpus(size: int, queries: int = 200, seed: int = 7) -> LexicalCorpus:
-    """`size` documents of Zipf-distributed words over ten namespaces, and `queries` 2-6 word queries."""
+def synthetic_corpus(
+    size: int, queries: int = 200, seed: int = 7, vocabulary: int = SYNTHETIC_VOCABULARY
+) -> LexicalCorpus:
+    """`size` documents of Zipf-distributed words over ten namespaces, and `queries` 2-6 word
+    queries. A small `vocabulary` is the worst case: every query matches most of its namespace."""
     generator = np.random.default_rng(seed)
-    words = _synthetic_words(SYNTHETIC_VOCABULARY, seed)
+    words = _synthetic_words(vocabulary, seed)
     ranks = np.minimum(generator.zipf(1.15, size=size * SYNTHETIC_WORDS_PER_DOCUMENT), len(words)) - 1
     rows = words[ranks].reshape(size, SYNTHETIC_WORDS_PER_DOCUMENT)
     documents = [(" ".join(row), None) for row in rows.tolist()]
@@ -133,18 +136,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--locomo", type=Path, help="locomo10.json (skipped when omitted)")
     parser.add_argument("--synthetic", type=int, default=1_000_000, help="synthetic corpus size (0 skips)")
+    parser.add_argument("--vocabulary", type=int, default=SYNTHETIC_VOCABULARY,
+                        help=f"distinct words of the synthetic corpus (default {SYNTHETIC_VOCABULARY:,})")
     parser.add_argument("--segment-rows", type=int, nargs="+", default=[SEGMENT_ROWS],
                         help=f"rows per segment, one run per value (default {SEGMENT_ROWS:,})")
     args = parser.parse_args(argv)
     if args.synthetic < 0:
         parser.error(f"--synthetic must be 0 or more, not {args.synthetic}")
+    if args.vocabulary <= 0:
+        parser.error(f"--vocabulary must be positive, not {args.vocabulary}")
     if min(args.segment_rows) <= 0:
         parser.error(f"--segment-rows must be positive, not {min(args.segment_rows)}")
     corpora = []
     if args.locomo is not None:
         corpora.append(("LoCoMo", locomo_corpus(args.locomo)))
     if args.synthetic:
-        corpora.append(("synthetic", synthetic_corpus(args.synthetic)))
+        corpora.append(("synthetic", synthetic_corpus(args.synthetic, vocabulary=args.vocabulary)))
     for label, corpus in corpora:
         for segment_rows in args.segment_rows:
             print("\n".join(measure(corpus, segment_rows).lines(label)), flush=True)
