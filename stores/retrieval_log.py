@@ -237,10 +237,15 @@ class RetrievalLogWriter:
 
     def _open_segment(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        pid, start_ns = os.getpid(), time.time_ns()
-        name = f"{pid}-{start_ns}{SEGMENT_SUFFIX}"
-        opening = self.directory / f".{name}.opening"
-        fd = os.open(opening, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        pid = os.getpid()
+        while True:
+            name = f"{pid}-{time.time_ns()}{SEGMENT_SUFFIX}"
+            opening = self.directory / f".{name}.opening"
+            try:
+                fd = os.open(opening, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                break
+            except FileExistsError:
+                continue  # another writer of this process started in the same nanosecond
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.rename(opening, self.directory / name)
@@ -266,7 +271,7 @@ def _segments(directory: Path) -> tuple[list[Path], list[Path]]:
     """(segments to read, replaced segments a compaction left behind), each sorted by name."""
     try:
         paths = sorted(p for p in directory.iterdir() if p.name.endswith(SEGMENT_SUFFIX) and not p.name.startswith("."))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return [], []
     replaced: set[str] = set()
     for path in paths:
@@ -370,15 +375,17 @@ def read_records(directory: Path, limit: int | None = None) -> list[dict[str, An
 # ----- compaction --------------------------------------------------------------------------------
 
 
-def _closed(path: Path) -> int | None:
-    """A read descriptor holding `path`'s lock if no writer holds it (the segment is closed)."""
+def _closed(path: Path) -> bool:
+    """Whether no writer holds `path`'s lock. A writer locks its segment before naming it and never
+    reopens it once released, so a closed segment stays closed: the answer cannot go stale."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        return False
+    finally:
         os.close(fd)
-        return None
-    return fd
+    return True
 
 
 def _remove_dead_leftovers(directory: Path) -> int:
@@ -391,10 +398,8 @@ def _remove_dead_leftovers(directory: Path) -> int:
             removed += 1
         elif path.name.startswith(".") and path.name.endswith(".opening") and _older_than(path, _OPENING_GRACE_NS):
             # Unlocked is not enough: a writer locks its new file just after creating it.
-            fd = _closed(path)
-            if fd is not None:
+            if _closed(path):
                 path.unlink(missing_ok=True)
-                os.close(fd)
                 removed += 1
     return removed
 
@@ -422,19 +427,13 @@ def compact(directory: Path, retention: LogRetention, *, now_ns: int | None = No
         lock = os.open(directory / _COMPACTION_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as error:
         raise StoreError(f"cannot compact the retrieval log in {directory}: {error}") from error
-    held: list[int] = []
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         segments, leftovers = _segments(directory)
         for path in leftovers:
             path.unlink(missing_ok=True)
         removed = len(leftovers) + _remove_dead_leftovers(directory)
-        closed: list[Path] = []
-        for path in segments:
-            fd = _closed(path)
-            if fd is not None:
-                held.append(fd)
-                closed.append(path)
+        closed = [path for path in segments if _closed(path)]
         if not closed:
             return CompactReport(0, 0, 0, 0, removed, 0, 0, None)
         entries, unreadable, bytes_before = [], 0, 0
@@ -480,8 +479,6 @@ def compact(directory: Path, retention: LogRetention, *, now_ns: int | None = No
     except OSError as error:
         raise StoreError(f"cannot compact the retrieval log in {directory}: {error}") from error
     finally:
-        for fd in held:
-            os.close(fd)
         os.close(lock)
 
 

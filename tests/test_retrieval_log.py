@@ -363,3 +363,15 @@ def test_a_forked_child_writes_a_segment_of_its_own(tmp_path):
     assert len(list(tmp_path.glob("*.jsonl"))) == 2
     assert [r["sequence"] for r in read_records(tmp_path) if r["writer"] == "parent"] == [0, 1]
     assert len(parent_segment.read_bytes().splitlines()) == 2
+
+
+def test_two_writers_in_one_process_write_two_segments(tmp_path):
+    first, second = RetrievalLogWriter(tmp_path), RetrievalLogWriter(tmp_path)
+    for sequence in range(3):
+        first.append(_record(sequence, "first"))
+        second.append(_record(sequence, "second"))
+    assert first.path != second.path
+    assert compact(tmp_path, LogRetention()).segments_merged == 0  # both alive
+    first.close()
+    second.close()
+    assert [r["writer"] for r in read_records(tmp_path)] == ["first", "second"] * 3
