@@ -17,7 +17,7 @@ def test_synthetic_corpus_spreads_over_ten_namespaces_and_finds_its_queries():
 
 def test_measure_times_every_query_cold_and_warm():
     report = measure(synthetic_corpus(300, queries=7))
-    assert report.documents == 300 and report.cold_ms["n"] == report.warm_ms["n"] == 7
+    assert report.documents == 300 and report.cold_ms["n"] == report.warm_ms["n"] == report.warm_cpu_ms["n"] == 7
     assert "300 documents" in report.lines("synthetic")[0]
 
 
