@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from rms_retrieval.stores.retrieval_log import LOG_DIRECTORY, LogRetention, compact, read_records
+from rms_retrieval.stores.log_compaction import LogRetention, compact
+from rms_retrieval.stores.retrieval_log import LOG_DIRECTORY, read_records
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ Layout, under the log directory:
   open, which is how compaction tells a live segment from a closed one (the lock dies with the
   process, even on SIGKILL). It is created under a dot-name and renamed once locked, so no
   compaction can mistake a segment being opened for a closed one.
-- `merged-<ns>.jsonl`: closed segments merged by `compact`. Its first line,
+- `merged-<ns>.jsonl`: closed segments merged by `compact` (stores/log_compaction.py). Its first line,
   `{"compacted_from": [names]}`, names the segments it replaces; readers skip those, so a
   compaction killed before deleting its inputs shows no record twice, and the next one deletes them.
 
@@ -28,7 +28,6 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from importlib import metadata
@@ -38,47 +37,21 @@ from typing import IO, Any
 from uuid import UUID
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
-
-from rms_retrieval.stores.errors import StoreError
 
 # The log's directory inside a store directory.
 LOG_DIRECTORY = "log"
 SEGMENT_SUFFIX = ".jsonl"
 MERGED_PREFIX = "merged-"
+# The key of a merged segment's first line, which lists the segments it replaces.
+COMPACTED_FROM = "compacted_from"
 EMBEDDING_ENCODING = "float32le_base64"
 DEFAULT_MAX_SEGMENT_BYTES = 64 * 1024 * 1024
-_COMPACTION_LOCK = ".compact.lock"
 _READ_BLOCK = 64 * 1024
 _READ_ATTEMPTS = 5
-_NS_PER_DAY = 86_400 * 10**9
-_OPENING_GRACE_NS = 600 * 10**9
 
 
 class RetrievalLogWarning(UserWarning):
     """The log cannot be written (e.g. a read-only file system); queries still answer."""
-
-
-class LogRetention(BaseModel):
-    """What `compact` keeps of closed segments: records younger than `max_age_days`, and of those
-    the newest `max_records`. Unset limits keep everything."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    max_age_days: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    max_records: int | None = Field(default=None, gt=0)
-
-
-@dataclass(frozen=True)
-class CompactReport:
-    segments_merged: int
-    records_kept: int
-    records_dropped: int
-    unreadable_lines: int
-    leftovers_removed: int
-    bytes_before: int
-    bytes_after: int
-    output: Path | None
 
 
 def json_default(value: Any) -> Any:
@@ -146,7 +119,7 @@ def encode_line(record: Mapping[str, Any], logged_at_ns: int) -> bytes:
     return b'{"logged_at_ns":%d,"record":%s}\n' % (logged_at_ns, body.encode())
 
 
-def _parse_line(line: bytes) -> tuple[int, dict[str, Any]] | None:
+def parse_line(line: bytes) -> tuple[int, dict[str, Any]] | None:
     """(logged_at_ns, record) of a record line; None for a header, torn or foreign line."""
     try:
         entry = json.loads(line)
@@ -267,7 +240,7 @@ class RetrievalLogWriter:
 # ----- reading -----------------------------------------------------------------------------------
 
 
-def _segments(directory: Path) -> tuple[list[Path], list[Path]]:
+def list_segments(directory: Path) -> tuple[list[Path], list[Path]]:
     """(segments to read, replaced segments a compaction left behind), each sorted by name."""
     try:
         paths = sorted(p for p in directory.iterdir() if p.name.endswith(SEGMENT_SUFFIX) and not p.name.startswith("."))
@@ -284,7 +257,7 @@ def _replaced_by(path: Path) -> list[str]:
     with open(path, "rb") as handle:
         first = handle.readline()
     try:
-        return [str(name) for name in json.loads(first)["compacted_from"]]
+        return [str(name) for name in json.loads(first)[COMPACTED_FROM]]
     except (ValueError, KeyError, TypeError):
         return []  # not written by compact (which fsyncs before renaming): it replaces nothing
 
@@ -310,7 +283,7 @@ def _lines_backwards(handle: IO[bytes]) -> Iterator[bytes]:
 
 def _records_backwards(handle: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
     for line in _lines_backwards(handle):
-        parsed = _parse_line(line)
+        parsed = parse_line(line)
         if parsed is not None:
             yield parsed
 
@@ -318,7 +291,7 @@ def _records_backwards(handle: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]
 def _records_forwards(handle: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
     for line in handle:
         if line.endswith(b"\n"):
-            parsed = _parse_line(line)
+            parsed = parse_line(line)
             if parsed is not None:
                 yield parsed
 
@@ -328,7 +301,7 @@ def _open_segments(directory: Path) -> list[IO[bytes]]:
     for attempt in range(_READ_ATTEMPTS):
         handles: list[IO[bytes]] = []
         try:
-            for path in _segments(directory)[0]:
+            for path in list_segments(directory)[0]:
                 handles.append(open(path, "rb"))
             return handles
         except FileNotFoundError:
@@ -370,118 +343,3 @@ def read_records(directory: Path, limit: int | None = None) -> list[dict[str, An
     finally:
         for handle in handles:
             handle.close()
-
-
-# ----- compaction --------------------------------------------------------------------------------
-
-
-def _closed(path: Path) -> bool:
-    """Whether no writer holds `path`'s lock. A writer locks its segment before naming it and never
-    reopens it once released, so a closed segment stays closed: the answer cannot go stale."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
-
-
-def _remove_dead_leftovers(directory: Path) -> int:
-    """Temp files of dead compactions (the caller holds the compaction lock) and segments whose
-    writer died before naming them."""
-    removed = 0
-    for path in directory.iterdir():
-        if path.name.startswith(f".{MERGED_PREFIX}") and path.name.endswith(".tmp"):
-            path.unlink(missing_ok=True)
-            removed += 1
-        elif path.name.startswith(".") and path.name.endswith(".opening") and _older_than(path, _OPENING_GRACE_NS):
-            # Unlocked is not enough: a writer locks its new file just after creating it.
-            if _closed(path):
-                path.unlink(missing_ok=True)
-                removed += 1
-    return removed
-
-
-def _older_than(path: Path, age_ns: int) -> bool:
-    return time.time_ns() - path.stat().st_mtime_ns > age_ns
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def compact(directory: Path, retention: LogRetention, *, now_ns: int | None = None) -> CompactReport:
-    """Merge the closed segments into one, keeping what `retention` allows, atomically; live
-    segments are left to their writers. Compactions of one directory run one at a time."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return CompactReport(0, 0, 0, 0, 0, 0, 0, None)
-    now_ns = time.time_ns() if now_ns is None else now_ns
-    try:
-        lock = os.open(directory / _COMPACTION_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as error:
-        raise StoreError(f"cannot compact the retrieval log in {directory}: {error}") from error
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        segments, leftovers = _segments(directory)
-        for path in leftovers:
-            path.unlink(missing_ok=True)
-        removed = len(leftovers) + _remove_dead_leftovers(directory)
-        closed = [path for path in segments if _closed(path)]
-        if not closed:
-            return CompactReport(0, 0, 0, 0, removed, 0, 0, None)
-        entries, unreadable, bytes_before = [], 0, 0
-        for path in closed:
-            with open(path, "rb") as handle:
-                for line in handle:
-                    bytes_before += len(line)
-                    parsed = _parse_line(line) if line.endswith(b"\n") else None
-                    if parsed is not None:
-                        entries.append((parsed[0], line))
-                    elif not line.startswith(b'{"compacted_from"'):
-                        unreadable += 1
-        entries.sort(key=lambda entry: entry[0])  # stable: each file keeps its own order on ties
-        kept = entries
-        if retention.max_age_days is not None:
-            oldest = now_ns - int(retention.max_age_days * _NS_PER_DAY)
-            kept = [entry for entry in kept if entry[0] >= oldest]
-        if retention.max_records is not None:
-            kept = kept[-retention.max_records :]
-        output = directory / f"{MERGED_PREFIX}{time.time_ns()}{SEGMENT_SUFFIX}"
-        temporary = directory / f".{output.name}.tmp"
-        header = json.dumps({"compacted_from": [path.name for path in closed]}).encode() + b"\n"
-        with open(temporary, "wb") as handle:
-            handle.write(header)
-            handle.writelines(line for _, line in kept)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.rename(temporary, output)
-        _fsync_directory(directory)
-        for path in closed:
-            path.unlink(missing_ok=True)
-        _fsync_directory(directory)
-        return CompactReport(
-            segments_merged=len(closed),
-            records_kept=len(kept),
-            records_dropped=len(entries) - len(kept),
-            unreadable_lines=unreadable,
-            leftovers_removed=removed,
-            bytes_before=bytes_before,
-            bytes_after=output.stat().st_size,
-            output=output,
-        )
-    except OSError as error:
-        raise StoreError(f"cannot compact the retrieval log in {directory}: {error}") from error
-    finally:
-        os.close(lock)
-
-
-def log_size(directory: Path) -> int:
-    """Bytes on disk of the segments a reader reads under `directory`."""
-    return sum(path.stat().st_size for path in _segments(Path(directory))[0])
