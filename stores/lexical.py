@@ -14,7 +14,7 @@ import functools
 import os
 import threading
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -228,9 +228,12 @@ class _Part:
     id_keys: np.ndarray  # (rows, 2) uint64: the ids' big-endian halves, for vectorised tie order
     num_docs: int
     total_length: int
+    segment: Hashable | None
 
 
-def _namespace_parts(postings: TermPostings, namespaces: Sequence[str], object_ids: Sequence[UUID]) -> dict[str, _Part]:
+def _namespace_parts(
+    postings: TermPostings, namespaces: Sequence[str], object_ids: Sequence[UUID], segment: Hashable | None
+) -> dict[str, _Part]:
     names, row_namespace = np.unique(np.asarray(namespaces, dtype=object), return_inverse=True)
     ids = np.empty(len(object_ids), dtype=object)
     ids[:] = list(object_ids)
@@ -256,6 +259,7 @@ def _namespace_parts(postings: TermPostings, namespaces: Sequence[str], object_i
             id_keys=_frozen(id_keys[members].astype(np.uint64)),
             num_docs=len(members),
             total_length=int(postings.lengths[members].sum()),
+            segment=segment,
         )
     return parts
 
@@ -287,24 +291,47 @@ class Bm25Index:
     """Immutable BM25 over segments; `with_segment` returns a new index sharing this one's parts."""
 
     _parts: Mapping[str, tuple[_Part, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    _segments: frozenset[Hashable] = frozenset()
 
     @classmethod
     def empty(cls) -> Bm25Index:
         return cls()
 
     def with_segment(
-        self, postings: TermPostings, namespaces_per_row: Sequence[str], object_ids_per_row: Sequence[UUID]
+        self,
+        postings: TermPostings,
+        namespaces_per_row: Sequence[str],
+        object_ids_per_row: Sequence[UUID],
+        key: Hashable | None = None,
     ) -> Bm25Index:
-        """This index plus one segment; costs time in proportion to the segment, not the index."""
+        """This index plus one segment; costs time in proportion to the segment, not the index.
+        A `key` lets `without_segments` take the segment out again (after a merge, say)."""
         if not len(namespaces_per_row) == len(object_ids_per_row) == postings.num_rows:
             raise ValueError(
                 f"a segment of {postings.num_rows} rows needs one namespace and one object id per row "
                 f"(got {len(namespaces_per_row)} namespaces and {len(object_ids_per_row)} ids)"
             )
+        if key is not None and key in self._segments:
+            raise ValueError(f"segment {key!r} is in the index already; take it out with without_segments first")
         merged = dict(self._parts)
-        for namespace, part in _namespace_parts(postings, namespaces_per_row, object_ids_per_row).items():
+        for namespace, part in _namespace_parts(postings, namespaces_per_row, object_ids_per_row, key).items():
             merged[namespace] = (*merged.get(namespace, ()), part)
-        return Bm25Index(MappingProxyType(merged))
+        keys = self._segments if key is None else self._segments | {key}
+        return Bm25Index(MappingProxyType(merged), keys)
+
+    def without_segments(self, keys: Iterable[Hashable]) -> Bm25Index:
+        """This index less the segments added with these keys. A merge is
+        `index.without_segments(sources).with_segment(merged, ..., key=...)`: scores are unchanged,
+        and queries no longer pay for many small parts."""
+        removed = frozenset(keys)
+        if not removed <= self._segments:
+            raise ValueError(f"segments {sorted(map(repr, removed - self._segments))} are not in the index")
+        kept = {}
+        for namespace, parts in self._parts.items():
+            remaining = tuple(part for part in parts if part.segment not in removed)
+            if remaining:
+                kept[namespace] = remaining
+        return Bm25Index(MappingProxyType(kept), self._segments - removed)
 
     @property
     def namespaces(self) -> tuple[str, ...]:

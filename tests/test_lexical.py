@@ -275,3 +275,24 @@ def test_a_forked_child_analyses_with_its_own_connection():
     os.waitpid(child, 0)
     assert os.read(read, 1) == b"1"
     os.close(read)
+
+
+def test_a_merge_swaps_segments_without_changing_scores():
+    documents = CORPUS * 3
+    ids = _ids(len(documents))
+    namespaces = ["a" if index % 4 else "b" for index in range(len(documents))]
+    index = Bm25Index.empty()
+    for start in range(0, len(documents), 5):
+        stop = start + 5
+        index = index.with_segment(term_postings(documents[start:stop]), namespaces[start:stop], ids[start:stop], key=start)
+    before = {(text, scope): index.search(text, [scope], 50) for text in QUERIES for scope in ("a", "b")}
+    sources = [0, 5, 10, 15]
+    merged_postings = TermPostings.concatenate([term_postings(documents[start:start + 5]) for start in sources])
+    merged = index.without_segments(sources).with_segment(merged_postings, namespaces[:20], ids[:20], key="0-19")
+    assert {(text, scope): merged.search(text, [scope], 50) for text in QUERIES for scope in ("a", "b")} == before
+    assert len(merged._parts["a"]) == len(index._parts["a"]) - 3
+    with pytest.raises(ValueError, match="are not in the index"):
+        merged.without_segments([0])
+    with pytest.raises(ValueError, match="is in the index already"):
+        merged.with_segment(term_postings(CORPUS[:1]), ["a"], _ids(1, "x"), key="0-19")
+    assert merged.without_segments([key for key in range(20, len(documents), 5)] + ["0-19"]).namespaces == ()
