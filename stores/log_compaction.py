@@ -114,7 +114,8 @@ def compact(directory: Path, retention: LogRetention, *, now_ns: int | None = No
             path.unlink(missing_ok=True)
         removed = len(leftovers) + _remove_dead_leftovers(directory)
         closed = [path for path in segments if _closed(path)]
-        if not closed:
+        merged_already = len(closed) == 1 and closed[0].name.startswith(MERGED_PREFIX)
+        if not closed or (merged_already and retention == LogRetention()):
             return CompactReport(0, 0, 0, 0, removed, 0, 0, None)
         entries, unreadable, bytes_before = [], 0, 0
         for path in closed:

@@ -107,3 +107,40 @@ def test_two_writers_in_one_process_write_two_segments(tmp_path):
     first.close()
     second.close()
     assert [r["writer"] for r in read_records(tmp_path)] == ["first", "second"] * 3
+
+
+# A compaction that starts when told to, so the parent can kill it at a moment of its own choosing.
+COMPACT_SCRIPT = """
+import sys
+from rms_retrieval.stores.log_compaction import LogRetention, compact
+print("ready", flush=True)
+sys.stdin.readline()
+compact(sys.argv[1], LogRetention())
+"""
+
+
+def test_compactions_sigkilled_at_random_moments_show_every_record_once(tmp_path):
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    chance = random.Random(12)
+    for round_index in range(6):
+        for writer_index in range(3):
+            with RetrievalLogWriter(tmp_path) as writer:
+                for sequence in range(1_000):
+                    writer.append({**_record(sequence, f"r{round_index}w{writer_index}"), "payload": {"query": "x" * 300}})
+        expected = sorted(record["request_id"] for record in read_records(tmp_path))
+        child = subprocess.Popen([sys.executable, "-c", COMPACT_SCRIPT, str(tmp_path)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        child.stdout.readline()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        time.sleep(chance.uniform(0.0, 0.5))  # a compaction here takes about 0.3 s
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        assert sorted(record["request_id"] for record in read_records(tmp_path)) == expected
+    compact(tmp_path, LogRetention())
+    assert sorted(record["request_id"] for record in read_records(tmp_path)) == expected
+    assert len(list(tmp_path.glob("*.jsonl"))) == 1 and not list(tmp_path.glob(".*.tmp"))
