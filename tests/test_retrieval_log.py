@@ -57,15 +57,15 @@ def _spawn(directory: Path, name: str, count: int, max_segment_bytes: int = 64 <
     )
 
 
-def _logged_times(directory: Path) -> list[int]:
-    """logged_at_ns of every record line on disk, sorted: the order readers must return."""
-    times = []
+def _logged_times(directory: Path) -> dict[str, int]:
+    """request_id -> logged_at_ns of every record line on disk."""
+    times = {}
     for path in directory.glob("*.jsonl"):
         for line in path.read_bytes().splitlines():
             entry = json.loads(line)
             if "logged_at_ns" in entry:
-                times.append(entry["logged_at_ns"])
-    return sorted(times)
+                times[entry["record"]["request_id"]] = entry["logged_at_ns"]
+    return times
 
 
 def test_round_trip_keeps_the_record_shape_and_stores_the_embedding_as_binary(tmp_path):
@@ -143,7 +143,9 @@ def test_processes_appending_at_once_merge_in_time_order_while_compaction_runs(t
     assert len(records) == 600 and compactions > 0
     for name in ("p0", "p1", "p2", "p3"):
         assert [r["sequence"] for r in records if r["writer"] == name] == list(range(150))
-    assert len(_logged_times(directory)) == 600
+    times = _logged_times(directory)
+    order = [times[record["request_id"]] for record in records]
+    assert len(times) == 600 and order == sorted(order)  # merged in time order across processes
     assert len(list(directory.glob("*.jsonl"))) == 1  # every writer closed, so all merged into one
     assert records[0]["payload"]["query_embedding"] == [0.5] * 384
 
