@@ -1,0 +1,490 @@
+"""The retrieval log as per-process append-only segment files: logging never needs the store's lock.
+
+Layout, under the log directory:
+- `<pid>-<start_ns>.jsonl`: one writer's segment, one JSON line per record,
+  `{"logged_at_ns": ..., "record": ...}`. The writer holds an exclusive `flock` on it while it is
+  open, which is how compaction tells a live segment from a closed one (the lock dies with the
+  process, even on SIGKILL). It is created under a dot-name and renamed once locked, so no
+  compaction can mistake a segment being opened for a closed one.
+- `merged-<ns>.jsonl`: closed segments merged by `compact`. Its first line,
+  `{"compacted_from": [names]}`, names the segments it replaces; readers skip those, so a
+  compaction killed before deleting its inputs shows no record twice, and the next one deletes them.
+
+Each record is written with one `write` and no fsync (a process crash loses nothing written; a
+power cut may lose the latest records). A torn or unparsable line is skipped by every reader.
+The query embedding is stored as base64 little-endian float32 and read back as a list of floats.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import heapq
+import inspect
+import json
+import os
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import IO, Any
+from uuid import UUID
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from rms_retrieval.stores.errors import StoreError
+
+# The log's directory inside a store directory.
+LOG_DIRECTORY = "log"
+SEGMENT_SUFFIX = ".jsonl"
+MERGED_PREFIX = "merged-"
+EMBEDDING_ENCODING = "float32le_base64"
+DEFAULT_MAX_SEGMENT_BYTES = 64 * 1024 * 1024
+_COMPACTION_LOCK = ".compact.lock"
+_READ_BLOCK = 64 * 1024
+_READ_ATTEMPTS = 5
+_NS_PER_DAY = 86_400 * 10**9
+_OPENING_GRACE_NS = 600 * 10**9
+
+
+class RetrievalLogWarning(UserWarning):
+    """The log cannot be written (e.g. a read-only file system); queries still answer."""
+
+
+class LogRetention(BaseModel):
+    """What `compact` keeps of closed segments: records younger than `max_age_days`, and of those
+    the newest `max_records`. Unset limits keep everything."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_age_days: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_records: int | None = Field(default=None, gt=0)
+
+
+@dataclass(frozen=True)
+class CompactReport:
+    segments_merged: int
+    records_kept: int
+    records_dropped: int
+    unreadable_lines: int
+    leftovers_removed: int
+    bytes_before: int
+    bytes_after: int
+    output: Path | None
+
+
+def json_default(value: Any) -> Any:
+    """How a record's ids, times, enums, sets and numpy values are written."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def package_version() -> str:
+    return metadata.version("rms-retrieval")
+
+
+_FINGERPRINTS: dict[tuple[str, ...], str] = {}
+
+
+def source_fingerprint(modules: Sequence[ModuleType]) -> str:
+    """sha256 over the modules' source, e.g. the DAG's node modules: changes when the code does."""
+    key = tuple(module.__name__ for module in modules)
+    if key not in _FINGERPRINTS:
+        digest = hashlib.sha256()
+        for module in sorted(modules, key=lambda module: module.__name__):
+            digest.update(module.__name__.encode() + b"\0" + inspect.getsource(module).encode() + b"\0")
+        _FINGERPRINTS[key] = digest.hexdigest()
+    return _FINGERPRINTS[key]
+
+
+def code_identity(dag_modules: Sequence[ModuleType]) -> dict[str, str]:
+    """The fields a record carries to name the code that answered it."""
+    return {"package_version": package_version(), "dag_fingerprint": source_fingerprint(dag_modules)}
+
+
+def _encode_embedding(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    payload = record.get("payload")
+    vector = payload.get("query_embedding") if isinstance(payload, Mapping) else None
+    if vector is None or isinstance(vector, Mapping):
+        return record
+    encoded = base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+    return {**record, "payload": {**payload, "query_embedding": {EMBEDDING_ENCODING: encoded}}}
+
+
+def _decode_embedding(record: dict[str, Any]) -> dict[str, Any]:
+    payload = record.get("payload")
+    vector = payload.get("query_embedding") if isinstance(payload, dict) else None
+    if isinstance(vector, dict) and EMBEDDING_ENCODING in vector:
+        payload["query_embedding"] = np.frombuffer(base64.b64decode(vector[EMBEDDING_ENCODING]), dtype="<f4").tolist()
+    return record
+
+
+def encode_line(record: Mapping[str, Any], logged_at_ns: int) -> bytes:
+    """One segment line for `record`."""
+    body = json.dumps(_encode_embedding(record), sort_keys=True, default=json_default, separators=(",", ":"))
+    return b'{"logged_at_ns":%d,"record":%s}\n' % (logged_at_ns, body.encode())
+
+
+def _parse_line(line: bytes) -> tuple[int, dict[str, Any]] | None:
+    """(logged_at_ns, record) of a record line; None for a header, torn or foreign line."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get("logged_at_ns"), int) or not isinstance(entry.get("record"), dict):
+        return None
+    return entry["logged_at_ns"], entry["record"]
+
+
+class RetrievalLogWriter:
+    """Appends records to this process's own segment under `directory`; thread-safe, opened lazily.
+
+    A segment is closed and a new one started past `max_segment_bytes`, so a long-lived process's
+    older records become compactable too. Failing to write warns once and never raises: the
+    query it logs has already been answered.
+    """
+
+    def __init__(self, directory: Path, *, max_segment_bytes: int = DEFAULT_MAX_SEGMENT_BYTES) -> None:
+        if max_segment_bytes <= 0:
+            raise ValueError(f"max_segment_bytes must be positive, not {max_segment_bytes}")
+        self.directory = Path(directory)
+        self.max_segment_bytes = max_segment_bytes
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._pid = os.getpid()
+        self._path: Path | None = None
+        self._size = 0
+        self._warned = False
+
+    @property
+    def path(self) -> Path | None:
+        """The segment being written, if one is open."""
+        return self._path
+
+    def append(self, record: Mapping[str, Any]) -> bool:
+        """Write one record; False (after one warning per writer) if the log cannot be written."""
+        with self._lock:
+            line = encode_line(record, time.time_ns())
+            try:
+                fd = self._segment(len(line))
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view):]
+            except OSError as error:
+                # A partly written line must not be followed by another; start afresh next time.
+                self._release()
+                if not self._warned:
+                    self._warned = True
+                    warnings.warn(
+                        f"the retrieval log under {self.directory} cannot be written ({error}); "
+                        "queries still answer but are not logged",
+                        RetrievalLogWarning,
+                        stacklevel=2,
+                    )
+                return False
+            self._size += len(line)
+            return True
+
+    def close(self) -> None:
+        """Flush to disk and release the segment; a later `append` starts a new one."""
+        with self._lock:
+            if self._fd is not None and self._pid == os.getpid():
+                try:
+                    os.fsync(self._fd)
+                except OSError:
+                    pass  # the records already reached the OS; fsync only guards against power loss
+            self._release()
+
+    def __enter__(self) -> RetrievalLogWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _segment(self, incoming: int) -> int:
+        if self._fd is not None and self._pid != os.getpid():
+            # A forked child shares the parent's open segment (and its lock, which lasts while any
+            # copy of the descriptor is open): it drops its copy and gets a segment of its own.
+            os.close(self._fd)
+            self._fd, self._path = None, None
+        if self._fd is not None and self._size and self._size + incoming > self.max_segment_bytes:
+            self._release()
+        if self._fd is None:
+            self._open_segment()
+        assert self._fd is not None
+        return self._fd
+
+    def _open_segment(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        pid, start_ns = os.getpid(), time.time_ns()
+        name = f"{pid}-{start_ns}{SEGMENT_SUFFIX}"
+        opening = self.directory / f".{name}.opening"
+        fd = os.open(opening, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(opening, self.directory / name)
+        except OSError:
+            os.close(fd)
+            opening.unlink(missing_ok=True)
+            raise
+        self._fd, self._pid, self._path, self._size = fd, pid, self.directory / name, 0
+
+    def _release(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass  # closing only releases the lock; the data was written or reported already
+        self._fd, self._path, self._size = None, None, 0
+
+
+# ----- reading -----------------------------------------------------------------------------------
+
+
+def _segments(directory: Path) -> tuple[list[Path], list[Path]]:
+    """(segments to read, replaced segments a compaction left behind), each sorted by name."""
+    try:
+        paths = sorted(p for p in directory.iterdir() if p.name.endswith(SEGMENT_SUFFIX) and not p.name.startswith("."))
+    except FileNotFoundError:
+        return [], []
+    replaced: set[str] = set()
+    for path in paths:
+        if path.name.startswith(MERGED_PREFIX):
+            replaced.update(_replaced_by(path))
+    return [p for p in paths if p.name not in replaced], [p for p in paths if p.name in replaced]
+
+
+def _replaced_by(path: Path) -> list[str]:
+    with open(path, "rb") as handle:
+        first = handle.readline()
+    try:
+        return [str(name) for name in json.loads(first)["compacted_from"]]
+    except (ValueError, KeyError, TypeError):
+        return []  # not written by compact (which fsyncs before renaming): it replaces nothing
+
+
+def _lines_backwards(handle: IO[bytes]) -> Iterator[bytes]:
+    """Complete lines from the end of the file back to its start, reading block by block; what
+    follows the last newline (nothing, or a torn line) is dropped."""
+    position = handle.seek(0, os.SEEK_END)
+    pending = b""
+    past_last_newline = False
+    while position > 0:
+        step = min(_READ_BLOCK, position)
+        position -= step
+        handle.seek(position)
+        lines = (handle.read(step) + pending).split(b"\n")
+        pending, complete = lines[0], lines[1:]
+        if complete and not past_last_newline:
+            complete, past_last_newline = complete[:-1], True
+        yield from reversed(complete)
+    if pending and past_last_newline:
+        yield pending
+
+
+def _records_backwards(handle: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line in _lines_backwards(handle):
+        parsed = _parse_line(line)
+        if parsed is not None:
+            yield parsed
+
+
+def _records_forwards(handle: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line in handle:
+        if line.endswith(b"\n"):
+            parsed = _parse_line(line)
+            if parsed is not None:
+                yield parsed
+
+
+def _open_segments(directory: Path) -> list[IO[bytes]]:
+    """Open every segment a reader reads, listing again if a compaction replaced one meanwhile."""
+    for attempt in range(_READ_ATTEMPTS):
+        handles: list[IO[bytes]] = []
+        try:
+            for path in _segments(directory)[0]:
+                handles.append(open(path, "rb"))
+            return handles
+        except FileNotFoundError:
+            for handle in handles:
+                handle.close()
+            if attempt == _READ_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def records_newest_first(directory: Path) -> Iterator[dict[str, Any]]:
+    """Every segment's records, newest first, read lazily from the files' ends: finding a recent
+    record (replay by request id) costs what lies after it, not the whole log."""
+    handles = _open_segments(Path(directory))
+    try:
+        newest = heapq.merge(*map(_records_backwards, handles), key=lambda entry: entry[0], reverse=True)
+        for _, record in newest:
+            yield _decode_embedding(record)
+    finally:
+        for handle in handles:
+            handle.close()
+
+
+def read_records(directory: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """Every segment's records merged in time order, oldest first; with `limit`, the newest `limit`,
+    read from the files' ends (O(limit), not O(log))."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be 0 or more, not {limit}")
+    if limit is not None:
+        newest = records_newest_first(directory)
+        try:
+            return list(reversed([record for _, record in zip(range(limit), newest)]))
+        finally:
+            newest.close()
+    handles = _open_segments(Path(directory))
+    try:
+        merged = heapq.merge(*map(_records_forwards, handles), key=lambda entry: entry[0])
+        return [_decode_embedding(record) for _, record in merged]
+    finally:
+        for handle in handles:
+            handle.close()
+
+
+# ----- compaction --------------------------------------------------------------------------------
+
+
+def _closed(path: Path) -> int | None:
+    """A read descriptor holding `path`'s lock if no writer holds it (the segment is closed)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _remove_dead_leftovers(directory: Path) -> int:
+    """Temp files of dead compactions (the caller holds the compaction lock) and segments whose
+    writer died before naming them."""
+    removed = 0
+    for path in directory.iterdir():
+        if path.name.startswith(f".{MERGED_PREFIX}") and path.name.endswith(".tmp"):
+            path.unlink(missing_ok=True)
+            removed += 1
+        elif path.name.startswith(".") and path.name.endswith(".opening") and _older_than(path, _OPENING_GRACE_NS):
+            # Unlocked is not enough: a writer locks its new file just after creating it.
+            fd = _closed(path)
+            if fd is not None:
+                path.unlink(missing_ok=True)
+                os.close(fd)
+                removed += 1
+    return removed
+
+
+def _older_than(path: Path, age_ns: int) -> bool:
+    return time.time_ns() - path.stat().st_mtime_ns > age_ns
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def compact(directory: Path, retention: LogRetention, *, now_ns: int | None = None) -> CompactReport:
+    """Merge the closed segments into one, keeping what `retention` allows, atomically; live
+    segments are left to their writers. Compactions of one directory run one at a time."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return CompactReport(0, 0, 0, 0, 0, 0, 0, None)
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    try:
+        lock = os.open(directory / _COMPACTION_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        raise StoreError(f"cannot compact the retrieval log in {directory}: {error}") from error
+    held: list[int] = []
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        segments, leftovers = _segments(directory)
+        for path in leftovers:
+            path.unlink(missing_ok=True)
+        removed = len(leftovers) + _remove_dead_leftovers(directory)
+        closed: list[Path] = []
+        for path in segments:
+            fd = _closed(path)
+            if fd is not None:
+                held.append(fd)
+                closed.append(path)
+        if not closed:
+            return CompactReport(0, 0, 0, 0, removed, 0, 0, None)
+        entries, unreadable, bytes_before = [], 0, 0
+        for path in closed:
+            with open(path, "rb") as handle:
+                for line in handle:
+                    bytes_before += len(line)
+                    parsed = _parse_line(line) if line.endswith(b"\n") else None
+                    if parsed is not None:
+                        entries.append((parsed[0], line))
+                    elif not line.startswith(b'{"compacted_from"'):
+                        unreadable += 1
+        entries.sort(key=lambda entry: entry[0])  # stable: each file keeps its own order on ties
+        kept = entries
+        if retention.max_age_days is not None:
+            oldest = now_ns - int(retention.max_age_days * _NS_PER_DAY)
+            kept = [entry for entry in kept if entry[0] >= oldest]
+        if retention.max_records is not None:
+            kept = kept[-retention.max_records :]
+        output = directory / f"{MERGED_PREFIX}{time.time_ns()}{SEGMENT_SUFFIX}"
+        temporary = directory / f".{output.name}.tmp"
+        header = json.dumps({"compacted_from": [path.name for path in closed]}).encode() + b"\n"
+        with open(temporary, "wb") as handle:
+            handle.write(header)
+            handle.writelines(line for _, line in kept)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(temporary, output)
+        _fsync_directory(directory)
+        for path in closed:
+            path.unlink(missing_ok=True)
+        _fsync_directory(directory)
+        return CompactReport(
+            segments_merged=len(closed),
+            records_kept=len(kept),
+            records_dropped=len(entries) - len(kept),
+            unreadable_lines=unreadable,
+            leftovers_removed=removed,
+            bytes_before=bytes_before,
+            bytes_after=output.stat().st_size,
+            output=output,
+        )
+    except OSError as error:
+        raise StoreError(f"cannot compact the retrieval log in {directory}: {error}") from error
+    finally:
+        for fd in held:
+            os.close(fd)
+        os.close(lock)
+
+
+def log_size(directory: Path) -> int:
+    """Bytes on disk of the segments a reader reads under `directory`."""
+    return sum(path.stat().st_size for path in _segments(Path(directory))[0])

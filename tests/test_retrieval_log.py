@@ -1,0 +1,365 @@
+"""The retrieval log's segments: round trip, real concurrent processes, SIGKILL, tails, compaction."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from uuid import uuid4
+
+import numpy as np
+import pydantic
+import pytest
+
+from rms_retrieval.stores import retrieval_log
+from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.retrieval_log import (
+    EMBEDDING_ENCODING,
+    LogRetention,
+    RetrievalLogWarning,
+    RetrievalLogWriter,
+    code_identity,
+    compact,
+    log_size,
+    read_records,
+    records_newest_first,
+    source_fingerprint,
+)
+
+DAY_NS = 86_400 * 10**9
+
+# A child that appends numbered records, reporting each, until told how many or killed.
+WRITER_SCRIPT = """
+import sys
+from pathlib import Path
+from rms_retrieval.stores.retrieval_log import RetrievalLogWriter
+directory, name, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+writer = RetrievalLogWriter(directory, max_segment_bytes=int(sys.argv[4]))
+sequence = 0
+while count < 0 or sequence < count:
+    writer.append({"request_id": f"{name}-{sequence}", "writer": name, "sequence": sequence,
+                   "payload": {"query_embedding": [0.5] * 384, "query": "x" * 200}})
+    print(sequence, flush=True)
+    sequence += 1
+writer.close()
+"""
+
+
+def _record(sequence: int, writer: str = "w") -> dict:
+    return {"request_id": str(uuid4()), "writer": writer, "sequence": sequence, "payload": {"query": f"q{sequence}"}}
+
+
+def _spawn(directory: Path, name: str, count: int, max_segment_bytes: int = 64 << 20) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER_SCRIPT, str(directory), name, str(count), str(max_segment_bytes)],
+        stdout=subprocess.PIPE, text=True,
+    )
+
+
+def _logged_times(directory: Path) -> list[int]:
+    """logged_at_ns of every record line on disk, sorted: the order readers must return."""
+    times = []
+    for path in directory.glob("*.jsonl"):
+        for line in path.read_bytes().splitlines():
+            entry = json.loads(line)
+            if "logged_at_ns" in entry:
+                times.append(entry["logged_at_ns"])
+    return sorted(times)
+
+
+def test_round_trip_keeps_the_record_shape_and_stores_the_embedding_as_binary(tmp_path):
+    vector = np.random.default_rng(1).standard_normal(384).astype(np.float32)
+    record = {
+        "op_type": "RETRIEVAL_REQUEST", "request_id": str(uuid4()),
+        "payload": {"query": "Where did Caroline go?", "query_embedding": [float(x) for x in vector],
+                    "scores": {"a": 0.5}, "excluded": {}, "error": None},
+    }
+    with RetrievalLogWriter(tmp_path / "log") as writer:
+        assert writer.append(record)
+        segment = writer.path
+    assert read_records(tmp_path / "log") == [record]
+    stored = json.loads(segment.read_bytes())["record"]["payload"]["query_embedding"]
+    assert set(stored) == {EMBEDDING_ENCODING} and len(segment.read_bytes()) < 2_500  # 384 float32 = 2,048 base64 bytes
+
+
+def test_records_without_an_embedding_round_trip(tmp_path):
+    failed = {"request_id": "r", "payload": {"query_embedding": None, "status": "failed"}}
+    with RetrievalLogWriter(tmp_path) as writer:
+        writer.append(failed)
+        writer.append({"request_id": "s"})
+    assert read_records(tmp_path) == [failed, {"request_id": "s"}]
+
+
+def test_a_missing_directory_reads_as_empty(tmp_path):
+    assert read_records(tmp_path / "absent") == []
+    assert read_records(tmp_path / "absent", limit=3) == []
+
+
+def test_close_flushes_everything_and_a_later_append_starts_a_new_segment(tmp_path):
+    writer = RetrievalLogWriter(tmp_path)
+    for sequence in range(100):
+        writer.append(_record(sequence))
+    first = writer.path
+    writer.close()
+    assert writer.path is None and len(first.read_bytes().splitlines()) == 100
+    writer.append(_record(100))
+    assert writer.path != first
+    writer.close()
+    assert [record["sequence"] for record in read_records(tmp_path)] == list(range(101))
+
+
+def test_threads_share_one_writer(tmp_path):
+    writer = RetrievalLogWriter(tmp_path)
+
+    def append_many(name: str) -> None:
+        for sequence in range(100):
+            writer.append(_record(sequence, name))
+
+    threads = [threading.Thread(target=append_many, args=(f"t{index}",)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    writer.close()
+    records = read_records(tmp_path)
+    assert len(records) == 800
+    for name in (f"t{index}" for index in range(8)):
+        assert [r["sequence"] for r in records if r["writer"] == name] == list(range(100))
+
+
+def test_processes_appending_at_once_merge_in_time_order_while_compaction_runs(tmp_path):
+    directory = tmp_path / "log"
+    children = [_spawn(directory, f"p{index}", 150, max_segment_bytes=40_000) for index in range(4)]
+    compactions = 0
+    while any(child.poll() is None for child in children):
+        compact(directory, LogRetention())
+        compactions += 1
+    for child in children:
+        child.communicate()
+        assert child.returncode == 0
+    compact(directory, LogRetention())
+    records = read_records(directory)
+    assert len(records) == 600 and compactions > 0
+    for name in ("p0", "p1", "p2", "p3"):
+        assert [r["sequence"] for r in records if r["writer"] == name] == list(range(150))
+    assert len(_logged_times(directory)) == 600
+    assert len(list(directory.glob("*.jsonl"))) == 1  # every writer closed, so all merged into one
+    assert records[0]["payload"]["query_embedding"] == [0.5] * 384
+
+
+def test_a_sigkilled_writer_leaves_a_readable_log(tmp_path):
+    for _ in range(3):
+        child = _spawn(tmp_path, "k", -1)
+        for _ in range(50 + int.from_bytes(os.urandom(1), "little")):
+            child.stdout.readline()
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    records = read_records(tmp_path)
+    assert len(records) >= 150
+    assert all(record["payload"]["query_embedding"] == [0.5] * 384 for record in records)
+    report = compact(tmp_path, LogRetention())
+    assert report.segments_merged == 3 and read_records(tmp_path) == records
+
+
+def test_torn_and_foreign_lines_are_skipped_by_readers_and_compaction(tmp_path):
+    with RetrievalLogWriter(tmp_path) as writer:
+        writer.append(_record(0))
+        writer.append(_record(1))
+        segment = writer.path
+    with open(segment, "ab") as handle:
+        handle.write(b'{"logged_at_ns": 1, "rec')  # a writer killed mid-line
+    assert [r["sequence"] for r in read_records(tmp_path)] == [0, 1]
+    assert [r["sequence"] for r in read_records(tmp_path, limit=5)] == [0, 1]
+    (tmp_path / "1-1.jsonl").write_bytes(b"not json\n\x00\x01\n")
+    assert [r["sequence"] for r in read_records(tmp_path)] == [0, 1]
+    report = compact(tmp_path, LogRetention())
+    assert (report.records_kept, report.unreadable_lines, report.segments_merged) == (2, 3, 2)
+
+
+def test_last_n_reads_only_the_ends_of_the_files(tmp_path, monkeypatch):
+    for name in ("a", "b"):
+        with RetrievalLogWriter(tmp_path) as writer:
+            for sequence in range(25_000):
+                writer.append(_record(sequence, name))
+    total = sum(path.stat().st_size for path in tmp_path.glob("*.jsonl"))
+    expected = read_records(tmp_path)[-10:]
+    read_bytes = []
+    real_open = builtins.open
+
+    class Counting:
+        def __init__(self, handle):
+            self._handle = handle
+
+        def read(self, *args):
+            data = self._handle.read(*args)
+            read_bytes.append(len(data))
+            return data
+
+        def readline(self, *args):
+            data = self._handle.readline(*args)
+            read_bytes.append(len(data))
+            return data
+
+        def __iter__(self):
+            for line in self._handle:
+                read_bytes.append(len(line))
+                yield line
+
+        def __getattr__(self, name):
+            return getattr(self._handle, name)
+
+    monkeypatch.setattr(retrieval_log, "open", lambda *a, **k: Counting(real_open(*a, **k)), raising=False)
+    assert read_records(tmp_path, limit=10) == expected
+    assert total > 5_000_000 and sum(read_bytes) <= 2 * 2 * 64 * 1024
+    read_bytes.clear()
+    assert len(read_records(tmp_path, limit=1_000)) == 1_000
+    assert sum(read_bytes) < total / 10
+
+
+def test_last_n_equals_the_tail_of_the_full_read(tmp_path):
+    with RetrievalLogWriter(tmp_path, max_segment_bytes=3_000) as writer:
+        for sequence in range(300):
+            writer.append(_record(sequence))
+    everything = read_records(tmp_path)
+    assert len(list(tmp_path.glob("*.jsonl"))) > 5
+    for limit in (0, 1, 7, 299, 300, 1_000):
+        assert read_records(tmp_path, limit=limit) == (everything[-limit:] if limit else [])
+    with pytest.raises(ValueError, match="limit must be 0 or more"):
+        read_records(tmp_path, limit=-1)
+
+
+def test_an_unwritable_directory_fails_open_with_one_warning(tmp_path):
+    blocked = tmp_path / "log"
+    blocked.write_text("a file where the log directory should be")
+    writer = RetrievalLogWriter(blocked)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert [writer.append(_record(index)) for index in range(3)] == [False, False, False]
+    assert len(caught) == 1 and issubclass(caught[0].category, RetrievalLogWarning)
+    assert "queries still answer" in str(caught[0].message)
+    writer.close()
+
+
+def test_compaction_keeps_live_segments_and_applies_retention(tmp_path):
+    old = RetrievalLogWriter(tmp_path)
+    for sequence in range(5):
+        old.append(_record(sequence, "old"))
+    old.close()
+    boundary = time.time_ns()
+    recent = RetrievalLogWriter(tmp_path)
+    for sequence in range(5):
+        recent.append(_record(sequence, "recent"))
+    recent.close()
+    live = RetrievalLogWriter(tmp_path)
+    live.append(_record(0, "live"))
+    report = compact(tmp_path, LogRetention(max_age_days=1), now_ns=boundary + DAY_NS)
+    assert (report.segments_merged, report.records_kept, report.records_dropped) == (2, 5, 5)
+    assert live.path.exists()
+    assert [r["writer"] for r in read_records(tmp_path)] == ["recent"] * 5 + ["live"]
+    live.close()
+    report = compact(tmp_path, LogRetention(max_records=3))
+    assert (report.records_kept, report.records_dropped) == (3, 3)
+    assert [(r["writer"], r["sequence"]) for r in read_records(tmp_path)] == [("recent", 3), ("recent", 4), ("live", 0)]
+    assert report.bytes_after == log_size(tmp_path) < report.bytes_before
+
+
+def test_a_rotating_writer_lets_its_older_segments_be_compacted(tmp_path):
+    writer = RetrievalLogWriter(tmp_path, max_segment_bytes=2_000)
+    for sequence in range(100):
+        writer.append(_record(sequence))
+    report = compact(tmp_path, LogRetention())
+    assert report.segments_merged >= 2 and writer.path.exists()
+    writer.append(_record(100))
+    writer.close()
+    assert [r["sequence"] for r in read_records(tmp_path)] == list(range(101))
+
+
+def test_a_compaction_killed_before_deleting_its_inputs_shows_no_duplicates(tmp_path):
+    with RetrievalLogWriter(tmp_path) as writer:
+        for sequence in range(4):
+            writer.append(_record(sequence))
+        segment = writer.path
+    kept = segment.read_bytes()
+    compact(tmp_path, LogRetention())
+    segment.write_bytes(kept)  # as if the input had not been deleted yet
+    (tmp_path / ".merged-1.jsonl.tmp").write_bytes(b"half a compaction")
+    assert [r["sequence"] for r in read_records(tmp_path)] == [0, 1, 2, 3]
+    assert [r["sequence"] for r in read_records(tmp_path, limit=2)] == [2, 3]
+    report = compact(tmp_path, LogRetention())
+    assert report.leftovers_removed == 2 and not segment.exists()
+    assert not (tmp_path / ".merged-1.jsonl.tmp").exists()
+    assert [r["sequence"] for r in read_records(tmp_path)] == [0, 1, 2, 3]
+
+
+def test_compaction_of_nothing_and_of_an_unwritable_directory(tmp_path):
+    assert compact(tmp_path / "absent", LogRetention()).output is None
+    assert compact(tmp_path, LogRetention()).segments_merged == 0
+    (tmp_path / ".compact.lock").unlink()
+    (tmp_path / ".compact.lock").mkdir()  # the lock cannot be opened, even by root
+    with pytest.raises(StoreError, match="cannot compact the retrieval log"):
+        compact(tmp_path, LogRetention())
+
+
+def test_a_writer_that_died_while_opening_is_cleaned_up_once_old(tmp_path):
+    stale, fresh = tmp_path / ".1-1.jsonl.opening", tmp_path / ".2-2.jsonl.opening"
+    stale.write_bytes(b"")
+    fresh.write_bytes(b"")
+    os.utime(stale, ns=(0, 0))
+    assert compact(tmp_path, LogRetention()).leftovers_removed == 1
+    assert not stale.exists() and fresh.exists()
+
+
+def test_retention_is_validated():
+    with pytest.raises(pydantic.ValidationError):
+        LogRetention(max_age_days=0)
+    with pytest.raises(pydantic.ValidationError):
+        LogRetention(max_records=-5)
+    with pytest.raises(pydantic.ValidationError):
+        LogRetention(max_days=3)
+    with pytest.raises(ValueError, match="max_segment_bytes must be positive"):
+        RetrievalLogWriter(Path("."), max_segment_bytes=0)
+
+
+def test_code_identity_names_the_version_and_the_source():
+    from rms_retrieval.stores import errors
+
+    identity = code_identity([errors, retrieval_log])
+    assert identity["package_version"] and len(identity["dag_fingerprint"]) == 64
+    assert identity["dag_fingerprint"] == source_fingerprint([retrieval_log, errors])
+    assert source_fingerprint([errors]) != identity["dag_fingerprint"]
+
+
+def test_newest_first_is_lazy_and_closes_its_files(tmp_path):
+    with RetrievalLogWriter(tmp_path, max_segment_bytes=20_000) as writer:
+        for sequence in range(500):
+            writer.append(_record(sequence))
+    newest = records_newest_first(tmp_path)
+    assert [next(newest)["sequence"] for _ in range(3)] == [499, 498, 497]
+    newest.close()
+    assert [record["sequence"] for record in records_newest_first(tmp_path)] == list(range(499, -1, -1))
+
+
+def test_a_forked_child_writes_a_segment_of_its_own(tmp_path):
+    writer = RetrievalLogWriter(tmp_path)
+    writer.append(_record(0, "parent"))
+    parent_segment = writer.path
+    child = os.fork()
+    if child == 0:
+        try:
+            writer.append(_record(0, "child"))
+            writer.close()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    writer.append(_record(1, "parent"))
+    writer.close()
+    assert len(list(tmp_path.glob("*.jsonl"))) == 2
+    assert [r["sequence"] for r in read_records(tmp_path) if r["writer"] == "parent"] == [0, 1]
+    assert len(parent_segment.read_bytes().splitlines()) == 2
