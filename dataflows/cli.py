@@ -159,8 +159,9 @@ def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:
     from rms_retrieval.dataflows.audit_command import register as register_audit
     from rms_retrieval.dataflows.bench.command import register as register_bench
     from rms_retrieval.dataflows.log_command import register as register_log
+    from rms_retrieval.dataflows.store_command import register as register_store
 
-    return [register_bench, register_audit, register_aggregate, register_log]
+    return [register_bench, register_audit, register_aggregate, register_log, register_store]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from uuid import UUID, uuid4
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
 from rms_retrieval.nodes.models import MemoryBundle, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import QueryEncoder
+from rms_retrieval.stores.protocols import QueryEncoder, SnapshotSource
 
 LOG_VERSION = 1
 
@@ -106,6 +106,8 @@ def retrieve(
     Every call writes one retrieval log record to the store, a failed one included.
     """
     settings = config or RetrievalSettings()
+    if isinstance(store, SnapshotSource):
+        store = store.snapshot()  # one generation for the whole request, even while a writer commits
     request_id = uuid4()
     request: RetrievalRequest | None = None
     embedding: QueryEmbedding | None = None

@@ -1,6 +1,6 @@
 """Exact aggregation over structured claims (RFC-0005): assertion counts and grounded quantity totals.
 
-No vector, lexical, graph or model selection: the store's SQL visits every record of the namespace
+No vector, lexical, graph or model selection: the store's SQL (stores/store_sql.py) visits every record of the namespace
 (and scope) of the chosen node types. Selectors are ANDed across fields and ORed within one; an
 empty selector matches every value. Values match exactly after `rms_retrieval.stores.claims` normalisation.
 
@@ -42,70 +42,12 @@ from rms_retrieval.stores.claims import (
     normalize_value,
     scaled_integer,
 )
-from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.protocols import RecordReader
 from rms_retrieval.stores.models import LifecycleState, NodeType
 from rms_retrieval.stores.visibility import DEFAULT_UNVERIFIED_THRESHOLD, MODE_VISIBILITY, RetrievalMode
 
 CLAIM_NODE_TYPES = (NodeType.FACT, NodeType.DECISION, NodeType.PREFERENCE)
 
-# Every record of the namespace/scope and node types that has no claim or whose claim matches
-# the selectors, with the first reason (in filtering.py's order) it is excluded, or NULL.
-_SELECTED = """
-SELECT *, coalesce(event_time, created_at) AS stated_time,
-    CASE
-        WHEN assertion_predicate_norm IS NULL THEN 'no_assertion'
-        WHEN epistemic_type = ANY($dropped_epistemic_types) THEN epistemic_type
-        WHEN $drop_low_unverified AND epistemic_type = 'UNVERIFIED' AND confidence < $unverified_min_confidence
-            THEN 'UNVERIFIED_BELOW_THRESHOLD'
-        WHEN NOT lifecycle_state = ANY($lifecycles) THEN 'lifecycle:' || lifecycle_state
-        WHEN coalesce(event_time, created_at) < $event_time_from THEN 'event_before_event_time_from'
-        WHEN coalesce(event_time, created_at) > $event_time_to THEN 'event_after_event_time_to'
-        WHEN valid_from > $valid_at THEN 'valid_after_valid_at'
-        WHEN valid_to < $valid_at THEN 'valid_before_valid_at'
-        WHEN created_at > $knowledge_at THEN 'ingested_after_knowledge_at'
-        WHEN $require_quantity AND quantity IS NULL THEN 'quantity_missing'
-    END AS exclusion
-FROM objects
-WHERE namespace = $namespace
-  AND ($scope IS NULL OR scope = $scope)
-  AND node_type = ANY($node_types)
-  AND ($after_id IS NULL OR id > $after_id)
-  AND (assertion_predicate_norm IS NULL OR (
-        (len($subjects) = 0 OR assertion_subject_norm = ANY($subjects))
-    AND (len($objects) = 0 OR assertion_object_norm = ANY($objects))
-    AND (len($polarities) = 0 OR assertion_polarity = ANY($polarities))
-    AND ((len($predicates) = 0 AND len($predicate_prefixes) = 0)
-         OR assertion_predicate_norm = ANY($predicates)
-         OR EXISTS (SELECT 1 FROM unnest($predicate_prefixes) AS prefix(value)
-                    WHERE assertion_predicate_norm = prefix.value
-                       OR starts_with(assertion_predicate_norm, prefix.value || '_')))
-  ))
-"""
-EXCLUSION_COUNTS = f"""
-WITH selected AS ({_SELECTED})
-SELECT exclusion, count(*) FROM selected WHERE exclusion IS NOT NULL GROUP BY exclusion ORDER BY exclusion
-"""
-# Groups by count, then key; the window totals are computed before the group limit.
-ASSERTION_GROUPS = f"""
-WITH selected AS ({_SELECTED}),
-ranked AS (
-    SELECT *, row_number() OVER (
-        PARTITION BY assertion_subject_norm, assertion_predicate_norm, assertion_object_norm, assertion_polarity
-        ORDER BY id) AS sample_rank
-    FROM selected WHERE exclusion IS NULL
-),
-grouped AS (
-    SELECT assertion_subject_norm, assertion_predicate_norm, assertion_object_norm, assertion_polarity,
-           count(*) AS occurrences,
-           list({{'object_id': id, 'evidence_refs': evidence_refs, 'stated_time': stated_time, 'assertion': assertion}}
-                ORDER BY id) FILTER (WHERE sample_rank <= $max_samples) AS samples
-    FROM ranked GROUP BY ALL
-)
-SELECT *, count(*) OVER () AS group_count, sum(occurrences) OVER () AS occurrence_total
-FROM grouped
-ORDER BY occurrences DESC, assertion_subject_norm, assertion_predicate_norm, assertion_object_norm, assertion_polarity
-LIMIT $max_groups
-"""
 
 
 class AssertionQuery(BaseModel):
@@ -193,11 +135,11 @@ class AssertionAggregation(BaseModel):
     real_world_coverage: Literal["unknown"] = "unknown"
 
 
-def aggregate_assertions(store: MemoryStore, query: AssertionQuery) -> AssertionAggregation:
+def aggregate_assertions(store: RecordReader, query: AssertionQuery) -> AssertionAggregation:
     """Count the selected structured claims, grouped by normalised subject, predicate, object, polarity."""
     fingerprint = store.state_fingerprint()
     parameters = _selection_parameters(query, require_quantity=False)
-    rows = store.read(ASSERTION_GROUPS, {**parameters, "max_groups": query.max_groups, "max_samples": query.max_samples})
+    rows = store.assertion_groups({**parameters, "max_groups": query.max_groups, "max_samples": query.max_samples})
     exclusions = _exclusion_counts(store, parameters)
     groups = tuple(
         AssertionGroup(
@@ -221,7 +163,7 @@ def aggregate_assertions(store: MemoryStore, query: AssertionQuery) -> Assertion
 
 
 def _selection_parameters(query: AssertionQuery, *, require_quantity: bool) -> dict[str, Any]:
-    """The bound values of `_SELECTED` for a query (without a page cursor)."""
+    """The bound values of `store_sql._SELECTED` for a query (without a page cursor)."""
     rule = MODE_VISIBILITY[query.mode]
     lifecycles = rule.kept_lifecycles if query.lifecycle is None else frozenset(query.lifecycle)
     selectors = query.normalized_selectors()
@@ -247,9 +189,9 @@ def _selection_parameters(query: AssertionQuery, *, require_quantity: bool) -> d
     }
 
 
-def _exclusion_counts(store: MemoryStore, parameters: Mapping[str, Any]) -> dict[str, int]:
+def _exclusion_counts(store: RecordReader, parameters: Mapping[str, Any]) -> dict[str, int]:
     """How many selected records were left out, by reason."""
-    return {reason: count for reason, count in store.read(EXCLUSION_COUNTS, parameters)}
+    return {reason: count for reason, count in store.exclusion_counts(parameters)}
 
 
 def _claim_sample(sample: Mapping[str, Any]) -> ClaimSample:
@@ -264,17 +206,7 @@ def _claim_sample(sample: Mapping[str, Any]) -> ClaimSample:
 
 # ----- grounded quantities ---------------------------------------------------------------------
 
-QUANTITY_BATCH_SIZE = 1_000
-# The admitted claims with a quantity, one keyset page at a time: read-time validation, unit
-# normalisation (NFKC and case-folding, which DuckDB lacks) and the exact sum run in Python.
-QUANTITY_PAGE = f"""
-WITH selected AS ({_SELECTED})
-SELECT id, evidence_refs, stated_time, assertion, quantity,
-       assertion_subject_norm, assertion_predicate_norm, assertion_object_norm, assertion_polarity
-FROM selected WHERE exclusion IS NULL
-ORDER BY id
-LIMIT $batch_size
-"""
+QUANTITY_BATCH_SIZE = 1_000  # rows per keyset page of the admitted quantities
 GroupField = Literal["subject", "predicate", "object", "polarity"]
 _GROUP_FIELD_COLUMNS = {"subject": 5, "predicate": 6, "object": 7, "polarity": 8}
 
@@ -382,7 +314,7 @@ class _Group:
             self.samples.append(sample)
 
 
-def aggregate_quantities(store: MemoryStore, query: QuantityQuery) -> QuantityAggregation:
+def aggregate_quantities(store: RecordReader, query: QuantityQuery) -> QuantityAggregation:
     """Exact per-unit totals of the selected, grounded, re-validated quantities."""
     fingerprint = store.state_fingerprint()
     parameters = _selection_parameters(query, require_quantity=True)
@@ -418,10 +350,10 @@ def aggregate_quantities(store: MemoryStore, query: QuantityQuery) -> QuantityAg
     )
 
 
-def _admitted_quantity_rows(store: MemoryStore, parameters: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
+def _admitted_quantity_rows(store: RecordReader, parameters: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
     after_id = None
     while True:
-        rows = store.read(QUANTITY_PAGE, {**parameters, "after_id": after_id, "batch_size": QUANTITY_BATCH_SIZE})
+        rows = store.quantity_page({**parameters, "after_id": after_id, "batch_size": QUANTITY_BATCH_SIZE})
         yield from rows
         if len(rows) < QUANTITY_BATCH_SIZE:
             return

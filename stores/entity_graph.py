@@ -64,9 +64,11 @@ class GraphUpdate:
 CoMentionKey = tuple[str, UUID, UUID]  # (namespace, smaller entity id, larger entity id)
 
 
-def entity_id(namespace: str, name: str) -> UUID:
-    """The id an extracted entity named `name` gets in `namespace`."""
-    return uuid5(ENTITY_ID_NAMESPACE, f"{namespace}\x00{name.lower()}")
+def entity_id(namespace: str, name: str, attempt: int = 0) -> UUID:
+    """The id an extracted entity named `name` gets in `namespace`; a store whose first choice is
+    already taken (by an id a user supplied) asks for attempt 1, 2, ... until one is free."""
+    suffix = f"\x00{attempt}" if attempt else ""
+    return uuid5(ENTITY_ID_NAMESPACE, f"{namespace}\x00{name.lower()}{suffix}")
 
 
 def co_mention_confidence(objects_mentioning_both: int) -> float:

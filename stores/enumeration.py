@@ -4,7 +4,8 @@ Top-k retrieval is not a way to list or count. `scan_objects` returns one page a
 id cursor; `iter_objects` walks every page. The namespace, scope, node-type and lifecycle
 filters run in SQL before the page limit, and pages are keyset-paginated on the object id, so
 memory stays bounded by the page size whatever the store size. Enumeration is complete for an
-unchanged store; it is not a snapshot across pages (each page is one consistent query).
+unchanged store; it is not a snapshot across pages (each page reads the generation that is
+live when it runs).
 """
 
 from __future__ import annotations
@@ -15,25 +16,13 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from rms_retrieval.stores.memory_store import OBJECT_FIELDS, MemoryStore
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
+from rms_retrieval.stores.protocols import RecordReader
 
 MAX_PAGE_SIZE = 10_000
 DEFAULT_PAGE_SIZE = 100
 DEFAULT_LIFECYCLE = frozenset({LifecycleState.ACTIVE})
 _Member = TypeVar("_Member", NodeType, LifecycleState)
-
-# One row beyond the limit tells whether another page follows.
-SCAN_PAGE = f"""
-SELECT {", ".join(OBJECT_FIELDS)} FROM objects
-WHERE namespace = $namespace
-  AND ($scope IS NULL OR scope = $scope)
-  AND node_type = ANY($node_types)
-  AND lifecycle_state = ANY($lifecycles)
-  AND ($after_id IS NULL OR id > $after_id)
-ORDER BY id
-LIMIT $limit_plus_one
-"""
 
 
 class ScanPage(BaseModel):
@@ -47,7 +36,7 @@ class ScanPage(BaseModel):
 
 
 def scan_objects(
-    store: MemoryStore,
+    store: RecordReader,
     *,
     namespace: str,
     scope: str | None = None,
@@ -71,14 +60,14 @@ def scan_objects(
         "after_id": after_id,
         "limit_plus_one": limit + 1,
     }
-    objects = store.read_objects(SCAN_PAGE, parameters)
+    objects = store.scan_page(parameters)
     has_more = len(objects) > limit
     page = tuple(objects[:limit])
     return ScanPage(objects=page, has_more=has_more, next_cursor=page[-1].id if has_more else None)
 
 
 def iter_objects(
-    store: MemoryStore,
+    store: RecordReader,
     *,
     namespace: str,
     scope: str | None = None,

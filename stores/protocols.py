@@ -144,6 +144,45 @@ class RetrievalLog(ABC):
     def log_retrieval(self, record: Mapping[str, Any]) -> None: ...
 
 
+class RecordReader(ABC):
+    """Read-only exact queries over every stored record, for enumeration and aggregation.
+
+    The SQL behind each method lives in stores/store_sql.py; `parameters` are its bound values.
+    """
+
+    @abstractmethod
+    def scan_page(self, parameters: Mapping[str, Any]) -> list[MemoryObject]:
+        """One keyset page of `store_sql.SCAN_PAGE`, as objects in id order."""
+        ...
+
+    @abstractmethod
+    def exclusion_counts(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """(reason, count) rows of `store_sql.EXCLUSION_COUNTS`."""
+        ...
+
+    @abstractmethod
+    def assertion_groups(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """The rows of `store_sql.ASSERTION_GROUPS`."""
+        ...
+
+    @abstractmethod
+    def quantity_page(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """One keyset page of `store_sql.QUANTITY_PAGE`."""
+        ...
+
+    @abstractmethod
+    def state_fingerprint(self) -> str: ...
+
+
+class SnapshotSource(ABC):
+    """A store whose requests can each be pinned to one immutable generation."""
+
+    @abstractmethod
+    def snapshot(self) -> Any:
+        """The live generation, as an object that implements every store protocol and never changes."""
+        ...
+
+
 @dataclass(frozen=True)
 class IngestReport:
     """What one `MemoryStore.add` wrote."""

@@ -28,7 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from rms_retrieval.stores.aggregation import QuantityAggregation, QuantityQuery, aggregate_quantities
-from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.protocols import RecordReader
 
 # Every accepted inflection and the predicate prefix it selects (underscore-suffix rule).
 ACTION_PREDICATE_PREFIXES: dict[str, str] = {
@@ -109,7 +109,7 @@ class _Refused(Exception):
         self.reason, self.detail = reason, detail
 
 
-def aggregate_quantities_from_text(store: MemoryStore, question: str, *, namespace: str) -> QuantityAnswer:
+def aggregate_quantities_from_text(store: RecordReader, question: str, *, namespace: str) -> QuantityAnswer:
     """Plan `question`; run the aggregation only when the plan is supported."""
     plan = plan_quantity_question(question, namespace=namespace)
     return QuantityAnswer(plan=plan, aggregation=None if plan.query is None else aggregate_quantities(store, plan.query))

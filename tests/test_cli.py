@@ -62,8 +62,8 @@ def test_unknown_store_and_namespace(capsys, demo_store, demo_copy, tmp_path):
 
 
 def test_a_corrupted_index_file_is_named(capsys, demo_store, demo_copy):
-    [vectors] = demo_copy.glob("vectors-*.faiss")
-    vectors.write_bytes(b"not a faiss index")
+    [vectors] = demo_copy.glob("segments/*/vectors.npy")
+    vectors.write_bytes(vectors.read_bytes()[:-4] + b"\x00\x00\x80\x3f")  # a last float turned into 1.0
     code, _, err = _run(capsys, *_query(demo_copy, demo_store.namespace), "Where does Tomas work?")
     assert code == 2 and vectors.name in err and "Traceback" not in err
 
@@ -78,7 +78,7 @@ def test_ingest_jsonl_reports_each_bad_line_and_adds_nothing(capsys, tmp_path):
     code, _, err = _run(capsys, "ingest", str(path), "--store", str(store))
     assert code == 2 and "nothing was added" in err
     assert "line 2, confidence" in err and "line 3" in err and "line 4, content" in err
-    assert not (store / "store.duckdb").exists()
+    assert not (store / "manifest.json").exists()
     path.write_text(json.dumps(good) + "\n")
     code, out, err = _run(capsys, "ingest", str(path), "--store", str(store))
     assert code == 0, err

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from uuid import NAMESPACE_OID, UUID, uuid5
 
-import duckdb
 import pytest
 
 from rms_retrieval.stores.claims import Assertion, Quantity
 from rms_retrieval.stores.enumeration import iter_objects, scan_objects
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.memory_store import DATABASE_FILE, MemoryStore
+from rms_retrieval.stores.manifest import MANIFEST_FILE
+from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 from tests.factories import FakeEncoder
 
@@ -49,15 +49,15 @@ def _expected(*, node_types=tuple(NodeType), lifecycles=(LifecycleState.ACTIVE,)
 
 def test_pages_of_97_cover_the_10000_objects_once_in_id_order(store, monkeypatch):
     largest_read = 0
-    read = store.read
+    read = store.scan_page
 
-    def counting_read(query, parameters):
+    def counting_read(parameters):
         nonlocal largest_read
-        rows = read(query, parameters)
+        rows = read(parameters)
         largest_read = max(largest_read, len(rows))
         return rows
 
-    monkeypatch.setattr(store, "read", counting_read)
+    monkeypatch.setattr(store, "scan_page", counting_read)
     lifecycles = tuple(LifecycleState)
     seen, after_id, pages = [], None, 0
     while True:
@@ -142,17 +142,12 @@ def test_claims_round_trip_through_a_scan(tmp_path):
         assert found == memory and opened.get_objects([memory.id])[memory.id] == memory
 
 
-def test_read_runs_queries_only(store):
-    with pytest.raises(ValueError, match="queries only"):
-        store.read("DELETE FROM objects", {})
-
-
-def test_a_store_of_the_previous_schema_must_be_rebuilt(tmp_path):
-    MemoryStore.open(tmp_path / "old").close()
-    with duckdb.connect(str(tmp_path / "old" / DATABASE_FILE)) as connection:
-        connection.execute("UPDATE meta SET value = ? WHERE key = ?", ["1", "schema_version"])
-    with pytest.raises(StoreError, match="schema version '1', expected 2; rebuild"):
-        MemoryStore.open(tmp_path / "old")
+def test_a_store_of_another_format_version_is_named(tmp_path):
+    MemoryStore.open(tmp_path / "other").close()
+    manifest = tmp_path / "other" / MANIFEST_FILE
+    manifest.write_text(manifest.read_text().replace('"format_version": 3', '"format_version": 99'))
+    with pytest.raises(StoreError, match="format version 99, this version reads 3"):
+        MemoryStore.open(tmp_path / "other")
 
 
 def test_a_lone_type_or_state_is_a_one_element_set(store):

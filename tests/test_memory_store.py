@@ -3,9 +3,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
+import duckdb
 import pytest
 
+from rms_retrieval.stores import segments, writer
 from rms_retrieval.stores.entity_graph import entity_id
+from rms_retrieval.stores.lexical import FTS_EXTENSION
+from rms_retrieval.stores.segments import SEGMENT_FILES
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
@@ -62,10 +66,24 @@ WHERE score IS NOT NULL ORDER BY score DESC, id
 """
 
 
+def _duckdb_match_bm25(memories: list[MemoryObject], query: str) -> list[tuple]:
+    """DuckDB's own FTS index and match_bm25 over the same rows: the reference scores."""
+    connection = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    connection.load_extension(FTS_EXTENSION)
+    connection.execute("CREATE TABLE objects (id UUID, content VARCHAR, entity_canonical_name VARCHAR)")
+    connection.executemany("INSERT INTO objects VALUES (?, ?, ?)",
+                           [[memory.id, memory.content, memory.entity_canonical_name] for memory in memories])
+    connection.execute("PRAGMA create_fts_index('objects', 'id', 'content', 'entity_canonical_name')")
+    return connection.execute(REFERENCE_BM25, {"text": query}).fetchall()
+
+
 @pytest.mark.parametrize("query", ["cat", "the cat chased a bird", "garden mat dog", "cats!"])
 def test_lexical_scores_equal_duckdbs_own_match_bm25(store, query):
-    store.add(THREE_DOCUMENTS + [_memory(4, "cat cat cat", entity_canonical_name="Cat Stevens")])
-    reference = store.read(REFERENCE_BM25, {"text": query})
+    corpus = THREE_DOCUMENTS + [_memory(4, "cat cat cat", entity_canonical_name="Cat Stevens")]
+    store.add(corpus[:2])
+    store.add(corpus[2:])
+    stored = store.get_objects(store.snapshot().segments[0].ids + store.snapshot().segments[1].ids)
+    reference = _duckdb_match_bm25(list(stored.values()), query)
     hits = store.search_lexical(query, ["a"], 10)
     assert [hit.object_id for hit in hits] == [row[0] for row in reference]
     assert [hit.bm25 for hit in hits] == pytest.approx([row[1] for row in reference], abs=1e-8)
@@ -121,11 +139,11 @@ def _observable_state(store: MemoryStore, encoder) -> tuple:
         store.count_objects(),
         store.search_lexical("cat bird Caroline", ["a"], 10),
         store.search_vector(query, ["a"], 10),
-        sorted(path.name for path in store.path.iterdir() if path.suffix != ".wal"),  # DuckDB's own journal
+        sorted(str(path.relative_to(store.path)) for path in store.path.rglob("*")),
     )
 
 
-@pytest.mark.parametrize("failing_step", ["_rebuild_fts_index", "_insert_edges"])
+@pytest.mark.parametrize("failing_step", [(segments, "_write_edges"), (writer, "write_manifest"), (segments, "fsync_path")])
 def test_failed_ingest_leaves_the_store_unchanged(store, encoder, monkeypatch, failing_step):
     store.add(THREE_DOCUMENTS)
     before = _observable_state(store, encoder)
@@ -133,7 +151,7 @@ def test_failed_ingest_leaves_the_store_unchanged(store, encoder, monkeypatch, f
     def fail(*args, **kwargs):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(MemoryStore, failing_step, fail)
+    monkeypatch.setattr(*failing_step, fail)
     with pytest.raises(RuntimeError, match="injected"):
         store.add([_memory(20, "Caroline fed the cat"), _memory(21, "Caroline saw a bird")])
     assert _observable_state(store, encoder) == before
@@ -159,18 +177,21 @@ def test_duplicates_and_mismatched_encoders_are_refused(store, encoder):
         def encode(self, texts):
             return encoder.encode(texts)
 
-    other = MemoryStore(store.path, store._connection, OtherModel(), read_only=False)
-    with pytest.raises(EmbeddingMismatchError):
+    with MemoryStore.open(store.path, OtherModel()) as other, pytest.raises(EmbeddingMismatchError):
         other.add([_memory(31, "z")])
     assert store.state_fingerprint() == "g1-o3-e0"
 
 
-@pytest.mark.parametrize("victim", ["store.duckdb", "vectors-1.faiss", "embedding_meta.json"])
-def test_corrupted_files_are_named(tmp_path, encoder, victim):
+@pytest.mark.parametrize("victim", ["manifest.json", *SEGMENT_FILES])
+def test_damaged_files_are_named(tmp_path, encoder, victim):
     path = tmp_path / "store"
     with MemoryStore.open(path, encoder) as store:
         store.add(THREE_DOCUMENTS)
-    (path / victim).write_bytes(b"not what you think")
+        [segment] = store.snapshot().segments
+    damaged = path / victim if victim == "manifest.json" else segment.directory / victim
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x55  # one flipped byte, the file otherwise intact
+    damaged.write_bytes(bytes(data))
     with pytest.raises(StoreError, match=victim.replace(".", r"\.")) as raised:
         MemoryStore.open(path, create=False)
     assert "rms ingest" in str(raised.value)
@@ -220,5 +241,4 @@ def test_retrieval_log_round_trip(store):
     store.log_retrieval(second)
     assert store.retrieval_log() == [first, {**second, "ids": [str(UUID(int=1))]}]
     assert store.retrieval_log(limit=1) == [{**second, "ids": [str(UUID(int=1))]}]
-    with pytest.raises(StoreError, match="request_id"):
-        store.log_retrieval({"request_id": "nope"})
+    assert list((store.path / "log").iterdir())  # beside the segments, never inside them

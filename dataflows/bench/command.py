@@ -27,6 +27,7 @@ _VERSIONED = ("torch", "duckdb", "faiss-cpu", "apache-hamilton", "numpy", "panda
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `bench locomo` and `bench scale` to the `rms` parser."""
     from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS
+    from rms_retrieval.dataflows.bench.store_command import register as register_store_benches
 
     bench = sub.add_parser("bench", help="benchmarks: LoCoMo relevance and operations, scaling")
     commands = bench.add_subparsers(dest="bench_command", required=True)
@@ -57,6 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--no-progress", action="store_true")
     _threads_option(scale)
     scale.set_defaults(run=_cmd_scale)
+    register_store_benches(commands)
 
 
 def _threads_option(parser: argparse.ArgumentParser) -> None:
@@ -146,9 +148,10 @@ def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool) ->
     """Reuse the store when it holds objects, else build it from the LoCoMo file and time that."""
     from rms_retrieval.dataflows.bench.speed_bench import directory_size_mb, peak_memory_mb
     from rms_retrieval.dataflows.ingest import ingest_locomo
+    from rms_retrieval.stores.manifest import MANIFEST_FILE
     from rms_retrieval.stores.memory_store import MemoryStore
 
-    existing = Path(store_path) / "store.duckdb"
+    existing = Path(store_path) / MANIFEST_FILE
     if existing.exists():
         with MemoryStore.open(store_path, read_only=True) as store:
             present = store.count_objects()

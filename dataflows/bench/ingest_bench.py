@@ -1,0 +1,70 @@
+"""`rms bench ingest`: what one small write costs as a store grows, and bulk throughput.
+
+One store grows through the requested sizes by bulk adds of synthetic turns (timed: bulk
+throughput); at each size, `singles` one-turn adds are timed (single-turn latency). Vectors
+come from `RandomEncoder` (random unit vectors seeded by the text), so no model runs: the
+figures are the store's own cost, and `embedding_seconds` (near zero here) is reported apart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rms_retrieval.dataflows.bench.metrics import latency_percentiles
+from rms_retrieval.dataflows.bench.speed_bench import RandomEncoder, directory_size_mb, peak_memory_mb, synthetic_objects
+
+INGEST_SIZES = (1_000, 10_000, 100_000)
+SINGLES = 30
+BULK_BATCH = 50_000
+
+
+def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int = SINGLES,
+               progress: bool = True) -> dict[str, Any]:
+    """Grow one store at `path` (empty) through `sizes`, timing bulk adds and single-turn adds."""
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    rows: list[dict[str, Any]] = []
+    next_number = 0
+    with MemoryStore.open(path, RandomEncoder()) as store:
+        for size in sorted(sizes):
+            bulk_objects = bulk_seconds = bulk_embedding = 0.0
+            while store.count_objects() < size:
+                count = min(BULK_BATCH, size - store.count_objects())
+                report = store.add(synthetic_objects(next_number, count))
+                next_number += count
+                bulk_objects += count
+                bulk_seconds += report.seconds
+                bulk_embedding += report.details["embedding_seconds"]
+            latencies, without_embedding = [], []
+            for _ in range(singles):
+                started = time.perf_counter()
+                report = store.add(synthetic_objects(next_number, 1))
+                latencies.append(time.perf_counter() - started)
+                without_embedding.append(latencies[-1] - report.details["embedding_seconds"])
+                next_number += 1
+            row = {
+                "size": size,
+                "single_add_ms": latency_percentiles(latencies),
+                "single_add_excluding_embedding_ms": latency_percentiles(without_embedding),
+                "bulk_objects": int(bulk_objects),
+                "bulk_objects_per_second": bulk_objects / max(bulk_seconds - bulk_embedding, 1e-9) if bulk_objects else None,
+                "segments": len(store.snapshot().segments),
+                "size_mb": directory_size_mb(path),
+                "peak_memory_mb": peak_memory_mb(),
+            }
+            rows.append(row)
+            if progress:
+                print(summary_line(row), flush=True)
+    return {"sizes": rows, "encoder": "RandomEncoder (no model; random unit vectors seeded by text)", "singles": singles}
+
+
+def summary_line(row: dict[str, Any]) -> str:
+    single = row["single_add_excluding_embedding_ms"]
+    bulk = row["bulk_objects_per_second"]
+    return (f"{row['size']:>9} objects: one-turn add p50 {single['p50']:.1f} ms, p95 {single['p95']:.1f} ms "
+            f"(embedding excluded); bulk {bulk:,.0f} objects/s; {row['segments']} segments, "
+            f"{row['size_mb']:.0f} MB, peak {row['peak_memory_mb']:.0f} MB" if bulk else
+            f"{row['size']:>9} objects: one-turn add p50 {single['p50']:.1f} ms")

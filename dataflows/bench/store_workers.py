@@ -1,0 +1,105 @@
+"""Processes that write and read one store at once: the store's concurrency and crash checks.
+
+Run as `python -m rms_retrieval.dataflows.bench.store_workers write STORE START COUNT` (adds turns
+START..START+COUNT-1 one per write, printing `committed N` after each) or `... read STORE STOP`
+(checks snapshots in a loop until the file STOP exists, then prints one JSON summary). Every turn lives in one namespace, says
+the word "turn" and names no entity, so a generation g holds exactly turns 0..g-1: a snapshot is
+consistent when its rows, its BM25 postings and its vectors all hold exactly those turns.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+
+from rms_retrieval.dataflows.bench.speed_bench import RandomEncoder
+from rms_retrieval.stores.models import MemoryObject
+
+NAMESPACE = "live"
+DIMENSION = 16
+_WORDS = "garden painting river camping guitar marathon recipe puppy museum violin hiking pottery".split()
+_T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+def turn(number: int) -> MemoryObject:
+    """Turn `number` of the live conversation: lower-case words only, so no entity is spotted."""
+    words = " ".join(_WORDS[(number * 7 + k) % len(_WORDS)] for k in range(6))
+    when = _T0 + timedelta(seconds=number)
+    return MemoryObject(id=UUID(int=number + 1), namespace=NAMESPACE, session_id="s", session_seq=number,
+                        content=f"turn {number} {words}", created_at=when, updated_at=when)
+
+
+def encoder() -> RandomEncoder:
+    return RandomEncoder(DIMENSION)
+
+
+def snapshot_problems(snapshot: Any) -> list[str]:
+    """Why this snapshot is not exactly turns 0..g-1 of generation g in rows, postings and vectors."""
+    objects = snapshot.count_objects()
+    generation = snapshot.state_fingerprint().split("-")[0]
+    problems = []
+    if generation != f"g{objects}":
+        problems.append(f"{snapshot.state_fingerprint()}: generation and object count disagree")
+    wanted = {UUID(int=number + 1) for number in range(objects)}
+    if set(snapshot.get_objects(wanted)) != wanted:
+        problems.append(f"{snapshot.state_fingerprint()}: rows are not turns 0..{objects - 1}")
+    lexical = {hit.object_id for hit in snapshot.search_lexical("turn", [NAMESPACE], objects + 5)}
+    if lexical != wanted:
+        problems.append(f"{snapshot.state_fingerprint()}: BM25 finds {len(lexical)} of {objects} turns")
+    vector = np.ones(DIMENSION, dtype=np.float32) / np.sqrt(DIMENSION)
+    vectors = {hit.object_id for hit in snapshot.search_vector(vector, [NAMESPACE], objects + 5)} if objects else set()
+    if vectors != wanted:
+        problems.append(f"{snapshot.state_fingerprint()}: vector search finds {len(vectors)} of {objects} turns")
+    return problems
+
+
+def write(store_path: Path, start: int, count: int) -> None:
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    with MemoryStore.open(store_path, encoder()) as store:
+        for number in range(start, start + count):
+            store.add([turn(number)])
+            print(f"committed {number + 1}", flush=True)
+
+
+def read(store_path: Path, stop: Path, seconds: float = 600.0) -> dict[str, Any]:
+    """Check snapshots (and answer one `retrieve()` per loop) until `stop` exists (at most `seconds`)."""
+    from rms_retrieval.dataflows.retrieval import retrieve
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    summary: dict[str, Any] = {"requests": 0, "generations": set(), "problems": [], "errors": []}
+    deadline = time.monotonic() + seconds
+    with MemoryStore.open(store_path, create=False, read_only=True) as store:
+        while time.monotonic() < deadline and not stop.exists():
+            try:
+                snapshot = store.snapshot()
+                summary["problems"] += snapshot_problems(snapshot)
+                summary["generations"].add(snapshot.generation)
+                retrieve(snapshot, "which turn was about the river?", namespaces=[NAMESPACE], encoder=encoder(),
+                         reference_time=_T0 + timedelta(days=1), log=False)
+                summary["requests"] += 1
+            except Exception as error:  # every failure is reported, none may happen
+                summary["errors"].append(f"{type(error).__name__}: {error}")
+    summary["generations"] = sorted(summary["generations"])
+    return summary
+
+
+def main(argv: Sequence[str]) -> int:
+    command, store_path, *numbers = argv
+    if command == "write":
+        write(Path(store_path), int(numbers[0]), int(numbers[1]))
+    else:
+        print(json.dumps(read(Path(store_path), Path(numbers[0]))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

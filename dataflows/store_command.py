@@ -1,0 +1,34 @@
+"""`rms check` and `rms migrate`: verify a store's files, and upgrade a format-2 store."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+EXIT_DAMAGED = 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `check` and `migrate` to the `rms` parser."""
+    check = sub.add_parser("check", help="verify every file of a store against its manifest's sha256")
+    check.add_argument("--store", required=True)
+    check.set_defaults(run=_cmd_check)
+
+    migrate = sub.add_parser("migrate", help="upgrade a store of the old format (store.duckdb + FAISS)")
+    migrate.add_argument("--store", required=True)
+    migrate.set_defaults(run=_cmd_migrate)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from rms_retrieval.stores.check import check_store
+
+    report = check_store(Path(args.store))
+    print(report.to_text())
+    return EXIT_DAMAGED if report.problems else 0
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from rms_retrieval.stores.migrate import migrate_store
+
+    print(migrate_store(Path(args.store)).to_text())
+    return 0

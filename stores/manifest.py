@@ -1,0 +1,141 @@
+"""`manifest.json`: the one small file that names a store's live generation.
+
+A commit writes the next manifest to `manifest.json.tmp`, fsyncs it, renames it over
+`manifest.json` and fsyncs the directory, so a reader opens either the old generation or the
+new one, never a mix. Everything the manifest names is immutable and carries a sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.protocols import EmbeddingIdentity
+
+FORMAT_VERSION = 3
+MANIFEST_FILE = "manifest.json"
+SEGMENTS_DIR = "segments"
+LEGACY_DATABASE_FILE = "store.duckdb"
+_HASH_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEntry:
+    """One live segment: its directory name under `segments/`, its row count, its files' sha256,
+    and for a merged segment the ids of the segments it replaced."""
+
+    id: str
+    rows: int
+    files: dict[str, str]
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """One generation. `retired` names the segments the previous generation still used, so a
+    reader that is loading that generation finds them for one more write."""
+
+    generation: int
+    embedding: EmbeddingIdentity | None
+    segments: tuple[SegmentEntry, ...] = ()
+    retired: tuple[str, ...] = field(default=())
+
+    @property
+    def segment_ids(self) -> tuple[str, ...]:
+        return tuple(entry.id for entry in self.segments)
+
+    @property
+    def object_count(self) -> int:
+        return sum(entry.rows for entry in self.segments)
+
+    def to_json(self) -> dict[str, Any]:
+        embedding = None
+        if self.embedding is not None:
+            embedding = {
+                "model_name": self.embedding.model_name,
+                "model_hash": self.embedding.model_hash,
+                "dimension": self.embedding.dimension,
+            }
+        body = {
+            "format_version": FORMAT_VERSION,
+            "generation": self.generation,
+            "embedding": embedding,
+            "segments": [
+                {"id": entry.id, "rows": entry.rows, "files": entry.files, "sources": list(entry.sources)}
+                for entry in self.segments
+            ],
+            "retired": list(self.retired),
+        }
+        return {**body, "sha256": _body_digest(body)}
+
+
+def _body_digest(body: dict[str, Any]) -> str:
+    """The manifest's own checksum, over its other fields in canonical JSON."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(_HASH_BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file or a directory entry to disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def read_manifest(store: Path) -> Manifest:
+    """The committed manifest of `store`; StoreError naming the file if it is missing or unreadable."""
+    path = store / MANIFEST_FILE
+    if not path.exists():
+        if (store / LEGACY_DATABASE_FILE).exists():
+            raise StoreError(f"{store} is in the old single-database format; upgrade it with `rms migrate --store {store}`")
+        raise StoreError(f"no memory store at {store} ({MANIFEST_FILE} is missing); create it with `rms ingest`")
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        version = document["format_version"]
+        recorded = document.pop("sha256", None)
+        if version == FORMAT_VERSION and recorded != _body_digest(document):
+            raise ValueError("its sha256 does not match its content")
+        if version != FORMAT_VERSION:
+            raise StoreError(f"{path} has format version {version!r}, this version reads {FORMAT_VERSION}; "
+                             "upgrade rms-retrieval, or rebuild the store with `rms ingest`")
+        embedding = document["embedding"]
+        identity = None if embedding is None else EmbeddingIdentity(
+            str(embedding["model_name"]), str(embedding["model_hash"]), int(embedding["dimension"])
+        )
+        segments = tuple(
+            SegmentEntry(str(entry["id"]), int(entry["rows"]), {str(k): str(v) for k, v in entry["files"].items()},
+                         tuple(map(str, entry.get("sources", ()))))
+            for entry in document["segments"]
+        )
+        return Manifest(int(document["generation"]), identity, segments, tuple(map(str, document.get("retired", []))))
+    except StoreError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise StoreError(f"cannot read {path} ({type(error).__name__}: {error}); the store's manifest is damaged, "
+                         "restore it from a backup or rebuild the store with `rms ingest`") from error
+
+
+def write_manifest(store: Path, manifest: Manifest) -> None:
+    """Switch `store` to `manifest` atomically and durably."""
+    staged = store / (MANIFEST_FILE + ".tmp")
+    with staged.open("w", encoding="utf-8") as handle:
+        json.dump(manifest.to_json(), handle, indent=1, sort_keys=True)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(staged, store / MANIFEST_FILE)
+    fsync_path(store)

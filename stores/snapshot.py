@@ -1,0 +1,337 @@
+"""One generation of a store, held in memory and never changed: what a request reads.
+
+A `StoreSnapshot` implements every store protocol over the verified segments one manifest names.
+Readers never lock: they hold a snapshot, and a newer generation is a new snapshot that shares
+the segments both generations name. Derived structures (the BM25 index, adjacency lists, entity
+catalogs) are built on first use; a racing second build gives the same value. The BM25 index is
+extended from the previous generation's when that one covers the same rows, so a small write
+costs a small update, also after a merge (a merged segment records which segments it replaced).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+
+from rms_retrieval.stores.adjacency import Adjacency
+from rms_retrieval.stores.entity_graph import entity_names
+from rms_retrieval.stores.errors import EmbeddingMismatchError
+from rms_retrieval.stores.lexical import Bm25Index
+from rms_retrieval.stores.manifest import Manifest
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import (
+    Edge,
+    EmbeddingIdentity,
+    EntityRef,
+    GraphIndex,
+    LexicalHit,
+    LexicalIndex,
+    ObjectStore,
+    RecordReader,
+    RetrievalLog,
+    SessionNeighbour,
+    SnapshotSource,
+    VectorHit,
+    VectorIndex,
+)
+from rms_retrieval.stores.segments import LoadedSegment
+from rms_retrieval.stores.store_sql import ParquetRecords
+
+CO_MENTIONED = "CO_MENTIONED"
+_SCORE_CHUNK_ROWS = 8192  # bounds the float64 copy a vector search makes
+Scope = tuple[str, ...]
+
+
+class _Bm25Base:
+    """A built BM25 index and the segment ids it covers, handed from one generation to the next."""
+
+    def __init__(self, index: Bm25Index, covered: frozenset[str]) -> None:
+        self.index, self.covered = index, covered
+
+
+class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
+    """How many stored objects mention both entities of a pair, summed over segments on lookup."""
+
+    def __init__(self, segments: Sequence[LoadedSegment], namespaces: Iterable[str]) -> None:
+        self._segments, self._namespaces = segments, frozenset(namespaces)
+
+    def __getitem__(self, key: tuple[str, UUID, UUID]) -> int:
+        if key[0] not in self._namespaces:
+            raise KeyError(key)
+        total = sum(segment.co_mentions.get(key, 0) for segment in self._segments)
+        if not total:
+            raise KeyError(key)
+        return total
+
+    def __iter__(self) -> Iterator[tuple[str, UUID, UUID]]:
+        keys = {key for segment in self._segments for key in segment.co_mentions if key[0] in self._namespaces}
+        return iter(sorted(keys))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog, RecordReader, SnapshotSource):
+    """The rows, vectors, graph and lexical statistics of one generation."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        segments: Sequence[LoadedSegment],
+        log: Callable[[Mapping[str, Any]], None],
+        previous: StoreSnapshot | None = None,
+    ) -> None:
+        self.manifest = manifest
+        self.segments = tuple(segments)
+        self._log = log
+        self._lock = threading.Lock()
+        self._bm25: Bm25Index | None = None
+        self._bm25_base = None if previous is None else previous._handed_bm25()
+        self._adjacency: dict[Scope, Adjacency] = {}
+        self._catalogs: dict[Scope, list[EntityRef]] = {}
+        self._pinned: dict[Scope, list[MemoryObject]] = {}
+        self._records = ParquetRecords([str(segment.parquet_path) for segment in self.segments], self.state_fingerprint())
+
+    # ----- generation facts ----------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        return self.manifest.generation
+
+    @property
+    def max_edge_id(self) -> int:
+        """Edge ids run 1..N without gaps, so the largest is also the edge count."""
+        return max((stored.edge.edge_id for segment in self.segments for stored in segment.edges[-1:]), default=0)
+
+    def state_fingerprint(self) -> str:
+        """Changes whenever rows, vectors or lexical statistics change (each write bumps the generation)."""
+        return f"g{self.generation}-o{self.manifest.object_count}-e{self.max_edge_id}"
+
+    def snapshot(self) -> StoreSnapshot:
+        return self
+
+    def count_objects(self, namespaces: Sequence[str] | None = None) -> int:
+        if namespaces is None:
+            return self.manifest.object_count
+        wanted = set(namespaces)
+        return sum(stop - start for segment in self.segments
+                   for namespace, (start, stop) in segment.namespace_slices.items() if namespace in wanted)
+
+    def namespaces(self) -> list[str]:
+        return sorted({namespace for segment in self.segments for namespace in segment.namespace_slices})
+
+    def contains(self, object_id: UUID) -> bool:
+        return any(object_id in segment.row_of for segment in self.segments)
+
+    # ----- LexicalIndex ----------------------------------------------------------------------------
+
+    def _handed_bm25(self) -> _Bm25Base | None:
+        if self._bm25 is not None:
+            return _Bm25Base(self._bm25, frozenset(self.manifest.segment_ids))
+        return self._bm25_base
+
+    def _lexical_index(self) -> Bm25Index:
+        with self._lock:
+            if self._bm25 is None:
+                index, missing = self._extendable_base()
+                for segment in missing:
+                    index = index.with_segment(segment.postings, segment.namespace_of_row, segment.ids)
+                self._bm25 = index
+                self._bm25_base = None
+            return self._bm25
+
+    def _extendable_base(self) -> tuple[Bm25Index, list[LoadedSegment]]:
+        """The previous index and the segments it lacks, or an empty index and every segment."""
+        base = self._bm25_base
+        if base is not None:
+            live = {segment.entry.id for segment in self.segments}
+            gone = set(base.covered - live)
+            missing = []
+            for segment in self.segments:
+                if segment.entry.id in base.covered:
+                    continue
+                sources = set(segment.entry.sources)
+                if sources and sources <= gone:
+                    gone -= sources
+                elif sources:
+                    break
+                else:
+                    missing.append(segment)
+            else:
+                if not gone:
+                    return base.index, missing
+        return Bm25Index.empty(), list(self.segments)
+
+    def search_lexical(self, text: str, namespaces: Sequence[str], limit: int) -> list[LexicalHit]:
+        """BM25 over content and entity names, statistics over `namespaces` only, best first, ties by id."""
+        if limit <= 0 or not namespaces or not self.segments:
+            return []
+        found = self._lexical_index().search(text, list(namespaces), limit)
+        if not found:
+            return []
+        low, high = found[-1][1], found[0][1]
+        spread = high - low
+        return [LexicalHit(object_id=object_id, bm25=bm25, score=(bm25 - low) / spread if spread > 0 else 1.0)
+                for object_id, bm25 in found]
+
+    # ----- VectorIndex -----------------------------------------------------------------------------
+
+    @property
+    def embedding_identity(self) -> EmbeddingIdentity | None:
+        return self.manifest.embedding
+
+    def search_vector(self, vector: np.ndarray, namespaces: Sequence[str], limit: int) -> list[VectorHit]:
+        """Exact inner-product top-k over the namespaces' vectors, best first, ties by object id."""
+        identity = self.manifest.embedding
+        if identity is None or limit <= 0:
+            return []
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if query.shape[0] != identity.dimension:
+            raise EmbeddingMismatchError(f"the query vector has dimension {query.shape[0]} but the store holds {identity.dimension}")
+        score_blocks, owners = [], []
+        for segment in self.segments:
+            for namespace in sorted(set(namespaces)):
+                bounds = segment.namespace_slices.get(namespace)
+                if bounds is None:
+                    continue
+                scores = _inner_products(segment.vectors[bounds[0]:bounds[1]], query)
+                keep = _at_least_kth(scores, limit)
+                score_blocks.append(scores[keep])
+                owners.extend((segment, bounds[0] + int(position)) for position in keep)
+        if not score_blocks:
+            return []
+        scores = np.concatenate(score_blocks)
+        keep = _at_least_kth(scores, limit)
+        hits = [VectorHit(owners[i][0].ids[owners[i][1]], float(scores[i])) for i in keep.tolist()]
+        hits.sort(key=lambda hit: (-hit.cosine, hit.object_id))
+        return hits[:limit]
+
+    # ----- GraphIndex ------------------------------------------------------------------------------
+
+    def stored_entities(self, namespaces: Iterable[str]) -> list[MemoryObject]:
+        """The ENTITY objects of the namespaces, by id (what the entity-graph step of an add needs)."""
+        wanted = set(namespaces)
+        found = [segment.object_at(row) for segment in self.segments for row in segment.entity_rows
+                 if segment.namespace_of_row[row] in wanted]
+        return sorted(found, key=lambda entity: entity.id)
+
+    def co_mention_counts(self, namespaces: Iterable[str]) -> CoMentionCounts:
+        return CoMentionCounts(self.segments, namespaces)
+
+    def co_mentioned_edge_id(self, source: UUID, target: UUID) -> int | None:
+        """The id of the CO_MENTIONED edge between two entities, if one is stored."""
+        for segment in reversed(self.segments):
+            edge_id = segment.edge_ids_by_key.get((CO_MENTIONED, source, target))
+            if edge_id is not None:
+                return edge_id
+        return None
+
+    def entity_catalog(self, namespaces: Sequence[str]) -> list[EntityRef]:
+        """Every entity name and alias in the namespaces, by namespace, alias, then id."""
+        key = tuple(sorted(set(namespaces)))
+        if key not in self._catalogs:
+            refs = {EntityRef(entity.id, entity.namespace, entity.entity_canonical_name or "", name)
+                    for entity in self.stored_entities(key) for name in entity_names(entity)}
+            self._catalogs[key] = sorted(refs, key=lambda ref: (ref.namespace, ref.alias.lower(), ref.alias, ref.object_id))
+        return list(self._catalogs[key])
+
+    def edges_touching(self, nodes: Iterable[UUID], namespaces: Sequence[str], min_confidence: float) -> list[Edge]:
+        """Edges with an endpoint in `nodes` whose both endpoints lie in `namespaces`, by edge id."""
+        if not namespaces:
+            return []
+        return self.adjacency(namespaces).touching(nodes, min_confidence)
+
+    def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
+        """The graph of one namespace scope; edges never cross namespaces, and a later segment's
+        edge replaces an earlier one with the same id (a re-weighted CO_MENTIONED edge)."""
+        key = tuple(sorted(set(namespaces)))
+        if key not in self._adjacency:
+            wanted = set(key)
+            latest: dict[int, Edge] = {}
+            for segment in self.segments:
+                for stored in segment.edges:
+                    if stored.namespace in wanted:
+                        latest[stored.edge.edge_id] = stored.edge
+            self._adjacency[key] = Adjacency(list(latest.values()))
+        return self._adjacency[key]
+
+    # ----- ObjectStore -----------------------------------------------------------------------------
+
+    def get_objects(self, ids: Iterable[UUID]) -> dict[UUID, MemoryObject]:
+        """The stored objects among `ids`, by id; unknown ids are left out."""
+        found: dict[UUID, MemoryObject] = {}
+        for object_id in sorted(set(ids)):
+            for segment in self.segments:
+                row = segment.row_of.get(object_id)
+                if row is not None:
+                    found[object_id] = segment.object_at(row)
+                    break
+        return found
+
+    def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
+        """Pinned objects (MemoryObject.is_pinned) of the namespaces, by id."""
+        key = tuple(sorted(set(namespaces)))
+        if key not in self._pinned:
+            wanted = set(key)
+            pinned = [segment.object_at(row) for segment in self.segments for row in segment.pinned_rows
+                      if segment.namespace_of_row[row] in wanted]
+            self._pinned[key] = sorted(pinned, key=lambda memory: memory.id)
+        return list(self._pinned[key])
+
+    def session_neighbours(self, triggers: Sequence[UUID], window: int) -> list[SessionNeighbour]:
+        """Objects within `window` positions of each trigger in its own session, by trigger, offset, id."""
+        if not triggers or window <= 0:
+            return []
+        order = {trigger: position for position, trigger in reversed(list(enumerate(triggers)))}
+        found: list[SessionNeighbour] = []
+        for trigger, memory in self.get_objects(order).items():
+            if memory.session_id is None or memory.session_seq is None:
+                continue
+            session = (memory.namespace, memory.owner, memory.scope, memory.session_id)
+            for segment in self.segments:
+                for seq, row in segment.sessions.get(session, ()):
+                    offset = seq - memory.session_seq
+                    if abs(offset) <= window and segment.ids[row] != trigger:
+                        found.append(SessionNeighbour(trigger, segment.object_at(row), offset))
+        found.sort(key=lambda item: (order[item.trigger], item.offset, item.neighbour.id))
+        return found
+
+    # ----- RetrievalLog and RecordReader -----------------------------------------------------------
+
+    def log_retrieval(self, record: Mapping[str, Any]) -> None:
+        self._log(record)
+
+    def scan_page(self, parameters: Mapping[str, Any]) -> list[MemoryObject]:
+        return self._records.scan_page(parameters)
+
+    def exclusion_counts(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return self._records.exclusion_counts(parameters)
+
+    def assertion_groups(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return self._records.assertion_groups(parameters)
+
+    def quantity_page(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return self._records.quantity_page(parameters)
+
+
+def _inner_products(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """float32 scores computed in float64, chunk by chunk. A float32 BLAS product sums in an order
+    that depends on where a row sits in its block, so the same row could score differently in a
+    merged and an unmerged segment; in float64 the float32 result no longer depends on it."""
+    query64 = query.astype(np.float64)
+    return np.concatenate([
+        (matrix[start:start + _SCORE_CHUNK_ROWS].astype(np.float64) @ query64).astype(np.float32)
+        for start in range(0, len(matrix), _SCORE_CHUNK_ROWS)
+    ]) if len(matrix) else np.zeros(0, dtype=np.float32)
+
+
+def _at_least_kth(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the scores at or above the k-th best (every tie at the cut included)."""
+    if scores.size <= k:
+        return np.arange(scores.size)
+    kth = np.partition(scores, scores.size - k)[scores.size - k]
+    return np.flatnonzero(scores >= kth)

@@ -1,0 +1,194 @@
+"""The SQL of the segment store, in one place: writing segment rows, loading them, and the
+read-only queries aggregation and enumeration run over every live segment's Parquet file.
+
+Every query over segments reads `read_parquet($files)`, the snapshot's file list, bound like any
+other value; no lock is needed because the files never change once a manifest names them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import duckdb
+
+from rms_retrieval.stores.codec import memory_object
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import RecordReader
+
+# DuckDB must never reach for the network to autoload an extension.
+_CONNECTION_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+
+
+_root: duckdb.DuckDBPyConnection | None = None
+_root_lock = threading.Lock()
+
+
+def connect() -> duckdb.DuckDBPyConnection:
+    """A private cursor on one in-memory database: a cursor per call, never shared across threads
+    (a new database costs tens of milliseconds, a cursor tens of microseconds)."""
+    global _root
+    with _root_lock:
+        if _root is None or os.getpid() != _root_pid[0]:
+            _root = duckdb.connect(config=_CONNECTION_CONFIG)
+            _root.execute("SET GLOBAL TimeZone = 'UTC'")
+            _root_pid[0] = os.getpid()
+        return _root.cursor()
+
+
+_root_pid = [0]  # a forked child must not use its parent's database
+
+
+# ----- writing and loading segments ------------------------------------------------------------
+
+OBJECT_ROWS = """
+SELECT row, CAST(id AS UUID) AS id, namespace, owner, scope, session_id, session_seq, node_type, content,
+       entity_canonical_name, epistemic_type, confidence, salience, lifecycle_state,
+       CAST(created_at AS TIMESTAMPTZ) AS created_at, CAST(updated_at AS TIMESTAMPTZ) AS updated_at,
+       CAST(event_time AS TIMESTAMPTZ) AS event_time, CAST(valid_from AS TIMESTAMPTZ) AS valid_from,
+       CAST(valid_to AS TIMESTAMPTZ) AS valid_to, CAST(evidence_refs AS JSON) AS evidence_refs,
+       source_ref, CAST(metadata AS JSON) AS metadata, CAST(assertion AS JSON) AS assertion,
+       CAST(quantity AS JSON) AS quantity,
+       assertion_subject_norm, assertion_predicate_norm, assertion_object_norm, assertion_polarity,
+       CAST(pinned AS BOOLEAN) AS pinned, record
+FROM incoming ORDER BY row
+"""
+EDGE_ROWS = """
+SELECT edge_id, CAST(source AS UUID) AS source, CAST(target AS UUID) AS target, CAST(edge_type AS VARCHAR) AS edge_type,
+       confidence, CAST(namespace AS VARCHAR) AS namespace
+FROM incoming ORDER BY edge_id
+"""
+# Column positions are read by stores/segments.py LoadedSegment.
+LOAD_OBJECTS = """
+SELECT id, namespace, owner, scope, session_id, node_type, pinned, record, session_seq
+FROM read_parquet(?) ORDER BY row
+"""
+LOAD_EDGES = "SELECT edge_id, source, target, edge_type, confidence, namespace FROM read_parquet(?) ORDER BY edge_id"
+
+# ----- enumeration (stores/enumeration.py) -----------------------------------------------------
+
+# One row beyond the limit tells whether another page follows.
+SCAN_PAGE = """
+SELECT record FROM read_parquet($files)
+WHERE namespace = $namespace
+  AND ($scope IS NULL OR scope = $scope)
+  AND node_type = ANY($node_types)
+  AND lifecycle_state = ANY($lifecycles)
+  AND ($after_id IS NULL OR id > $after_id)
+ORDER BY id
+LIMIT $limit_plus_one
+"""
+
+# ----- aggregation (stores/aggregation.py) -----------------------------------------------------
+
+# Every record of the namespace/scope and node types that has no claim or whose claim matches
+# the selectors, with the first reason (in filtering.py's order) it is excluded, or NULL.
+_SELECTED = """
+SELECT *, coalesce(event_time, created_at) AS stated_time,
+    CASE
+        WHEN assertion_predicate_norm IS NULL THEN 'no_assertion'
+        WHEN epistemic_type = ANY($dropped_epistemic_types) THEN epistemic_type
+        WHEN $drop_low_unverified AND epistemic_type = 'UNVERIFIED' AND confidence < $unverified_min_confidence
+            THEN 'UNVERIFIED_BELOW_THRESHOLD'
+        WHEN NOT lifecycle_state = ANY($lifecycles) THEN 'lifecycle:' || lifecycle_state
+        WHEN coalesce(event_time, created_at) < $event_time_from THEN 'event_before_event_time_from'
+        WHEN coalesce(event_time, created_at) > $event_time_to THEN 'event_after_event_time_to'
+        WHEN valid_from > $valid_at THEN 'valid_after_valid_at'
+        WHEN valid_to < $valid_at THEN 'valid_before_valid_at'
+        WHEN created_at > $knowledge_at THEN 'ingested_after_knowledge_at'
+        WHEN $require_quantity AND quantity IS NULL THEN 'quantity_missing'
+    END AS exclusion
+FROM read_parquet($files)
+WHERE namespace = $namespace
+  AND ($scope IS NULL OR scope = $scope)
+  AND node_type = ANY($node_types)
+  AND ($after_id IS NULL OR id > $after_id)
+  AND (assertion_predicate_norm IS NULL OR (
+        (len($subjects) = 0 OR assertion_subject_norm = ANY($subjects))
+    AND (len($objects) = 0 OR assertion_object_norm = ANY($objects))
+    AND (len($polarities) = 0 OR assertion_polarity = ANY($polarities))
+    AND ((len($predicates) = 0 AND len($predicate_prefixes) = 0)
+         OR assertion_predicate_norm = ANY($predicates)
+         OR EXISTS (SELECT 1 FROM unnest($predicate_prefixes) AS prefix(value)
+                    WHERE assertion_predicate_norm = prefix.value
+                       OR starts_with(assertion_predicate_norm, prefix.value || '_')))
+  ))
+"""
+EXCLUSION_COUNTS = f"""
+WITH selected AS ({_SELECTED})
+SELECT exclusion, count(*) FROM selected WHERE exclusion IS NOT NULL GROUP BY exclusion ORDER BY exclusion
+"""
+# Groups by count, then key; the window totals are computed before the group limit.
+ASSERTION_GROUPS = f"""
+WITH selected AS ({_SELECTED}),
+ranked AS (
+    SELECT *, row_number() OVER (
+        PARTITION BY assertion_subject_norm, assertion_predicate_norm, assertion_object_norm, assertion_polarity
+        ORDER BY id) AS sample_rank
+    FROM selected WHERE exclusion IS NULL
+),
+grouped AS (
+    SELECT assertion_subject_norm, assertion_predicate_norm, assertion_object_norm, assertion_polarity,
+           count(*) AS occurrences,
+           list({{'object_id': id, 'evidence_refs': evidence_refs, 'stated_time': stated_time, 'assertion': assertion}}
+                ORDER BY id) FILTER (WHERE sample_rank <= $max_samples) AS samples
+    FROM ranked GROUP BY ALL
+)
+SELECT *, count(*) OVER () AS group_count, sum(occurrences) OVER () AS occurrence_total
+FROM grouped
+ORDER BY occurrences DESC, assertion_subject_norm, assertion_predicate_norm, assertion_object_norm, assertion_polarity
+LIMIT $max_groups
+"""
+
+# The admitted claims with a quantity, one keyset page at a time: read-time validation, unit
+# normalisation (NFKC and case-folding, which DuckDB lacks) and the exact sum run in Python.
+QUANTITY_PAGE = f"""
+WITH selected AS ({_SELECTED})
+SELECT id, evidence_refs, stated_time, assertion, quantity,
+       assertion_subject_norm, assertion_predicate_norm, assertion_object_norm, assertion_polarity
+FROM selected WHERE exclusion IS NULL
+ORDER BY id
+LIMIT $batch_size
+"""
+
+
+class ParquetRecords(RecordReader):
+    """The RecordReader queries over a fixed list of segment files (one snapshot's)."""
+
+    def __init__(self, files: Sequence[str], fingerprint: str) -> None:
+        self._files = list(files)
+        self._fingerprint = fingerprint
+
+    def _rows(self, query: str, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        if not self._files:
+            return []
+        connection = connect()
+        try:
+            return connection.execute(query, {**parameters, "files": self._files}).fetchall()
+        finally:
+            connection.close()
+
+    def scan_page(self, parameters: Mapping[str, Any]) -> list[MemoryObject]:
+        return [memory_object(record) for (record,) in self._rows(SCAN_PAGE, parameters)]
+
+    def exclusion_counts(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return self._rows(EXCLUSION_COUNTS, parameters)
+
+    def assertion_groups(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return self._rows(ASSERTION_GROUPS, parameters)
+
+    def quantity_page(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return self._rows(QUANTITY_PAGE, parameters)
+
+    def state_fingerprint(self) -> str:
+        return self._fingerprint
+
+
+# ----- format 2 (store.duckdb), read once by stores/migrate.py ----------------------------------
+
+LEGACY_META = "SELECT key, value FROM meta"
+LEGACY_OBJECTS = "SELECT vec_id, * EXCLUDE (vec_id) FROM objects ORDER BY vec_id"
+LEGACY_EDGES = "SELECT edge_id, source, target, edge_type, confidence, namespace FROM edges ORDER BY edge_id"
+LEGACY_LOG = "SELECT record FROM retrieval_log ORDER BY logged_at, rowid"

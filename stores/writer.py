@@ -1,0 +1,212 @@
+"""The write path: one add becomes one new segment, a merge when the tail has grown, one manifest.
+
+Everything here runs under the write lock (stores/write_lock.py) on the writer's snapshot, which
+was refreshed after the lock was taken, so the entity graph sees every committed entity and
+co-mention without scanning the store. Order of a commit: segment files (fsynced, renamed into
+place), then `manifest.json` (stores/manifest.py). A crash before the manifest switch leaves the
+previous generation live and some unnamed files, which `collect_garbage` removes on the next write.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import UUID
+
+import numpy as np
+
+from rms_retrieval.stores.embedding import encode_many
+from rms_retrieval.stores.entity_graph import GraphEdge, GraphUpdate, entity_graph, entity_id
+from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.lexical import TermPostings
+from rms_retrieval.stores.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, read_manifest, write_manifest
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
+from rms_retrieval.stores.segments import LoadedSegment, StoredEdge, new_segment_id, write_segment
+from rms_retrieval.stores.snapshot import StoreSnapshot
+
+# Tiered merging: once this many segments of one size tier (a power of ten of rows) end the
+# list, they become one segment of the next tier. Each row is rewritten once per tier, so a write
+# costs amortised O(size of the write x number of tiers), and a store keeps few segments.
+MERGE_FACTOR = 10
+
+
+@dataclass(frozen=True)
+class PreparedWrite:
+    """What one add will store: its rows (objects and new entities), their vectors and edges."""
+
+    rows: tuple[MemoryObject, ...]
+    vectors: np.ndarray
+    edges: tuple[StoredEdge, ...]
+    graph: GraphUpdate
+    embedding_seconds: float
+
+
+def prepare_write(
+    snapshot: StoreSnapshot, objects: Sequence[MemoryObject], encoder: QueryEncoder, *, progress: bool
+) -> PreparedWrite:
+    """Rows, vectors and numbered edges for `objects` on top of `snapshot`; nothing is written."""
+    _check_new_ids(snapshot, objects)
+    namespaces = sorted({memory.namespace for memory in objects})
+    graph = entity_graph(objects, snapshot.stored_entities(namespaces), snapshot.co_mention_counts(namespaces))
+    graph = _without_id_clashes(graph, snapshot, {memory.id for memory in objects})
+    rows = (*objects, *graph.entities)
+    started = time.perf_counter()
+    vectors = encode_many(encoder, [memory.content for memory in rows], progress=progress)
+    embedding_seconds = time.perf_counter() - started
+    next_id = snapshot.max_edge_id + 1
+    edges: list[StoredEdge] = []
+    for edge in graph.edges:
+        edges.append(_stored(edge, next_id))
+        next_id += 1
+    for edge in graph.reweighted:
+        existing = snapshot.co_mentioned_edge_id(edge.source, edge.target)
+        if existing is None:
+            raise StoreError(f"the store lost the CO_MENTIONED edge {edge.source} - {edge.target}; "
+                             "run `rms check` on it")
+        edges.append(_stored(edge, existing))
+    edges.sort(key=lambda stored: stored.edge.edge_id)
+    return PreparedWrite(rows, vectors, tuple(edges), graph, embedding_seconds)
+
+
+def _stored(edge: GraphEdge, edge_id: int) -> StoredEdge:
+    return StoredEdge(Edge(edge_id, edge.source, edge.target, edge.edge_type, edge.confidence), edge.namespace)
+
+
+def _check_new_ids(snapshot: StoreSnapshot, objects: Sequence[MemoryObject]) -> None:
+    seen: set[UUID] = set()
+    for memory in objects:
+        if memory.id in seen:
+            raise StoreError(f"object {memory.id} appears twice in the batch; give each memory its own id")
+        seen.add(memory.id)
+    clashes = sorted(object_id for object_id in seen if snapshot.contains(object_id))
+    if clashes:
+        raise StoreError(f"object {clashes[0]} is already in the store; objects are added once")
+
+
+def _without_id_clashes(graph: GraphUpdate, snapshot: StoreSnapshot, batch_ids: set[UUID]) -> GraphUpdate:
+    """The update with every new entity whose derived id is taken (by a user-supplied id, in any
+    namespace) moved to the next free derived id, edges included."""
+    taken = set(batch_ids)
+    moved: dict[UUID, UUID] = {}
+    entities = []
+    for entity in graph.entities:
+        fresh, attempt = entity.id, 0
+        while fresh in taken or snapshot.contains(fresh):
+            attempt += 1
+            fresh = entity_id(entity.namespace, entity.entity_canonical_name or entity.content, attempt)
+        taken.add(fresh)
+        if fresh != entity.id:
+            moved[entity.id] = fresh
+            entity = entity.model_copy(update={"id": fresh})
+        entities.append(entity)
+    if not moved:
+        return graph
+
+    def remapped(edge: GraphEdge) -> GraphEdge:
+        source, target = moved.get(edge.source, edge.source), moved.get(edge.target, edge.target)
+        if edge.edge_type == "CO_MENTIONED" and source > target:
+            source, target = target, source
+        return GraphEdge(edge.namespace, edge.edge_type, source, target, edge.confidence)
+
+    return GraphUpdate(
+        entities=tuple(sorted(entities, key=lambda entity: entity.id)),
+        edges=tuple(sorted(map(remapped, graph.edges))),
+        reweighted=tuple(sorted(map(remapped, graph.reweighted))),
+    )
+
+
+def _tier(rows: int) -> int:
+    return int(math.log10(max(rows, 1)))
+
+
+def merge_run(entries: Sequence[SegmentEntry]) -> int:
+    """How many trailing segments to merge now (0: none): MERGE_FACTOR or more of the last one's tier."""
+    if not entries:
+        return 0
+    tier = _tier(entries[-1].rows)
+    run = 0
+    for entry in reversed(entries):
+        if _tier(entry.rows) != tier:
+            break
+        run += 1
+    return run if run >= MERGE_FACTOR else 0
+
+
+def write_merged(store: Path, segments: Sequence[LoadedSegment], generation: int) -> LoadedSegment:
+    """One segment holding `segments`' rows, vectors, latest edges and postings, regrouped by namespace."""
+    rows = [memory for segment in segments for memory in segment.objects()]
+    order = sorted(range(len(rows)), key=lambda position: rows[position].namespace)
+    new_row = np.empty(len(rows), dtype=np.int64)
+    new_row[order] = np.arange(len(rows))
+    joined = TermPostings.concatenate([segment.postings for segment in segments])
+    posting_rows = new_row[joined.rows].astype(np.int32)
+    by_term = np.lexsort((posting_rows, joined.term_ids))
+    lengths = np.empty_like(joined.lengths)
+    lengths[new_row] = joined.lengths
+    postings = TermPostings(joined.vocabulary, joined.term_ids[by_term], posting_rows[by_term], joined.tfs[by_term], lengths)
+    vectors = np.concatenate([segment.vectors for segment in segments])[order]
+    latest: dict[int, StoredEdge] = {}
+    for segment in segments:
+        for stored in segment.edges:
+            latest[stored.edge.edge_id] = stored
+    return write_segment(
+        store, new_segment_id(generation), [rows[position] for position in order], vectors,
+        [latest[edge_id] for edge_id in sorted(latest)], postings=postings,
+        sources=tuple(segment.entry.id for segment in segments),
+    )
+
+
+def collect_garbage(store: Path, live: Manifest) -> None:
+    """Remove every segment directory neither `live` nor the generation before it names, and any
+    staging leftovers of a killed write. Runs under the write lock."""
+    keep = set(live.segment_ids) | set(live.retired)
+    (store / (MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
+    directory = store / SEGMENTS_DIR
+    if not directory.exists():
+        return
+    for child in directory.iterdir():
+        if child.name not in keep:
+            shutil.rmtree(child, ignore_errors=True)
+
+
+def commit(
+    store: Path, snapshot: StoreSnapshot, prepared: PreparedWrite, identity: EmbeddingIdentity
+) -> tuple[Manifest, list[LoadedSegment]]:
+    """Write the prepared segment (and merges if due), switch the manifest, and return it with the
+    segments of the new generation, in manifest order."""
+    previous = snapshot.manifest
+    generation = previous.generation + 1
+    live = {segment.entry.id: segment for segment in snapshot.segments}
+    written: list[LoadedSegment] = []
+    try:
+        written.append(write_segment(store, new_segment_id(generation), prepared.rows, prepared.vectors, prepared.edges))
+        segments = [*snapshot.segments, written[0]]
+        retired: list[str] = []
+        while run := merge_run([segment.entry for segment in segments]):
+            sources = segments[-run:]
+            written.append(write_merged(store, sources, generation))
+            retired += [segment.entry.id for segment in sources if segment.entry.id in live]
+            segments = [*segments[:-run], written[-1]]
+        manifest = Manifest(generation, identity, tuple(segment.entry for segment in segments), tuple(retired))
+        write_manifest(store, manifest)
+    except BaseException:
+        if _committed_generation(store) != generation:  # a failed write leaves the store as it was
+            for segment in written:
+                shutil.rmtree(segment.directory, ignore_errors=True)
+        raise
+    for segment in written:
+        if segment not in segments:  # merged away before any manifest named it
+            shutil.rmtree(segment.directory, ignore_errors=True)
+    return manifest, segments
+
+
+def _committed_generation(store: Path) -> int | None:
+    try:
+        return read_manifest(store).generation
+    except StoreError:
+        return None

@@ -1,0 +1,75 @@
+"""The segment store's files: codec round trip, manifest switch and checksum, segment write/load."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from uuid import UUID
+
+import numpy as np
+import pytest
+
+from rms_retrieval.dataflows.bench import store_workers
+from rms_retrieval.stores.claims import Assertion, Quantity
+from rms_retrieval.stores.codec import memory_object, object_record, row_values
+from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.manifest import MANIFEST_FILE, Manifest, SegmentEntry, read_manifest, write_manifest
+from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
+from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
+from rms_retrieval.stores.segments import LoadedSegment, StoredEdge, write_segment
+
+RICH = MemoryObject(
+    id=UUID(int=7), namespace="a", content="Ann paid 4.50 for coffee", node_type=NodeType.FACT, session_id="s",
+    session_seq=3, created_at=datetime(2024, 1, 1, tzinfo=timezone.utc), evidence_refs=("D1:2",),
+    event_time=datetime(2023, 12, 31, 23, 0, tzinfo=timezone.utc), metadata={"speaker": "Ann", "n": [1, 2.5]},
+    lifecycle_state=LifecycleState.TENTATIVE, salience=1.0,
+    assertion=Assertion(subject="Ann", predicate="paid for", object="coffee"),
+    quantity=Quantity(value="4.50", unit="$", source_text="paid $4.50"),
+)
+
+
+def test_a_record_round_trips_to_an_equal_object_in_utc():
+    back = memory_object(object_record(RICH))
+    assert back == RICH and back.created_at.tzinfo is timezone.utc
+    assert row_values(RICH)["assertion_predicate_norm"] == "paid_for" and json.loads(row_values(RICH)["metadata"]) == RICH.metadata
+
+
+def test_metadata_that_is_not_json_is_refused():
+    odd = MemoryObject(namespace="a", content="x", metadata={"when": datetime(2024, 1, 1)})
+    with pytest.raises(StoreError, match="not JSON"):
+        object_record(odd)
+
+
+def test_the_manifest_switches_whole_and_detects_its_own_damage(tmp_path):
+    identity = EmbeddingIdentity("m", "h", 4)
+    entry = SegmentEntry("g1", 2, {"objects.parquet": "ab" * 32}, ("g0a", "g0b"))
+    write_manifest(tmp_path, Manifest(3, identity, (entry,), ("g0a",)))
+    assert read_manifest(tmp_path) == Manifest(3, identity, (entry,), ("g0a",))
+    assert not (tmp_path / (MANIFEST_FILE + ".tmp")).exists()
+    text = (tmp_path / MANIFEST_FILE).read_text()
+    (tmp_path / MANIFEST_FILE).write_text(text.replace('"rows": 2', '"rows": 3'))
+    with pytest.raises(StoreError, match="manifest.json .*sha256 does not match"):
+        read_manifest(tmp_path)
+
+
+def test_a_segment_holds_rows_vectors_edges_and_postings_grouped_by_namespace(tmp_path):
+    rows = [store_workers.turn(0), RICH, store_workers.turn(1)]
+    vectors = np.eye(3, 16, dtype=np.float32)
+    edge = StoredEdge(Edge(1, RICH.id, UUID(int=9), "MENTIONS", 0.9), "a")
+    written = write_segment(tmp_path, "g1-x", rows, vectors, [edge])
+    segment = LoadedSegment(tmp_path, written.entry)
+    assert (written.ids, written.namespace_slices, written.pinned_rows, written.edges) == (
+        segment.ids, segment.namespace_slices, segment.pinned_rows, segment.edges)
+    assert segment.ids == [RICH.id, UUID(int=1), UUID(int=2)]  # namespace a before live
+    assert segment.namespace_slices == {"a": (0, 1), "live": (1, 3)}
+    assert segment.vectors[0].tolist() == vectors[1].tolist() and segment.postings.num_rows == 3
+    assert segment.object_at(0) == RICH and segment.pinned_rows == [0]
+    assert segment.edges == (edge,) and segment.sessions[("live", "default", "default", "s")] == [(0, 1), (1, 2)]
+    assert sorted(path.name for path in (tmp_path / "segments").iterdir()) == ["g1-x"]
+
+
+def test_a_segment_file_that_differs_from_its_checksum_is_named(tmp_path):
+    entry = write_segment(tmp_path, "g1-x", [RICH], np.ones((1, 4), dtype=np.float32), []).entry
+    damaged = SegmentEntry(entry.id, entry.rows, {**entry.files, "edges.parquet": "0" * 64})
+    with pytest.raises(StoreError, match=r"edges\.parquet is damaged"):
+        LoadedSegment(tmp_path, damaged)

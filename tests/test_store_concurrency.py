@@ -1,0 +1,93 @@
+"""Readers and a writer at once: threads on one MemoryStore, and real processes on one directory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from rms_retrieval.dataflows.bench import store_workers
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.write_lock import StoreBusyError, WriteLock
+
+QUESTIONS = ("What did Caroline research?", "When did Melanie paint a sunrise?", "Where does Tomas work?",
+             "What is Caroline's identity?", "Who went camping?")
+THREADS, CALLS = 8, 100
+WORKER = [sys.executable, "-m", "rms_retrieval.dataflows.bench.store_workers"]
+
+
+def test_threads_sharing_one_store_get_the_serial_bundles(demo_store, demo_copy, encoder):
+    with MemoryStore.open(demo_copy, create=False) as store:
+        def answer(question: str) -> str:
+            return retrieve(store, question, namespaces=[demo_store.namespace, "demo-other-conversation"],
+                            reference_time=demo_store.reference_time, encoder=encoder).bundle.to_json()
+
+        logged_before = len(store.retrieval_log())
+        serial = {question: answer(question) for question in QUESTIONS}
+        calls = [QUESTIONS[number % len(QUESTIONS)] for number in range(THREADS * CALLS)]
+        with ThreadPoolExecutor(THREADS) as pool:
+            answers = list(pool.map(answer, calls))
+        assert [answer_ == serial[question] for question, answer_ in zip(calls, answers)] == [True] * len(calls)
+        assert len(store.retrieval_log()) == logged_before + len(QUESTIONS) + len(calls)
+
+
+def test_a_second_writer_waits_then_is_told_who_writes(tmp_path):
+    MemoryStore.open(tmp_path / "store").close()
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with WriteLock(tmp_path / "store"):
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    try:
+        with MemoryStore.open(tmp_path / "store", store_workers.encoder(), write_timeout=0.2) as store:
+            with pytest.raises(StoreBusyError, match=r"is being written by process \d+ since 20\d\d-") as raised:
+                store.add([store_workers.turn(0)])
+            assert "corrupt" not in str(raised.value) and "damaged" not in str(raised.value)
+    finally:
+        release.set()
+        holder.join()
+    with MemoryStore.open(tmp_path / "store", store_workers.encoder(), write_timeout=0.2) as store:
+        store.add([store_workers.turn(0)])  # the lock is free again
+        assert store.count_objects() == 1
+
+
+def test_an_open_reader_sees_each_new_generation_on_its_next_request(tmp_path):
+    with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as writer_store, \
+            MemoryStore.open(tmp_path / "store", create=False, read_only=True) as reader:
+        pinned = reader.snapshot()
+        for number in range(3):
+            writer_store.add([store_workers.turn(number)])
+            assert reader.count_objects() == number + 1 and store_workers.snapshot_problems(reader.snapshot()) == []
+        assert pinned.count_objects() == 0  # a snapshot never changes under its request
+
+
+def test_four_reader_processes_and_one_writer_process(tmp_path):
+    """4 readers check every snapshot they see while a writer adds turns one at a time."""
+    turns = 300
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        store.add([store_workers.turn(0)])
+    stop = tmp_path / "stop"
+    readers = [subprocess.Popen([*WORKER, "read", str(path), str(stop)], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    try:
+        writer = subprocess.run([*WORKER, "write", str(path), "1", str(turns - 1)], capture_output=True, text=True, timeout=600)
+    finally:
+        stop.touch()
+    assert writer.returncode == 0, writer.stderr
+    summaries = [json.loads(reader.communicate(timeout=120)[0]) for reader in readers]
+    for summary in summaries:
+        assert summary["errors"] == [] and summary["problems"] == []
+        assert summary["requests"] > 0 and len(summary["generations"]) > 1
+    with MemoryStore.open(path, create=False, read_only=True) as store:
+        assert store.count_objects() == turns and store_workers.snapshot_problems(store.snapshot()) == []

@@ -1,0 +1,81 @@
+"""Readers write nothing: a store on a read-only mount answers queries, and `rms check` verifies it."""
+
+from __future__ import annotations
+
+import subprocess
+import warnings
+
+import pytest
+
+from rms_retrieval.dataflows.bench import store_workers
+from rms_retrieval.dataflows.cli import main
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.retrieval_log import RetrievalLogWarning
+
+
+def _tree(path) -> dict[str, tuple[int, int]]:
+    return {str(item.relative_to(path)): (item.stat().st_mtime_ns, item.stat().st_size) for item in path.rglob("*")}
+
+
+def _built(path, turns: int = 12):
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        for number in range(turns):
+            store.add([store_workers.turn(number)])
+
+
+def _ask(store: MemoryStore):
+    return retrieve(store, "which turn was about the river?", namespaces=[store_workers.NAMESPACE],
+                    encoder=store_workers.encoder(), reference_time=store_workers.turn(99).created_at, log=False)
+
+
+def test_a_reader_writes_nothing_in_the_store(tmp_path):
+    _built(tmp_path / "store")
+    before = _tree(tmp_path / "store")
+    with MemoryStore.open(tmp_path / "store", create=False) as store:
+        assert _ask(store).bundle.items
+        store.scan_page({"namespace": store_workers.NAMESPACE, "scope": None, "node_types": ["TURN"],
+                         "lifecycles": ["ACTIVE"], "after_id": None, "limit_plus_one": 5})
+    assert _tree(tmp_path / "store") == before
+
+
+@pytest.fixture
+def read_only_mount(tmp_path):
+    """A read-only bind mount of a built store (root and a working `mount` needed, else skipped)."""
+    source, mounted = tmp_path / "store", tmp_path / "ro"
+    _built(source)
+    mounted.mkdir()
+    if subprocess.run(["mount", "--bind", str(source), str(mounted)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here (needs root); test_a_reader_writes_nothing_in_the_store covers readers")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mounted)], check=True, capture_output=True)
+        yield mounted
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True)
+
+
+def test_a_store_on_a_read_only_mount_answers_and_logging_fails_open(read_only_mount):
+    with pytest.raises(OSError):
+        (read_only_mount / "probe").touch()
+    with MemoryStore.open(read_only_mount, create=False) as store:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = retrieve(store, "which turn was about the river?", namespaces=[store_workers.NAMESPACE],
+                              encoder=store_workers.encoder(), reference_time=store_workers.turn(99).created_at)
+            retrieve(store, "guitar", namespaces=[store_workers.NAMESPACE], encoder=store_workers.encoder(),
+                     reference_time=store_workers.turn(99).created_at)
+        assert result.bundle.items
+        assert [warning.category for warning in caught] == [RetrievalLogWarning]  # one warning, not one per query
+    assert main(["check", "--store", str(read_only_mount)]) == 0
+
+
+def test_rms_check_names_a_damaged_file_and_exits_1(tmp_path, capsys):
+    _built(tmp_path / "store")
+    assert main(["check", "--store", str(tmp_path / "store")]) == 0
+    assert "ok: generation 12, 3 segments, 12 objects" in capsys.readouterr().out
+    [vectors] = sorted((tmp_path / "store" / "segments").glob("*/vectors.npy"))[:1]
+    data = bytearray(vectors.read_bytes())
+    data[-1] ^= 0x01  # the lowest bit of one float: a different answer if it went unnoticed
+    vectors.write_bytes(bytes(data))
+    assert main(["check", "--store", str(tmp_path / "store")]) == 1
+    assert str(vectors) in capsys.readouterr().out
