@@ -11,7 +11,7 @@ LOCOMO ?= ../shared/data/locomo10.json
 PIP_FLAGS := --quiet --disable-pip-version-check
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install system-deps demo test bench dag clean
+.PHONY: install system-deps demo test package-check bench dag clean
 
 # Graphviz's `dot` draws the DAG pictures (rms dag, the notebook, their tests).
 system-deps:
@@ -32,6 +32,11 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# The wheel as a user installs it: built, installed (core only, -c constraints.txt) into a fresh
+# virtualenv outside the repository, then `rms demo` and `retrieve()` from another directory.
+package-check: install
+	$(PY) tests/package_check.py
 
 bench: install
 	$(RMS) bench locomo --data $(LOCOMO) --store .rms/locomo-store --out bench-out
