@@ -9,7 +9,6 @@ CONSTRAINTS := constraints.txt
 EXTRAS ?= test,ray,dask,peers
 LOCOMO ?= ../shared/data/locomo10.json
 PIP_FLAGS := --quiet --disable-pip-version-check
-export HF_HUB_OFFLINE := 1
 
 .PHONY: install system-deps demo test package-check bench dag clean
 

@@ -1,7 +1,8 @@
 """The `rms` command line. Each command lives in a module of its own that exposes
-`add_parser(subparsers)`; this module lists them, imports only the one being run, and handles
-every command's errors in one place: a user error prints one line and exits 2, and `--verbose`
-adds the traceback.
+`add_parser(subparsers)` and imports only argparse and `cli_support` at the top; a new command
+is one row of COMMANDS. This module imports only the module of the command being run, and
+handles every command's errors in one place: a user error (CliError, StoreError, a validation
+error, ValueError, OSError) prints one line and exits 2, and `--verbose` adds the traceback.
 
 `rms --help` imports none of the command modules, so it starts in a fraction of a second.
 """

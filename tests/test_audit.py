@@ -74,3 +74,12 @@ def test_without_the_graphviz_bindings_the_message_names_the_viz_extra(tmp_path,
         assert str(raised.value) == audit.BINDINGS_MISSING and "[viz]" in str(raised.value)
     with pytest.raises(GraphvizMissingError, match=r"\[viz\]"):
         execution_graph(store, "Where does Tomas work now?", namespaces=[demo_store.namespace])
+
+
+def test_an_execution_picture_names_nothing_of_another_namespace(tmp_path, store, demo_store):
+    graph, result = execution_graph(store, "Where does Tomas work now? Is he a carpenter in Bristol?",
+                                    namespaces=[demo_store.namespace], reference_time=demo_store.reference_time)
+    svg = render(graph, tmp_path / "run.svg").read_text()
+    values = "\n".join(repr(value) for value in result.nodes.values())
+    for text in (svg, values):
+        assert str(demo_store.other_namespace_id) not in text and "carpenter in Bristol." not in text

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from rms_retrieval.dataflows.cli import main
+from rms_retrieval.nodes.models import DEFAULT_TOKEN_BUDGET
 
 
 def _run(capsys, *argv):
@@ -33,7 +34,7 @@ def test_query_json_is_the_bundle(capsys, demo_store, demo_copy):
     code, out, _ = _run(capsys, *_query(demo_copy, demo_store.namespace, "--json"), "Where does Tomas work now?")
     bundle = json.loads(out)
     assert code == 0 and bundle["bundle_version"] == 1
-    assert bundle["tokens_used"] <= bundle["token_budget"] == 4096
+    assert bundle["tokens_used"] <= bundle["token_budget"] == DEFAULT_TOKEN_BUDGET
     assert all(item["namespace"] == demo_store.namespace for item in bundle["items"])
 
 

@@ -58,7 +58,7 @@ def test_every_call_is_logged_like_any_request(retriever):
 
 def test_a_store_object_and_optional_request_fields(demo_store, demo_copy):
     with MemoryStore.open(demo_copy, create=False) as store:
-        limited = RmsRetriever(store=store, namespaces=[demo_store.namespace], token_budget=4096,
+        limited = RmsRetriever(store=store, namespaces=[demo_store.namespace],
                                reference_time=demo_store.reference_time, request_options={"limit": 2})
         documents = limited.invoke(QUESTION)
         bundle = retrieve(store, QUESTION, namespaces=[demo_store.namespace], reference_time=demo_store.reference_time,
