@@ -209,3 +209,25 @@ import rms_retrieval.dataflows.replay, rms_retrieval.dataflows.audit
 print(sorted({m.split(".")[0] for m in sys.modules} & {"matplotlib", "graphviz", "langchain_core"}))
 """)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+@pytest.mark.parametrize("extra, question, message", [
+    (["--budget", str(10**12)], "Where does Tomas work?", "token_budget: Input should be less than or equal to"),
+    ([], "why? " * 2000, "query: String should have at most 8192 characters"),
+])
+def test_a_rejected_request_is_one_line_and_still_logged(capsys, demo_store, demo_copy, extra, question, message):
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    code, out, err = _run(capsys, *_query(demo_copy, demo_store.namespace, *extra), question)
+    assert (code, out) == (2, "") and err.startswith(f"error: {message}") and err.count("\n") == 1
+    with MemoryStore.open(demo_copy, create=False, read_only=True) as store:
+        assert store.retrieval_log()[-1]["payload"]["status"] == "failed"
+
+
+def test_the_last_representable_year_answers_or_fails_in_one_line(capsys, demo_store, demo_copy):
+    argv = ["query", "--store", str(demo_copy), "--namespace", demo_store.namespace,
+            "--reference-time", "9999-12-31T00:00:00+00:00"]
+    for question in ("What happened this year?", "What did we do last week?", "Any plans for next week?"):
+        code, out, err = _run(capsys, *argv, question)
+        assert (code == 0 and out.startswith("question: ")) or (code == 2 and err.count("\n") == 1), err
+        assert "Traceback" not in err
