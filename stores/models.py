@@ -44,9 +44,13 @@ class LifecycleState(StrEnum):
     DELETED = "DELETED"
 
 
-def _visible_text(text: str) -> str:
-    """`text` without whitespace and Unicode control, format and unassigned characters (category C)."""
-    return "".join(ch for ch in text if not ch.isspace() and unicodedata.category(ch)[0] != "C")
+# Unicode control (Cc, e.g. NUL) and format (Cf, e.g. zero-width space) characters print as nothing.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf"})
+
+
+def is_blank(text: str) -> bool:
+    """True when `text` is nothing but whitespace, control and format characters: no memory."""
+    return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE_CATEGORIES for ch in text)
 
 
 def _utc_now() -> datetime:
@@ -89,7 +93,7 @@ class MemoryObject(BaseModel):
     @field_validator("content")
     @classmethod
     def _content_not_blank(cls, value: str) -> str:
-        if not _visible_text(value):
+        if is_blank(value):
             raise ValueError("content is blank (nothing but whitespace or control characters); "
                              "a memory needs text to retrieve")
         return value
