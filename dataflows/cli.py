@@ -38,6 +38,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("rms_retrieval.dataflows.bench.command", "benchmarks: LoCoMo relevance and operations, scaling"),
 }
 VERBOSE = "--verbose"
+# Optional imports and the extra that brings each (pyproject.toml), for a one-line hint.
+EXTRA_OF_MODULE = {"matplotlib": "bench", "graphviz": "viz", "langchain_core": "langchain", "ray": "ray",
+                   "dask": "dask", "distributed": "dask", "langchain_community": "peers", "rank_bm25": "peers"}
 
 
 def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
@@ -98,10 +101,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         hamilton_log.setLevel(logging.CRITICAL)
     try:
         return args.run(args)
-    except (CliError, StoreError, EmbeddingError, ValidationError, ValueError, OSError) as error:
+    except (CliError, StoreError, EmbeddingError, ValidationError, ValueError, OSError, ModuleNotFoundError) as error:
+        extra = EXTRA_OF_MODULE.get((getattr(error, "name", None) or "").split(".")[0])
+        if isinstance(error, ModuleNotFoundError) and extra is None:
+            raise
         if verbose:
             traceback.print_exc()
-        print(f"error: {one_line(error)}", file=sys.stderr)
+        message = (f"`rms {command}` needs {error.name}, part of the [{extra}] extra: "
+                   f"pip install 'rms-retrieval[{extra}]'") if extra else one_line(error)
+        print(f"error: {message}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         hamilton_log.setLevel(level)

@@ -231,3 +231,28 @@ def test_the_last_representable_year_answers_or_fails_in_one_line(capsys, demo_s
         code, out, err = _run(capsys, *argv, question)
         assert (code == 0 and out.startswith("question: ")) or (code == 2 and err.count("\n") == 1), err
         assert "Traceback" not in err
+
+
+def test_a_missing_extra_is_named_in_one_line(capsys, monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the [bench] extra were not installed
+    monkeypatch.delitem(sys.modules, "rms_retrieval.dataflows.bench.plots", raising=False)
+    code, out, err = _run(capsys, "bench", "scale", "--out", str(tmp_path / "out"), "--sizes", "10")
+    assert (code, out) == (2, "")
+    assert err == "error: `rms bench` needs matplotlib, part of the [bench] extra: pip install 'rms-retrieval[bench]'\n"
+
+
+def test_a_missing_module_that_no_extra_brings_is_a_bug_not_a_user_error(monkeypatch):
+    import argparse
+
+    from rms_retrieval.dataflows import cli
+
+    def broken(args):
+        import no_such_module_anywhere  # noqa: F401
+
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(run=broken)
+    monkeypatch.setattr(cli, "build_parser", lambda load: parser)
+    with pytest.raises(ModuleNotFoundError):
+        cli.main([])
