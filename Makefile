@@ -9,9 +9,8 @@ CONSTRAINTS := constraints.txt
 EXTRAS ?= test,ray,dask,peers
 LOCOMO ?= ../shared/data/locomo10.json
 PIP_FLAGS := --quiet --disable-pip-version-check
-export HF_HUB_OFFLINE := 1
 
-.PHONY: install system-deps demo test bench dag modules clean
+.PHONY: install system-deps demo test package-check bench dag modules clean
 
 # Graphviz's `dot` draws the DAG pictures (rms dag, the notebook, their tests).
 system-deps:
@@ -32,6 +31,11 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# The wheel as a user installs it: built, installed (core only, -c constraints.txt) into a fresh
+# virtualenv outside the repository, then `rms demo` and `retrieve()` from another directory.
+package-check: install
+	$(PY) tests/package_check.py
 
 bench: install
 	$(RMS) bench locomo --data $(LOCOMO) --store .rms/locomo-store --out bench-out

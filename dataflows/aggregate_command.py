@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 from uuid import UUID
 
+from rms_retrieval.dataflows.cli_support import open_store
 from rms_retrieval.stores.models import LifecycleState, NodeType
 
 _NODE_TYPES = [member.value for member in NodeType]
@@ -22,7 +23,7 @@ _QUERY_OPTIONS = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `scan` and `aggregate` to the `rms` parser."""
     scan = sub.add_parser("scan", help="every matching stored object by id, one page at a time")
     _store_options(scan)
@@ -86,9 +87,7 @@ def _query_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _open(path: str):
-    from rms_retrieval.stores.memory_store import MemoryStore
-
-    return MemoryStore.open(path, create=False, read_only=True)
+    return open_store(path, read_only=True)
 
 
 def _cmd_scan(args: argparse.Namespace) -> int:

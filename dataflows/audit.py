@@ -1,6 +1,7 @@
 """Pictures of the retrieval DAG: the whole DAG as built, and the execution of one request.
 
-Both start from Hamilton's own drawings (`display_upstream_of`, `visualize_execution`) and
+Drawing needs the graphviz bindings (`pip install 'rms-retrieval[viz]'`) and Graphviz's `dot`
+program; both are looked for only when a picture is made. Both pictures start from Hamilton's own drawings (`display_upstream_of`, `visualize_execution`) and
 restate each function node's label: its name, its type, and either the stage module it comes
 from (whole DAG) or a short summary of the value it produced (one execution). Nodes are
 grouped by stage module; the graph label names the configuration the DAG was built with.
@@ -10,48 +11,47 @@ from __future__ import annotations
 
 import html
 import shutil
-from collections.abc import Sequence
-from datetime import datetime
-from functools import singledispatch
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import graphviz
-import pandas as pd
 from hamilton import driver
 from hamilton.htypes import get_type_as_string
 
-from rms_retrieval.dataflows.explain import pipeline_lineage
-from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from rms_retrieval.dataflows.retrieval import RetrievalResult, default_encoder, retrieve
-from rms_retrieval.nodes.models import (
-    CandidateLimits,
-    CandidatePool,
-    ChannelResult,
-    FilteredPool,
-    MemoryBundle,
-    QueryAnalysis,
-    QueryEmbedding,
-    RetrievalRequest,
-)
-from rms_retrieval.nodes.packing import Selection
-from rms_retrieval.nodes.session_context import RankedCandidates
+from rms_retrieval.dataflows.node_types import value_summary
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs, pipeline_lineage
+from rms_retrieval.dataflows.retrieval import RetrievalResult, retrieve
+from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import QueryEncoder
+from rms_retrieval.stores.embedding import default_encoder
+from rms_retrieval.stores.protocols import QueryEncoder, RetrievalStore
+
+if TYPE_CHECKING:
+    import graphviz
 
 FORMATS = ("svg", "png", "pdf")
 DOT_MISSING = ("Graphviz's `dot` program is not installed (or not on PATH); install it with "
                "`apt-get install graphviz` (or `make system-deps`) and retry")
+BINDINGS_MISSING = ("drawing the DAG needs the graphviz Python package, part of the [viz] extra: "
+                    "pip install 'rms-retrieval[viz]'")
 _STAGE_COLOURS = ("#eef4fb", "#f3f9ee", "#fdf6e9", "#f7eef9", "#eef8f7", "#fbeeee", "#f4f4f4")
 
 
 class GraphvizMissingError(RuntimeError):
-    """Graphviz's `dot` program is needed to render a picture and is not installed."""
+    """The graphviz bindings (the [viz] extra) or Graphviz's `dot` program are needed and missing."""
+
+
+def require_bindings() -> None:
+    """Fail early, naming the [viz] extra, when the graphviz Python package is missing."""
+    try:
+        import graphviz  # noqa: F401  (only whether it imports)
+    except ImportError as error:
+        raise GraphvizMissingError(BINDINGS_MISSING) from error
 
 
 def require_dot() -> None:
-    """Fail early, with the install hint, when `dot` is missing."""
+    """Fail early, with the install hints, when the bindings or the `dot` program are missing."""
+    require_bindings()
     if shutil.which("dot") is None:
         raise GraphvizMissingError(DOT_MISSING)
 
@@ -123,6 +123,7 @@ def _hamilton_version() -> str:
 def dag_graph(settings: RetrievalSettings | None = None) -> graphviz.Digraph:
     """The whole retrieval DAG for these settings: every node `packed_bundle` depends on, its type,
     its stage module, and (graph label) the Hamilton config and settings fingerprint it was built with."""
+    require_bindings()
     settings = settings or RetrievalSettings()
     dr = build_driver(settings)
     lineage = pipeline_lineage(dr)
@@ -151,88 +152,24 @@ def _wrap(text: str, width: int = 48) -> str:
     return "\n".join(lines + [line] if line else lines)
 
 
-@singledispatch
-def value_summary(value: Any) -> str:
-    """A short description of a node's value for the execution picture."""
-    if isinstance(value, list | tuple | dict):
-        return f"{len(value)} items"
-    return type(value).__name__
-
-
-@value_summary.register
-def _(value: ChannelResult) -> str:
-    limit = f" (limit {value.limit}{', at the limit' if value.at_limit else ''})" if value.limit else ""
-    failure = f"\nfailed: {value.failure}" if value.failure else ""
-    return f"{len(value.hits)} hits{limit}{failure}"
-
-
-@value_summary.register
-def _(value: CandidatePool) -> str:
-    return f"{len(value.candidates)} candidates"
-
-
-@value_summary.register
-def _(value: FilteredPool) -> str:
-    return f"{len(value.candidates)} kept, {len(value.excluded)} excluded"
-
-
-@value_summary.register
-def _(value: pd.DataFrame) -> str:
-    scored = int((value["score"] > 0).sum()) if "score" in value else len(value)
-    return f"{len(value)} rows, {scored} scored above 0"
-
-
-@value_summary.register
-def _(value: RankedCandidates) -> str:
-    joined = int(value.frame["paths"].map(lambda p: p == ("SESSION_CONTEXT",)).sum()) if len(value.frame) else 0
-    return f"{len(value.frame)} ranked ({joined} joined by session context)"
-
-
-@value_summary.register
-def _(value: Selection) -> str:
-    return f"{len(value.frame)} selected, {len(value.excluded)} left out"
-
-
-@value_summary.register
-def _(value: MemoryBundle) -> str:
-    return f"{len(value.items)} items, {value.tokens_used}/{value.token_budget} tokens"
-
-
-@value_summary.register
-def _(value: QueryAnalysis) -> str:
-    entities = ", ".join(e.name for e in value.entities) or "no entities"
-    return f"intent {value.intent}\n{entities}"
-
-
-@value_summary.register
-def _(value: CandidateLimits) -> str:
-    return f"vector {value.vector_k}, lexical {value.lexical_k}, graph {value.graph_max_candidates}"
-
-
-@value_summary.register
-def _(value: QueryEmbedding) -> str:
-    return f"{value.identity.dimension}-d, {value.identity.model_name.rsplit('/', 1)[-1]}"
-
-
 def execution_graph(
-    store: Any,
-    question: str,
+    store: RetrievalStore,
+    question: str | RetrievalRequest,
     *,
-    namespaces: Sequence[str],
-    reference_time: datetime | None = None,
-    token_budget: int = 4096,
     config: RetrievalSettings | None = None,
     encoder: QueryEncoder | None = None,
-    **options: Any,
+    **request_fields: Any,
 ) -> tuple[graphviz.Digraph, RetrievalResult]:
     """Run one request (not logged) and draw its execution: the nodes that ran, each with a
-    summary of its value. Returns the picture and the result, whose `nodes` hold every value."""
+    summary of its value. `question` is a `RetrievalRequest`, or the question with the request
+    fields as for `retrieve()`. Returns the picture and the result, whose `nodes` hold every value."""
+    require_bindings()
     settings = config or RetrievalSettings()
     encoder = encoder or default_encoder()
     dr = build_driver(settings)
     computed = pipeline_lineage(dr).computed
-    result = retrieve(store, question, namespaces=namespaces, reference_time=reference_time, token_budget=token_budget,
-                      config=settings, encoder=encoder, extra_nodes=computed, log=False, **options)
+    result = retrieve(store, question, config=settings, encoder=encoder, extra_nodes=computed, log=False,
+                      **request_fields)
     request = RetrievalRequest.model_validate(result.log_record["payload"]["request"])
     title = (f"{request.query!r} in {', '.join(request.namespaces)} at {request.reference_time:%Y-%m-%d %H:%M}; "
              f"{value_summary(result.bundle)}; config fusion={settings.scoring.fusion}, "
@@ -250,6 +187,8 @@ def render(graph: graphviz.Digraph, out: str | Path) -> Path:
     if fmt not in FORMATS:
         raise ValueError(f"{out}: the picture's suffix must be one of {', '.join('.' + f for f in FORMATS)}")
     require_dot()
+    import graphviz
+
     try:
         picture = graph.pipe(format=fmt)
     except graphviz.ExecutableNotFound as error:

@@ -1,6 +1,7 @@
 """`rms dag`, `rms explain` and `rms replay`: pictures of the DAG, score lineage, replay of logged requests.
 
-None of them writes to the retrieval log: an audit leaves the store as it found it.
+Each opens the store read-only and none writes to the retrieval log: an audit leaves the store
+as it found it.
 """
 
 from __future__ import annotations
@@ -9,7 +10,15 @@ import argparse
 import json
 from uuid import UUID
 
-from rms_retrieval.dataflows.cli import CliError, _open_store, _parse_time
+from rms_retrieval.dataflows.cli_support import (
+    CliError,
+    check_budget,
+    check_namespaces,
+    check_question,
+    open_store,
+    parse_time,
+    request_arguments,
+)
 
 EXIT_DIFFERENT = 1
 
@@ -20,20 +29,13 @@ def _settings(fusion: str):
     return RetrievalSettings(scoring=ScoringSettings(fusion=fusion))
 
 
-def _request_options(args: argparse.Namespace) -> dict:
-    if args.budget < 1:
-        raise CliError(f"--budget must be at least 1 token, got {args.budget}")
-    options = {"token_budget": args.budget, "reference_time": _parse_time(args.reference_time)}
-    if args.limit is not None:
-        options["limit"] = args.limit
-    return options
+def _request(args: argparse.Namespace):
+    """The RetrievalRequest the options describe."""
+    from rms_retrieval.dataflows.retrieval import as_request
 
-
-def _check_namespaces(store, path: str, namespaces: list[str]) -> None:
-    known = set(store.namespaces())
-    unknown = [ns for ns in namespaces if ns not in known]
-    if unknown:
-        raise CliError(f"namespace {', '.join(unknown)} has no memories in {path}; known: {', '.join(sorted(known)) or 'none'}")
+    return as_request(check_question(args.question), namespaces=args.namespace,
+                      reference_time=parse_time(args.reference_time), token_budget=check_budget(args.budget),
+                      limit=args.limit)
 
 
 def _cmd_dag(args: argparse.Namespace) -> int:
@@ -48,12 +50,10 @@ def _cmd_dag(args: argparse.Namespace) -> int:
             return 0
         if not args.store or not args.namespace:
             raise CliError("drawing one request's execution needs --store and --namespace")
-        if not args.question.strip():
-            raise CliError("the question is empty; pass it in quotes")
-        with _open_store(args.store) as store:
-            _check_namespaces(store, args.store, args.namespace)
-            graph, result = execution_graph(store, args.question, namespaces=args.namespace, config=settings,
-                                            **_request_options(args))
+        request = _request(args)
+        with open_store(args.store, read_only=True) as store:
+            check_namespaces(store, args.store, args.namespace)
+            graph, result = execution_graph(store, request, config=settings)
             path = render(graph, args.out)
     except GraphvizMissingError as error:
         raise CliError(str(error)) from error
@@ -66,16 +66,14 @@ def _cmd_dag(args: argparse.Namespace) -> int:
 def _cmd_explain(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.explain import explain
 
-    if not args.question.strip():
-        raise CliError("the question is empty; pass it in quotes")
+    request = _request(args)
     try:
         object_id = UUID(args.id.strip())
     except ValueError as error:
         raise CliError(f"--id {args.id!r} is not an object id (a UUID)") from error
-    with _open_store(args.store) as store:
-        _check_namespaces(store, args.store, args.namespace)
-        explanation = explain(store, args.question, object_id, namespaces=args.namespace,
-                              config=_settings(args.fusion), **_request_options(args))
+    with open_store(args.store, read_only=True) as store:
+        check_namespaces(store, args.store, args.namespace)
+        explanation = explain(store, request, object_id, config=_settings(args.fusion))
     print(json.dumps(explanation.to_dict(), indent=2) if args.json else explanation.to_text())
     return 0
 
@@ -85,7 +83,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     if not args.request_id and not args.last:
         raise CliError("name a REQUEST_ID to replay, or --last N for the latest N logged requests")
-    with _open_store(args.store) as store:
+    with open_store(args.store, read_only=True) as store:
         if args.last:
             records = [r for r in store.retrieval_log() if (r.get("payload") or {}).get("status") == "ok"][-args.last:]
         else:
@@ -99,17 +97,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _request_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    parser.add_argument("--store", required=required, help="store directory")
-    parser.add_argument("--namespace", action="append", required=required, help="repeat for several")
-    parser.add_argument("--reference-time", help="ISO 8601 with timezone; default now")
-    parser.add_argument("--budget", type=int, default=4096, help="token budget in cl100k_base tokens")
+    request_arguments(parser, required=required)
     parser.add_argument("--limit", type=int, help="the request's item limit")
     parser.add_argument("--fusion", choices=["rrf", "weighted"], default="rrf", help="the score formula (Hamilton config)")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `dag`, `explain` and `replay` to the `rms` parser."""
-    dag = sub.add_parser("dag", help="draw the retrieval DAG, or one request's execution (needs Graphviz)")
+    dag = sub.add_parser("dag", help="draw the retrieval DAG, or one request's execution (needs Graphviz and the [viz] extra)")
     dag.add_argument("--out", required=True, help="the picture: FILE.svg, FILE.png or FILE.pdf")
     _request_arguments(dag, required=False)
     dag.add_argument("question", nargs="?", help="draw the execution of this question (with --store, --namespace)")

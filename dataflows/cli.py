@@ -1,183 +1,133 @@
-"""The `rms` command line: ingest, query, demo, and the audit and benchmark commands."""
+"""The `rms` command line. Each command lives in a module of its own that exposes
+`add_parser(subparsers)` and imports only argparse and `cli_support` at the top; a new command
+is one row of COMMANDS. This module imports only the module of the command being run, and
+handles every command's errors in one place: a user error (CliError, StoreError, a validation
+error, ValueError, OSError) prints one line and exits 2, and `--verbose` adds the traceback.
+
+`rms --help` imports none of the command modules, so it starts in a fraction of a second.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
-from collections.abc import Callable, Sequence
-from datetime import datetime
-from pathlib import Path
+import traceback
+from collections.abc import Iterable, Sequence
+from importlib import import_module
 
-from pydantic import ValidationError
+from rms_retrieval.dataflows.cli_support import EXIT_USAGE, CliError
 
-from rms_retrieval.nodes.models import MemoryBundle
-from rms_retrieval.stores.errors import StoreError
-
-EXIT_USAGE = 2
-
-
-class CliError(Exception):
-    """A user mistake: printed as one line, exit code 2."""
-
-
-def _parse_time(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError as error:
-        raise CliError(f"--reference-time {text!r} is not an ISO 8601 time (e.g. 2023-08-20T12:00:00+00:00)") from error
-    if value.tzinfo is None:
-        raise CliError(f"--reference-time {text!r} has no timezone; add one, e.g. {text}+00:00")
-    return value
-
-
-def _open_store(path: str, *, create: bool = False):
-    from rms_retrieval.stores.memory_store import MemoryStore
-
-    if not create and not Path(path).exists():
-        raise CliError(f"no store at {path}; build one with `rms ingest` or `rms ingest-locomo`")
-    encoder = None
-    if create:
-        from rms_retrieval.dataflows.retrieval import default_encoder
-
-        encoder = default_encoder()
-    return MemoryStore.open(path, encoder=encoder, create=create)
+# Command name -> (the module whose add_parser adds it, the one-line help `rms --help` shows).
+# tests/test_cli.py checks that each module registers exactly these names with this help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "query": ("rms_retrieval.dataflows.query_command", "answer a question with a Memory Bundle"),
+    "demo": ("rms_retrieval.dataflows.query_command", "build the embedded demo store and answer sample questions"),
+    "ingest": ("rms_retrieval.dataflows.ingest_command", "add MemoryObjects from a JSON Lines file (all or nothing)"),
+    "ingest-locomo": ("rms_retrieval.dataflows.ingest_command",
+                      "build a store from LoCoMo (one namespace per conversation)"),
+    "dag": ("rms_retrieval.dataflows.audit_command",
+            "draw the retrieval DAG, or one request's execution (needs Graphviz and the [viz] extra)"),
+    "explain": ("rms_retrieval.dataflows.audit_command",
+                "how one object's place in the bundle was decided, node by node"),
+    "replay": ("rms_retrieval.dataflows.audit_command",
+               "replay logged requests without the embedding model; compare bundles"),
+    "scan": ("rms_retrieval.dataflows.aggregate_command", "every matching stored object by id, one page at a time"),
+    "aggregate": ("rms_retrieval.dataflows.aggregate_command",
+                  "exact counts of structured claims and totals of grounded quantities"),
+    "bench": ("rms_retrieval.dataflows.bench.command", "benchmarks: LoCoMo relevance and operations, scaling"),
+    "check": ("rms_retrieval.dataflows.store_command", "verify every file of a store against its manifest's sha256"),
+    "migrate": ("rms_retrieval.dataflows.store_command", "upgrade a store of the old format (store.duckdb + FAISS)"),
+    "log": ("rms_retrieval.dataflows.log_command", "the retrieval log: compact it, show its latest records"),
+}
+VERBOSE = "--verbose"
+# Optional imports and the extra that brings each (pyproject.toml), for a one-line hint.
+EXTRA_OF_MODULE = {"matplotlib": "bench", "graphviz": "viz", "langchain_core": "langchain", "ray": "ray",
+                   "dask": "dask", "distributed": "dask", "langchain_community": "peers", "rank_bm25": "peers"}
 
 
-def format_bundle(bundle: MemoryBundle) -> str:
-    """The human-readable form of a bundle: what `rms query` prints without --json."""
-    meta = bundle.retrieval_metadata
-    lines = [
-        f"question: {bundle.query}",
-        f"namespaces: {', '.join(bundle.namespaces)}   intent: {meta['intent']}   "
-        f"tokens: {bundle.tokens_used}/{bundle.token_budget}   items: {len(bundle.items)}",
-    ]
-    if meta.get("embedding_mismatch"):
-        lines.append("warning: embedding model mismatch, the vector path was not used")
-    for path, reason in meta.get("backend_failures", {}).items():
-        lines.append(f"warning: {path} path failed: {reason}")
-    for rank, item in enumerate(bundle.items, start=1):
-        paths = "+".join(str(p) for p in item.paths)
-        when = f"{item.event_time:%Y-%m-%d}" if item.event_time else "undated   "
-        lines.append(f"{rank:3d}. tier {item.tier}  {item.score:.6f}  {paths:<36} {when}  {item.text}")
-    excluded = meta.get("excluded", {})
-    if excluded:
-        reasons: dict[str, int] = {}
-        for reason in excluded.values():
-            reasons[reason] = reasons.get(reason, 0) + 1
-        lines.append("excluded: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())))
-    return "\n".join(lines)
-
-
-def _cmd_query(args: argparse.Namespace) -> int:
-    from rms_retrieval.dataflows.retrieval import retrieve
-
-    if not args.question.strip():
-        raise CliError("the question is empty; pass it in quotes, e.g. rms query --store DIR --namespace NS \"Who moved?\"")
-    if args.budget < 1:
-        raise CliError(f"--budget must be at least 1 token, got {args.budget}")
-    with _open_store(args.store) as store:
-        known = set(store.namespaces())
-        unknown = [ns for ns in args.namespace if ns not in known]
-        if unknown:
-            raise CliError(f"namespace {', '.join(unknown)} has no memories in {args.store}; known: {', '.join(sorted(known)) or 'none'}")
-        result = retrieve(
-            store, args.question, namespaces=args.namespace, reference_time=_parse_time(args.reference_time),
-            token_budget=args.budget,
-        )
-    print(result.bundle.model_dump_json(indent=2) if args.json else format_bundle(result.bundle))
-    return 0
-
-
-def _cmd_ingest(args: argparse.Namespace) -> int:
-    from rms_retrieval.dataflows.ingest import read_jsonl
-
-    objects = read_jsonl(Path(args.path))
-    with _open_store(args.store, create=True) as store:
-        report = store.add(objects, progress=True)
-    print(f"added {report.objects_added} objects, {report.entities_added} entities, "
-          f"{report.edges_added} edges to {args.store} in {report.seconds:.1f} s")
-    return 0
-
-
-def _cmd_ingest_locomo(args: argparse.Namespace) -> int:
-    from rms_retrieval.dataflows.ingest import ingest_locomo
-
-    report, dataset = ingest_locomo(Path(args.path), args.store)
-    issues = dataset.evidence_report()
-    print(f"added {report.objects_added} objects, {report.entities_added} entities, {report.edges_added} edges "
-          f"from {len(dataset.conversations)} conversations in {report.seconds:.1f} s "
-          f"({report.objects_added / max(report.seconds, 1e-9):.0f} objects/s)")
-    print(f"{len(issues)} questions have malformed or missing evidence ids (normalised, not dropped):")
-    for question in issues:
-        print(f"  {question.sample_id} #{question.index}: {'; '.join(question.evidence_issues)}")
-    return 0
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from rms_retrieval.dataflows.demo import run_demo
-
-    run_demo(args.store, print_fn=print)
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The `rms` parser. Commands in `load` (all when None) get their full parsers from their
+    modules; the others are listed by name and help only, which imports nothing."""
+    wanted = set(COMMANDS) if load is None else set(load)
     parser = argparse.ArgumentParser(prog="rms", description="rms-retrieval: hybrid retrieval for conversational memory")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    query = sub.add_parser("query", help="answer a question with a Memory Bundle")
-    query.add_argument("--store", required=True)
-    query.add_argument("--namespace", action="append", required=True, help="repeat for several")
-    query.add_argument("--budget", type=int, default=4096, help="token budget in cl100k_base tokens")
-    query.add_argument("--reference-time", help="ISO 8601 with timezone; default now")
-    query.add_argument("--json", action="store_true", help="print the bundle's JSON")
-    query.add_argument("question")
-    query.set_defaults(run=_cmd_query)
-
-    ingest = sub.add_parser("ingest", help="add MemoryObjects from a JSON Lines file (all or nothing)")
-    ingest.add_argument("path")
-    ingest.add_argument("--store", required=True)
-    ingest.set_defaults(run=_cmd_ingest)
-
-    locomo = sub.add_parser("ingest-locomo", help="build a store from LoCoMo (one namespace per conversation)")
-    locomo.add_argument("path")
-    locomo.add_argument("--store", required=True)
-    locomo.set_defaults(run=_cmd_ingest_locomo)
-
-    demo = sub.add_parser("demo", help="build the embedded demo store and answer sample questions")
-    demo.add_argument("--store", default=".rms/demo-store")
-    demo.set_defaults(run=_cmd_demo)
-    for register in _command_modules():
-        register(sub)
+    parser.add_argument(VERBOSE, action="store_true",
+                        help="on an error, print the traceback too (may be given anywhere on the line)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, _) in COMMANDS.items():
+        if name in wanted and name not in sub.choices:
+            import_module(module).add_parser(sub)
+    for name, (_, help_text) in COMMANDS.items():
+        if name not in sub.choices:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
-def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:
-    """Commands that live beside the code they drive (benchmarks, audit, aggregation)."""
-    from rms_retrieval.dataflows.aggregate_command import register as register_aggregate
-    from rms_retrieval.dataflows.audit_command import register as register_audit
-    from rms_retrieval.dataflows.bench.command import register as register_bench
-    from rms_retrieval.dataflows.log_command import register as register_log
-    from rms_retrieval.dataflows.store_command import register as register_store
+def _split_verbose(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """`--verbose` may follow the command, as users type it; argparse only takes it before."""
+    args = list(argv)
+    end = args.index("--") if "--" in args else len(args)
+    verbose = VERBOSE in args[:end]
+    return [a for i, a in enumerate(args) if i >= end or a != VERBOSE], verbose
 
-    return [register_bench, register_audit, register_aggregate, register_log, register_store]
+
+def _command_name(argv: Sequence[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _skip_hamilton_plugins() -> None:
+    """Hamilton imports a plugin for every library it finds installed (matplotlib, dask,
+    scikit-learn, ...) on first use of its decorators: seconds of start-up that no command needs.
+    The CLI owns its process, so it loads only the pandas plugin (a library caller's process is
+    left alone)."""
+    from hamilton import registry
+
+    if not registry.INITIALIZED:
+        registry.INITIALIZED = True
+        registry.load_extension("pandas")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv, verbose = _split_verbose(sys.argv[1:] if argv is None else argv)
+    command = _command_name(argv)
+    args = build_parser([command] if command in COMMANDS else []).parse_args(argv)
+    _skip_hamilton_plugins()
+    from pydantic import ValidationError
+
+    from rms_retrieval.stores.errors import EmbeddingError, StoreError
+
+    hamilton_log = logging.getLogger("hamilton")
+    level = hamilton_log.level
+    if not verbose:
+        # Hamilton logs a banner and a traceback for a failing node before the error reaches
+        # us; the one-line message is enough unless --verbose.
+        hamilton_log.setLevel(logging.CRITICAL)
     try:
         return args.run(args)
-    except (CliError, StoreError, ValidationError, ValueError, OSError) as error:
-        print(f"error: {_one_line(error)}", file=sys.stderr)
+    except (CliError, StoreError, EmbeddingError, ValidationError, ValueError, OSError, ModuleNotFoundError) as error:
+        extra = EXTRA_OF_MODULE.get((getattr(error, "name", None) or "").split(".")[0])
+        if isinstance(error, ModuleNotFoundError) and extra is None:
+            raise
+        if verbose:
+            traceback.print_exc()
+        message = (f"`rms {command}` needs {error.name}, part of the [{extra}] extra: "
+                   f"pip install 'rms-retrieval[{extra}]'") if extra else one_line(error)
+        print(f"error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        hamilton_log.setLevel(level)
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+    """The error as one line; a validation error lists each field and what is wrong with it."""
+    from pydantic import ValidationError
+
     if isinstance(error, ValidationError):
         parts = [f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()]
-        return "; ".join(parts)
-    return str(error)
+        text = "; ".join(parts)
+    else:
+        text = str(error)
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

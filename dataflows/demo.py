@@ -38,7 +38,7 @@ def load_demo() -> DemoCorpus:
 
 def build_demo_store(store_path: str | Path, *, progress: bool = False):
     """Open the demo store at `store_path`, building it on first use (later runs reuse it)."""
-    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores.embedding import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     corpus = load_demo()
@@ -50,7 +50,7 @@ def build_demo_store(store_path: str | Path, *, progress: bool = False):
 
 def run_demo(store_path: str | Path, print_fn: Callable[[str], None] = print) -> None:
     """Build or reopen the demo store and print a bundle for each sample question."""
-    from rms_retrieval.dataflows.cli import format_bundle
+    from rms_retrieval.dataflows.presenter import format_bundle
     from rms_retrieval.dataflows.retrieval import retrieve
 
     store, corpus = build_demo_store(store_path, progress=True)

@@ -1,9 +1,9 @@
 """Score lineage: how one object's place in a bundle was decided, or where it dropped out.
 
 The steps come from the driver's lineage, not from a list kept here. Every node upstream of
-`packed_bundle` whose return type marks a stage (the bundle, the selection, the ranked and
-the scored pool, the filtered and the merged pool, each candidate path, the limits, the query
-analysis) gives one step, named after its node, in reverse topological order, with the nodes
+`packed_bundle` whose return type has a role in `node_types.NODE_VALUE_TYPES` (the bundle, the
+selection, the ranked and the scored pool, the filtered and the merged pool, each candidate
+path, the limits, the query analysis) gives one step, named after its node, in reverse topological order, with the nodes
 it reads. A renamed node or a new candidate path shows up without a change here.
 """
 
@@ -13,16 +13,15 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
 import numpy as np
 import pandas as pd
-from hamilton import driver
 
-from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver
+from rms_retrieval.dataflows.node_types import Lineage
+from rms_retrieval.dataflows.pipeline import build_driver, pipeline_lineage
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.models import (
     CandidateLimits,
@@ -40,20 +39,8 @@ from rms_retrieval.nodes.session_context import RankedCandidates
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.tokens import count_tokens
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import QueryEncoder
+from rms_retrieval.stores.protocols import QueryEncoder, RetrievalStore
 
-# A node's role follows from the type it returns; the order is only for reading.
-ROLE_TYPES: tuple[tuple[str, type], ...] = (
-    ("bundle", MemoryBundle),
-    ("selection", Selection),
-    ("ranking", RankedCandidates),
-    ("scores", pd.DataFrame),
-    ("filter", FilteredPool),
-    ("merge", CandidatePool),
-    ("channel", ChannelResult),
-    ("limits", CandidateLimits),
-    ("analysis", QueryAnalysis),
-)
 _COUNT_SUFFIXES = ("_rank", "_hops", "_offset")
 SELECTION_SCORE_CUTS = frozenset({"limit", "min_score"})
 _RAW_SCORE_NAMES = {PathType.VECTOR: "cosine", PathType.LEXICAL: "BM25", PathType.GRAPH: "graph weight",
@@ -68,54 +55,10 @@ class Outcome(StrEnum):
     CUT_BY_BUDGET = "CUT_BY_BUDGET"
 
 
-@dataclass(frozen=True)
-class LineageNode:
-    """One node of the retrieval DAG, the nodes it reads, and its stage role (None for inputs)."""
-
-    name: str
-    upstream: tuple[str, ...]
-    role: str | None
-    is_input: bool
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """The nodes `packed_bundle` depends on, in topological order (inputs first)."""
-
-    nodes: tuple[LineageNode, ...]
-
-    @property
-    def computed(self) -> tuple[str, ...]:
-        """Every function node, i.e. what one execution runs."""
-        return tuple(n.name for n in self.nodes if not n.is_input)
-
-    def named(self, role: str) -> list[str]:
-        return [n.name for n in self.nodes if n.role == role]
-
-
-def _role(variable: driver.Variable) -> str | None:
-    if variable.is_external_input or not isinstance(variable.type, type):
-        return None
-    return next((role for role, kind in ROLE_TYPES if issubclass(variable.type, kind)), None)
-
-
-def pipeline_lineage(dr: driver.Driver, final_node: str = FINAL_NODE) -> Lineage:
-    """The lineage of `final_node`, read from the driver (`what_is_upstream_of`)."""
-    variables = {v.name: v for v in dr.what_is_upstream_of(final_node)}
-    upstream = {
-        name: tuple(sorted((v.required_dependencies | v.optional_dependencies) & variables.keys()))
-        for name, v in variables.items()
-    }
-    ordered: list[str] = []
-    placed: set[str] = set()
-    while len(ordered) < len(variables):
-        ready = sorted(name for name in variables if name not in placed and set(upstream[name]) <= placed)
-        ordered.extend(ready)
-        placed.update(ready)
-    return Lineage(tuple(
-        LineageNode(name, upstream[name], _role(variables[name]), variables[name].is_external_input)
-        for name in ordered
-    ))
+def not_found(object_id: UUID, namespaces: Sequence[str]) -> str:
+    """What an audit says of an id it may not show: missing, or in a namespace outside the request.
+    The two read the same, so an audit never tells one namespace what another holds."""
+    return f"object {object_id} not found in namespaces [{', '.join(namespaces)}]"
 
 
 @dataclass(frozen=True)
@@ -352,12 +295,8 @@ def _first(lineage: Lineage, ctx: _Context, role: str) -> tuple[str, Any] | tupl
 
 
 def _never_reason(lineage: Lineage, ctx: _Context) -> str:
-    stored = ctx.stored
-    if stored is None:
-        return "no object with this id is in the store"
-    if stored.namespace not in ctx.request.namespaces:
-        return (f"it lives in namespace {stored.namespace}, outside the request's namespaces "
-                f"({', '.join(ctx.request.namespaces)}); every path filters by namespace first")
+    if ctx.stored is None:
+        return not_found(ctx.object_id, ctx.request.namespaces)
     channels = [ctx.values[name] for name in lineage.named("channel")]
     found = ", ".join(_channel_step(c, ctx)[0] for c in channels)
     return f"no candidate path found it: {found}"
@@ -395,28 +334,28 @@ def _outcome(lineage: Lineage, ctx: _Context) -> tuple[Outcome, str, str]:
 
 
 def explain(
-    store: Any,
-    question: str,
+    store: RetrievalStore,
+    question: str | RetrievalRequest,
     object_id: UUID | str,
     *,
-    namespaces: Sequence[str],
-    reference_time: datetime | None = None,
     config: RetrievalSettings | None = None,
     encoder: QueryEncoder | None = None,
-    token_budget: int = 4096,
-    **options: Any,
+    **request_fields: Any,
 ) -> Explanation:
     """Run `question` once (every node of the DAG kept, nothing logged) and explain `object_id`.
 
-    `options` are the other request fields, as for `retrieve()` (limit, min_score, ...).
+    `question` is a `RetrievalRequest`, or the question with the request fields as for
+    `retrieve()` (namespaces, reference_time, token_budget, limit, ...). An id outside the
+    request's namespaces is reported exactly like a missing one: "not found in namespaces [...]".
     """
     object_id = UUID(str(object_id))
     settings = config or RetrievalSettings()
     lineage = pipeline_lineage(build_driver(settings))
-    result = retrieve(store, question, namespaces=namespaces, reference_time=reference_time, token_budget=token_budget,
-                      config=settings, encoder=encoder, extra_nodes=lineage.computed, log=False, **options)
+    result = retrieve(store, question, config=settings, encoder=encoder, extra_nodes=lineage.computed, log=False,
+                      **request_fields)
     request = RetrievalRequest.model_validate(result.log_record["payload"]["request"])
-    stored = store.get_objects([object_id]).get(object_id)
+    found = store.get_objects([object_id]).get(object_id)
+    stored = found if found is not None and found.namespace in request.namespaces else None
     ctx = _Context(object_id, request, settings, stored, result.nodes)
     steps = []
     for node in reversed(lineage.nodes):

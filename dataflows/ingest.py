@@ -50,7 +50,7 @@ def locomo_objects(dataset: LocomoDataset) -> list[MemoryObject]:
 
 def ingest_locomo(path: Path, store_path: str, *, progress: bool = True) -> tuple[IngestReport, LocomoDataset]:
     """Build (or extend) a store from the LoCoMo file at `path`; one namespace per conversation."""
-    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores.embedding import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     dataset = load_locomo(path)

@@ -6,11 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from rms_retrieval.stores.log_compaction import LogRetention, compact
-from rms_retrieval.stores.retrieval_log import LOG_DIRECTORY, read_records
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `log compact` and `log tail` to the `rms` parser."""
     log = sub.add_parser("log", help="the retrieval log: compact it, show its latest records")
     commands = log.add_subparsers(dest="log_command", required=True)
@@ -28,12 +26,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _log_directory(store: Path) -> Path:
+    from rms_retrieval.stores.retrieval_log import LOG_DIRECTORY
+
     if not store.is_dir():
         raise ValueError(f"no store at {store}; give the store directory with --store")
     return store / LOG_DIRECTORY
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
+    from rms_retrieval.stores.log_compaction import LogRetention, compact
+
     retention = LogRetention(max_age_days=args.max_age_days, max_records=args.max_records)
     report = compact(_log_directory(args.store), retention)
     print(
@@ -45,6 +47,8 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _cmd_tail(args: argparse.Namespace) -> int:
+    from rms_retrieval.stores.retrieval_log import read_records
+
     for record in read_records(_log_directory(args.store), limit=args.limit):
         print(json.dumps(record, sort_keys=True))
     return 0

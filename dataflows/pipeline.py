@@ -53,3 +53,26 @@ def pipeline_inputs(
         "graph_index": store,
         "object_store": store,
     }
+
+
+def pipeline_lineage(dr: driver.Driver, final_node: str = FINAL_NODE):
+    """The lineage of `final_node`, read from the driver (`what_is_upstream_of`): every node it
+    depends on, in topological order, each with the nodes it reads and its stage role."""
+    from rms_retrieval.dataflows.node_types import Lineage, LineageNode, role_of
+
+    variables = {v.name: v for v in dr.what_is_upstream_of(final_node)}
+    upstream = {
+        name: tuple(sorted((v.required_dependencies | v.optional_dependencies) & variables.keys()))
+        for name, v in variables.items()
+    }
+    ordered: list[str] = []
+    placed: set[str] = set()
+    while len(ordered) < len(variables):
+        ready = sorted(name for name in variables if name not in placed and set(upstream[name]) <= placed)
+        ordered.extend(ready)
+        placed.update(ready)
+    return Lineage(tuple(
+        LineageNode(name, upstream[name], None if variables[name].is_external_input else role_of(variables[name].type),
+                    variables[name].is_external_input)
+        for name in ordered
+    ))

@@ -19,7 +19,7 @@ import numpy as np
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.models import MemoryBundle, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder
+from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder, RetrievalStore
 
 # Fields of the log payload that describe the bundle; replay compares them when the hashes differ.
 COMPARED_FIELDS = ("query_intent", "candidates_generated", "candidates_after_filter", "objects_included_in_bundle",
@@ -72,7 +72,7 @@ class ReplayReport:
         return "\n".join(lines)
 
 
-def find_record(store: Any, request_id: str | UUID) -> dict[str, Any]:
+def find_record(store: RetrievalStore, request_id: str | UUID) -> dict[str, Any]:
     """The logged RETRIEVAL_REQUEST record with this id."""
     wanted = str(request_id)
     for record in reversed(store.retrieval_log()):
@@ -82,7 +82,7 @@ def find_record(store: Any, request_id: str | UUID) -> dict[str, Any]:
                       f"`rms replay --store DIR --last 5` replays the latest ones")
 
 
-def _identity(store: Any, logged_version: str | None, dimension: int) -> EmbeddingIdentity:
+def _identity(store: RetrievalStore, logged_version: str | None, dimension: int) -> EmbeddingIdentity:
     """The store's identity when the record was embedded with the same model, else the logged one,
     so the vector path sees the same (mis)match it saw when the request ran."""
     stored = store.embedding_identity
@@ -122,7 +122,7 @@ def _payload_differences(logged: Mapping[str, Any], replayed: Mapping[str, Any])
     return differences
 
 
-def replay_record(store: Any, record: Mapping[str, Any]) -> ReplayReport:
+def replay_record(store: RetrievalStore, record: Mapping[str, Any]) -> ReplayReport:
     """Replay one logged record (see module docstring)."""
     payload = record.get("payload") or {}
     request_id = str(record.get("request_id"))
@@ -141,12 +141,8 @@ def replay_record(store: Any, record: Mapping[str, Any]) -> ReplayReport:
     if vector is not None:
         identity = _identity(store, payload.get("embedding_model_version"), len(vector))
         embedding = QueryEmbedding(np.asarray(vector, dtype=np.float32), identity)
-    fields = request.model_dump(exclude={"query", "namespaces", "reference_time", "token_budget"})
-    result = retrieve(
-        store, request.query, namespaces=request.namespaces, reference_time=request.reference_time,
-        token_budget=request.token_budget, config=settings, encoder=RefusingEncoder(identity),
-        overrides={"query_embedding": embedding}, log=False, **fields,
-    )
+    result = retrieve(store, request, config=settings, encoder=RefusingEncoder(identity),
+                      overrides={"query_embedding": embedding}, log=False)
     replayed = result.log_record["payload"]
     digest = replayed["bundle_sha256"]
     logged_state, current_state = payload.get("index_state"), store.state_fingerprint()
@@ -164,6 +160,6 @@ def replay_record(store: Any, record: Mapping[str, Any]) -> ReplayReport:
                         current_state, tuple(differences), result.bundle)
 
 
-def replay(store: Any, request_id: str | UUID) -> ReplayReport:
+def replay(store: RetrievalStore, request_id: str | UUID) -> ReplayReport:
     """Replay the logged request `request_id` from `store`'s retrieval log, without the embedding model."""
     return replay_record(store, find_record(store, request_id))

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
 from typing import Any
 from uuid import UUID, uuid4
 
-
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from rms_retrieval.nodes.models import MemoryBundle, QueryEmbedding, RetrievalRequest
+from rms_retrieval.nodes.models import MAX_QUERY_CHARS, MemoryBundle, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import QueryEncoder, SnapshotSource
+from rms_retrieval.stores.embedding import default_encoder
+from rms_retrieval.stores.protocols import QueryEncoder, RetrievalStore, SnapshotSource
 
 LOG_VERSION = 1
+# A rejected request's error can quote its input; the record keeps this much of the message.
+_LOGGED_ERROR_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -30,21 +30,45 @@ class RetrievalResult:
     nodes: dict[str, Any] = field(default_factory=dict)
 
 
-@lru_cache(maxsize=1)
-def default_encoder() -> QueryEncoder:
-    """The packaged all-MiniLM-L6-v2 encoder, loaded once per process."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from rms_retrieval.stores.embedding import SentenceEncoder
+def as_request(
+    query: str | RetrievalRequest,
+    *,
+    namespaces: Sequence[str] | str | None = None,
+    reference_time: datetime | None = None,
+    **fields: Any,
+) -> RetrievalRequest:
+    """A validated request: `query` itself when it is one (then nothing else may be given), else
+    one built from the question and the fields. A bare string for `namespaces` is one namespace;
+    an omitted `reference_time` is the current UTC time, captured once."""
+    if isinstance(query, RetrievalRequest):
+        given = sorted(name for name, value in {"namespaces": namespaces, "reference_time": reference_time,
+                                                 **fields}.items() if value is not None)
+        if given:
+            raise TypeError(f"pass either a RetrievalRequest or its fields, not both (also got {', '.join(given)})")
+        return query
+    if namespaces is None:
+        raise TypeError("retrieve() needs namespaces=[...] (or a RetrievalRequest)")
+    scope = (namespaces,) if isinstance(namespaces, str) else tuple(namespaces)
+    present = {name: value for name, value in fields.items() if value is not None}
+    return RetrievalRequest(query=query, namespaces=scope, reference_time=reference_time or datetime.now(timezone.utc),
+                            **present)
 
-    return SentenceEncoder()
+
+def _query_fields(query: Any) -> dict[str, Any]:
+    """The question as the log keeps it: at most MAX_QUERY_CHARS characters, with the original
+    length and a hash, so a rejected 100,000-character question costs the log little."""
+    text = query.query if isinstance(query, RetrievalRequest) else str(query)
+    return {"query": text[:MAX_QUERY_CHARS], "query_chars": len(text),
+            "query_sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+            "query_truncated": len(text) > MAX_QUERY_CHARS}
 
 
 def _log_record(
     request_id: UUID,
     request: RetrievalRequest | None,
-    query: str,
+    query: Any,
     settings: RetrievalSettings,
-    store: Any,
+    store: RetrievalStore,
     bundle: MemoryBundle | None,
     embedding: QueryEmbedding | None,
     error: BaseException | None,
@@ -54,8 +78,8 @@ def _log_record(
     payload: dict[str, Any] = {
         "request_id": str(request_id),
         "status": "failed" if error else "ok",
-        "error": f"{type(error).__name__}: {error}" if error else None,
-        "query": query,
+        "error": f"{type(error).__name__}: {error}"[:_LOGGED_ERROR_CHARS] if error else None,
+        **_query_fields(query),
         "namespace_scope": list(request.namespaces) if request else [],
         "retrieval_mode": str(request.retrieval_mode) if request else None,
         "reference_time": request.reference_time.isoformat() if request else None,
@@ -83,12 +107,12 @@ def _log_record(
 
 
 def retrieve(
-    store: Any,
-    query: str,
+    store: RetrievalStore,
+    query: str | RetrievalRequest,
     *,
-    namespaces: Sequence[str],
+    namespaces: Sequence[str] | str | None = None,
     reference_time: datetime | None = None,
-    token_budget: int = 4096,
+    token_budget: int | None = None,
     config: RetrievalSettings | None = None,
     encoder: QueryEncoder | None = None,
     extra_nodes: Sequence[str] = (),
@@ -98,27 +122,25 @@ def retrieve(
 ) -> RetrievalResult:
     """Answer `query` from `namespaces` of `store` with a token-budgeted Memory Bundle.
 
-    `reference_time` (timezone-aware) anchors relative dates and recency; omitted, the current
-    UTC time is captured once. `options` are the other `RetrievalRequest` fields (retrieval_mode,
-    time_from/time_to, event_time_from/event_time_to, limit, min_score, max_per_source).
-    `extra_nodes` returns intermediate nodes (e.g. "fused_scores") in `RetrievalResult.nodes`;
-    `overrides` replaces node values (replay passes the logged "query_embedding").
-    Every call writes one retrieval log record to the store, a failed one included.
+    `query` is the question, or a whole `RetrievalRequest` (then give none of the request
+    fields). `namespaces` is a list, or one namespace as a string. `reference_time`
+    (timezone-aware) anchors relative dates and recency; omitted, the current UTC time is captured
+    once. `token_budget` defaults to `DEFAULT_TOKEN_BUDGET` (4096). `options` are the other
+    `RetrievalRequest` fields (retrieval_mode, time_from/time_to, event_time_from/event_time_to,
+    limit, min_score, max_per_source). The question may be at most `MAX_QUERY_CHARS` (8,192)
+    characters. `extra_nodes` returns intermediate nodes (e.g. "fused_scores") in
+    `RetrievalResult.nodes`; `overrides` replaces node values (replay passes the logged
+    "query_embedding"). Every call writes one retrieval log record to the store, a rejected
+    request included (with the question capped at `MAX_QUERY_CHARS`, its length and hash).
     """
     settings = config or RetrievalSettings()
     if isinstance(store, SnapshotSource):
         store = store.snapshot()  # one generation for the whole request, even while a writer commits
     request_id = uuid4()
     request: RetrievalRequest | None = None
-    embedding: QueryEmbedding | None = None
     try:
-        request = RetrievalRequest(
-            query=query,
-            namespaces=tuple(namespaces),
-            reference_time=reference_time or datetime.now(timezone.utc),
-            token_budget=token_budget,
-            **options,
-        )
+        request = as_request(query, namespaces=namespaces, reference_time=reference_time, token_budget=token_budget,
+                             **options)
         wanted = list(dict.fromkeys([FINAL_NODE, "query_embedding", *extra_nodes]))
         results = build_driver(settings).execute(
             wanted,
@@ -130,8 +152,8 @@ def retrieve(
             store.log_retrieval(_log_record(request_id, request, query, settings, store, None, None, error))
         raise
     bundle: MemoryBundle = results[FINAL_NODE]
-    embedding = results["query_embedding"]
-    record = _log_record(request_id, request, query, settings, store, bundle, embedding, None)
+    embedding: QueryEmbedding = results["query_embedding"]
+    record = _log_record(request_id, request, request, settings, store, bundle, embedding, None)
     if log:
         store.log_retrieval(record)
     extras = {name: results[name] for name in extra_nodes}

@@ -8,7 +8,7 @@ from pathlib import Path
 EXIT_DAMAGED = 1
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `check` and `migrate` to the `rms` parser."""
     check = sub.add_parser("check", help="verify every file of a store against its manifest's sha256")
     check.add_argument("--store", required=True)

@@ -19,6 +19,8 @@ from rms_retrieval.stores.visibility import RetrievalMode
 
 # The token budget of a request that names none (cl100k_base tokens).
 DEFAULT_TOKEN_BUDGET = 4096
+# The longest question a request takes (characters); the README documents it.
+MAX_QUERY_CHARS = 8192
 
 
 class RetrievalRequest(BaseModel):
@@ -26,7 +28,7 @@ class RetrievalRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    query: str = Field(min_length=1, max_length=10_000)
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     namespaces: tuple[str, ...] = Field(min_length=1)
     reference_time: AwareDatetime
     token_budget: int = Field(default=DEFAULT_TOKEN_BUDGET, ge=1, le=10_000_000)

@@ -1,6 +1,7 @@
 """Sentence embeddings for ingestion and queries, checked before anyone stores or compares them.
 
-The packaged all-MiniLM-L6-v2 loads offline; loading takes seconds, so it happens on first use.
+The packaged all-MiniLM-L6-v2 loads from its installed path (never from a hub, without touching
+the process environment); loading takes seconds, so it happens on first encode.
 Every batch is validated whole (one finite vector per text, the declared dimension) so a
 malformed result never reaches an index (RFC-0005 4.2, provider response admission).
 """
@@ -8,10 +9,10 @@ malformed result never reaches an index (RFC-0005 4.2, provider response admissi
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -105,12 +106,35 @@ class SentenceEncoder(QueryEncoder):
 
     def _loaded_model(self) -> Any:
         if self._model is None:
-            # The model ships with the package; never let the hub reach for the network.
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
-
-            self._model = SentenceTransformer(str(self._path), device="cpu")
+            with _LOAD_LOCK:
+                if self._model is None:
+                    self._model = _load_sentence_transformer(self._path)
         return self._model
+
+
+_LOAD_LOCK = threading.Lock()
+
+
+def _load_sentence_transformer(path: Path) -> Any:
+    """The model from its directory only (`local_files_only`: no hub lookup, so no need for
+    HF_HUB_OFFLINE), without transformers' per-tensor "Loading weights" bar, which would
+    print on every cold query; the caller's progress-bar setting is restored afterwards."""
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as transformers_logging
+
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        return SentenceTransformer(str(path), device="cpu", local_files_only=True)
+    finally:
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
+
+
+@lru_cache(maxsize=1)
+def default_encoder() -> SentenceEncoder:
+    """The packaged all-MiniLM-L6-v2 encoder, one per process; the model loads on first encode."""
+    return SentenceEncoder()
 
 
 _THREADS_LOCK = threading.Lock()

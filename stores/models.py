@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import unicodedata
 from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any
@@ -41,6 +42,15 @@ class LifecycleState(StrEnum):
     ARCHIVED = "ARCHIVED"
     SUPERSEDED = "SUPERSEDED"
     DELETED = "DELETED"
+
+
+# Unicode control (Cc, e.g. NUL) and format (Cf, e.g. zero-width space) characters print as nothing.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf"})
+
+
+def is_blank(text: str) -> bool:
+    """True when `text` is nothing but whitespace, control and format characters: no memory."""
+    return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE_CATEGORIES for ch in text)
 
 
 def _utc_now() -> datetime:
@@ -83,8 +93,20 @@ class MemoryObject(BaseModel):
     @field_validator("content")
     @classmethod
     def _content_not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("content is blank; a memory needs text to retrieve")
+        if is_blank(value):
+            raise ValueError("content is blank (nothing but whitespace or control characters); "
+                             "a memory needs text to retrieve")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _aliases_are_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """`aliases` is a list of names; a bare string is one name, never split into letters."""
+        aliases = value.get("aliases")
+        if isinstance(aliases, str):
+            return {**value, "aliases": [aliases]}
+        if aliases is not None and not (isinstance(aliases, list | tuple) and all(isinstance(a, str) for a in aliases)):
+            raise ValueError(f"metadata.aliases must be a list of names, e.g. [\"Bob\"], got {aliases!r}")
         return value
 
     @field_validator("confidence", "salience")

@@ -1,6 +1,6 @@
 """The small interfaces the retrieval nodes see. Nodes never import duckdb or faiss.
 
-`MemoryStore` (stores/memory_store.py) implements all of them; tests use tiny fakes. They are
+`MemoryStore` (stores/memory_store.py) implements all of them, which makes it a `RetrievalStore`; tests use tiny fakes. They are
 abstract base classes rather than `typing.Protocol`s because Hamilton checks driver inputs with
 `isinstance`, which it skips for Protocol (generic) classes: implementations inherit them.
 Every method that takes `namespaces` applies the namespace filter inside the backend,
@@ -181,6 +181,21 @@ class SnapshotSource(ABC):
     def snapshot(self) -> Any:
         """The live generation, as an object that implements every store protocol and never changes."""
         ...
+
+class RetrievalStore(ABC):
+    """What `retrieve()` needs of a store: the four indexes (LexicalIndex, VectorIndex,
+    GraphIndex, ObjectStore), the retrieval log and the state fingerprint
+    (`ObjectStore.state_fingerprint`). A class that implements the five is a RetrievalStore
+    without naming it, so `MemoryStore` and test fakes need no change."""
+
+    @classmethod
+    def __subclasshook__(cls, other: type) -> bool:
+        if cls is not RetrievalStore:
+            return NotImplemented
+        return all(issubclass(other, part) for part in _RETRIEVAL_STORE_PARTS) or NotImplemented
+
+
+_RETRIEVAL_STORE_PARTS = (LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog)
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,6 @@ def test_mistakes_are_one_line_errors(store_path, capsys, tmp_path):
                        "--event-time-from", "2024-01-01")
     assert code == 2 and err.startswith("error: event_time_from") and "timezone" in err
     code, _, err = run(capsys, "scan", "--store", str(tmp_path / "none"), "--namespace", "ns")
-    assert code == 2 and "no memory store" in err
+    assert code == 2 and "no store at" in err
     code, _, err = run(capsys, "scan", "--store", store_path, "--namespace", "ns", "--limit", "0")
     assert code == 2 and "limit must be between" in err

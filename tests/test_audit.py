@@ -7,8 +7,7 @@ import pytest
 
 from rms_retrieval.dataflows import audit
 from rms_retrieval.dataflows.audit import DOT_MISSING, GraphvizMissingError, dag_graph, execution_graph, render
-from rms_retrieval.dataflows.explain import pipeline_lineage
-from rms_retrieval.dataflows.pipeline import build_driver
+from rms_retrieval.dataflows.pipeline import build_driver, pipeline_lineage
 from rms_retrieval.nodes.settings import RetrievalSettings, ScoringSettings
 from rms_retrieval.stores.memory_store import MemoryStore
 
@@ -45,11 +44,6 @@ def test_one_execution_renders_the_nodes_that_ran_with_their_values(tmp_path, st
     assert render(graph, tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_value_summaries_fall_back_to_sizes_and_type_names():
-    assert audit.value_summary([1, 2, 3]) == "3 items"
-    assert audit.value_summary(3.5) == "float"
-
-
 def test_a_missing_dot_gets_the_install_hint_not_a_traceback(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(GraphvizMissingError, match="apt-get install graphviz.*make system-deps"):
@@ -70,3 +64,22 @@ def test_dot_vanishing_after_the_check_gets_the_same_message(tmp_path, monkeypat
 def test_an_unknown_picture_format_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"must be one of \.svg, \.png, \.pdf"):
         render(dag_graph(), tmp_path / "dag.gif")
+
+
+def test_without_the_graphviz_bindings_the_message_names_the_viz_extra(tmp_path, monkeypatch, store, demo_store):
+    monkeypatch.setitem(__import__("sys").modules, "graphviz", None)  # as if not installed
+    for draw in (dag_graph, lambda: render(graphviz.Digraph(), tmp_path / "x.svg")):
+        with pytest.raises(GraphvizMissingError) as raised:
+            draw()
+        assert str(raised.value) == audit.BINDINGS_MISSING and "[viz]" in str(raised.value)
+    with pytest.raises(GraphvizMissingError, match=r"\[viz\]"):
+        execution_graph(store, "Where does Tomas work now?", namespaces=[demo_store.namespace])
+
+
+def test_an_execution_picture_names_nothing_of_another_namespace(tmp_path, store, demo_store):
+    graph, result = execution_graph(store, "Where does Tomas work now? Is he a carpenter in Bristol?",
+                                    namespaces=[demo_store.namespace], reference_time=demo_store.reference_time)
+    svg = render(graph, tmp_path / "run.svg").read_text()
+    values = "\n".join(repr(value) for value in result.nodes.values())
+    for text in (svg, values):
+        assert str(demo_store.other_namespace_id) not in text and "carpenter in Bristol." not in text

@@ -74,3 +74,31 @@ def test_rms_replay_replays_logged_requests(demo_store, capsys):
     assert main(["replay", "--store", str(demo_store.path), "no-such-request"]) == 2
     assert "no retrieval record no-such-request" in capsys.readouterr().err
     assert main(["replay", "--store", str(demo_store.path)]) == 2
+
+
+def test_rms_explain_of_another_namespaces_object_reads_like_a_missing_id(demo_store, capsys):
+    missing = "00000000-0000-0000-0000-000000000007"
+    outputs = {}
+    for object_id in (missing, str(demo_store.other_namespace_id)):
+        assert main(["explain", *_request(demo_store), "--id", object_id, QUESTION]) == 0
+        outputs[object_id] = capsys.readouterr().out.replace(object_id, "ID")
+    assert outputs[missing] == outputs[str(demo_store.other_namespace_id)]
+    assert f"not found in namespaces [{demo_store.namespace}]" in outputs[missing]
+    assert "carpenter" not in outputs[missing] and "demo-other-conversation" not in outputs[missing]
+
+
+def test_audit_commands_open_the_store_read_only(demo_store, tmp_path, monkeypatch, capsys):
+    opened = []
+    real_open = MemoryStore.open.__func__
+
+    def spy(cls, path, *args, **kwargs):
+        opened.append(kwargs.get("read_only", False))
+        return real_open(cls, path, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryStore, "open", classmethod(spy))
+    deprecated = next(o for o in demo_store.corpus.objects if o.epistemic_type == "DEPRECATED")
+    assert main(["explain", *_request(demo_store), "--id", str(deprecated.id), QUESTION]) == 0
+    assert main(["dag", *_request(demo_store), "--out", str(tmp_path / "run.svg"), QUESTION]) == 0
+    main(["replay", "--store", str(demo_store.path), "--last", "1"])
+    capsys.readouterr()
+    assert opened == [True, True, True]

@@ -6,7 +6,7 @@ import pytest
 
 from rms_retrieval.dataflows.bench import locomo_bench
 from rms_retrieval.dataflows.demo import load_demo
-from rms_retrieval.dataflows.retrieval import default_encoder
+from rms_retrieval.stores.embedding import default_encoder
 from rms_retrieval.nodes.models import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.memory_store import MemoryStore

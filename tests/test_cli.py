@@ -104,3 +104,158 @@ def test_ingest_locomo_reports_repaired_evidence(capsys, locomo_path, tmp_path):
     assert "from 1 conversations" in out and "malformed or missing evidence ids" in out
     assert "conv-26 #37: split 'D8:6; D9:17' into D8:6, D9:17" in out
     assert len(one.conversations) == 10 and parse_locomo(raw, source="x").conversations[0].sample_id == "conv-26"
+
+
+def _rms(*argv, script: str | None = None, cwd=None, env_extra=None):
+    """`rms ARGV` in a fresh process (the installed script, or a small script that calls main),
+    with no HF_HUB_OFFLINE in its environment: the library must not need it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**{k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}, **(env_extra or {})}
+    command = [sys.executable, "-c", script, *argv] if script else [str(Path(sys.executable).parent / "rms"), *argv]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def test_a_successful_query_prints_nothing_on_stderr(demo_store, demo_copy):
+    done = _rms(*_query(demo_copy, demo_store.namespace), "Where does Tomas work now?")
+    assert done.returncode == 0 and done.stdout.startswith("question: ")
+    assert done.stderr == ""
+
+
+_BROKEN_ENCODER = """
+import sys
+from rms_retrieval.stores import embedding
+from rms_retrieval.stores.errors import EmbeddingError
+
+def broken(self, texts):
+    raise EmbeddingError("the encoder failed (simulated)")
+
+embedding.SentenceEncoder.encode = broken
+from rms_retrieval.dataflows.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_failure_inside_the_dag_is_one_line_and_verbose_adds_the_traceback(demo_store, demo_copy):
+    argv = [*_query(demo_copy, demo_store.namespace), "Where does Tomas work now?"]
+    quiet = _rms(*argv, script=_BROKEN_ENCODER)
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (2, "", "error: the encoder failed (simulated)\n")
+    verbose = _rms(*argv, "--verbose", script=_BROKEN_ENCODER)
+    assert verbose.returncode == 2 and "Traceback" in verbose.stderr
+    assert verbose.stderr.splitlines()[-1] == "error: the encoder failed (simulated)"
+
+
+def test_verbose_may_come_anywhere_before_a_double_dash():
+    from rms_retrieval.dataflows.cli import _split_verbose
+
+    assert _split_verbose(["query", "--verbose", "q"]) == (["query", "q"], True)
+    assert _split_verbose(["--verbose", "query", "q"]) == (["query", "q"], True)
+    assert _split_verbose(["query", "--", "--verbose"]) == (["query", "--", "--verbose"], False)
+
+
+_HELP_IMPORTS = """
+import contextlib, io, json, sys
+from rms_retrieval.dataflows.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        main(["--help"])
+    except SystemExit:
+        pass
+heavy = sorted({m.split(".")[0] for m in sys.modules} & {"hamilton", "torch", "pandas", "pydantic", "numpy",
+                "duckdb", "faiss", "sentence_transformers", "transformers", "matplotlib", "graphviz"})
+ours = sorted(m for m in sys.modules if m.startswith("rms_retrieval."))
+print(json.dumps({"help": out.getvalue(), "heavy": heavy, "ours": ours}))
+"""
+
+
+def test_help_lists_every_command_and_imports_none_of_them():
+    from rms_retrieval.dataflows.cli import COMMANDS
+
+    done = _rms(script=_HELP_IMPORTS)
+    report = json.loads(done.stdout)
+    assert report["heavy"] == []
+    assert report["ours"] == ["rms_retrieval.dataflows", "rms_retrieval.dataflows.cli",
+                              "rms_retrieval.dataflows.cli_support"]
+    for name, (_, help_text) in COMMANDS.items():
+        assert name in report["help"] and " ".join(help_text.split()[:4]) in " ".join(report["help"].split())
+
+
+def test_the_command_table_matches_what_each_module_registers():
+    """`rms --help` from the table reads exactly as from the modules' own parsers, and each
+    command's module is the one the table names."""
+    import argparse
+
+    from rms_retrieval.dataflows.cli import COMMANDS, build_parser
+
+    assert build_parser().format_help() == build_parser([]).format_help()
+    for name in COMMANDS:
+        parser = build_parser([name])
+        [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        assert sub.choices[name].add_help, f"{name} is not registered by {COMMANDS[name][0]}"
+
+
+def test_audit_and_query_commands_do_not_import_the_optional_extras():
+    """Hamilton itself imports its matplotlib plugin when matplotlib is installed; switched off
+    here (its documented variable, in the child only), the check is about our own imports."""
+    done = _rms(env_extra={"HAMILTON_AUTOLOAD_EXTENSIONS": "0"}, script="""
+import sys
+import rms_retrieval.dataflows.audit_command, rms_retrieval.dataflows.query_command
+import rms_retrieval.dataflows.ingest_command, rms_retrieval.dataflows.retrieval, rms_retrieval.dataflows.explain
+import rms_retrieval.dataflows.replay, rms_retrieval.dataflows.audit
+print(sorted({m.split(".")[0] for m in sys.modules} & {"matplotlib", "graphviz", "langchain_core"}))
+""")
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+@pytest.mark.parametrize("extra, question, message", [
+    (["--budget", str(10**12)], "Where does Tomas work?", "token_budget: Input should be less than or equal to"),
+    ([], "why? " * 2000, "query: String should have at most 8192 characters"),
+])
+def test_a_rejected_request_is_one_line_and_still_logged(capsys, demo_store, demo_copy, extra, question, message):
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    code, out, err = _run(capsys, *_query(demo_copy, demo_store.namespace, *extra), question)
+    assert (code, out) == (2, "") and err.startswith(f"error: {message}") and err.count("\n") == 1
+    with MemoryStore.open(demo_copy, create=False, read_only=True) as store:
+        assert store.retrieval_log()[-1]["payload"]["status"] == "failed"
+
+
+def test_the_last_representable_year_answers_or_fails_in_one_line(capsys, demo_store, demo_copy):
+    argv = ["query", "--store", str(demo_copy), "--namespace", demo_store.namespace,
+            "--reference-time", "9999-12-31T00:00:00+00:00"]
+    for question in ("What happened this year?", "What did we do last week?", "Any plans for next week?"):
+        code, out, err = _run(capsys, *argv, question)
+        assert (code == 0 and out.startswith("question: ")) or (code == 2 and err.count("\n") == 1), err
+        assert "Traceback" not in err
+
+
+def test_a_missing_extra_is_named_in_one_line(capsys, monkeypatch, tmp_path):
+    import sys
+
+    import rms_retrieval.dataflows.bench as bench_package
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the [bench] extra were not installed
+    monkeypatch.delitem(sys.modules, "rms_retrieval.dataflows.bench.plots", raising=False)
+    monkeypatch.delattr(bench_package, "plots", raising=False)  # an earlier test may have imported it
+    code, out, err = _run(capsys, "bench", "scale", "--out", str(tmp_path / "out"), "--sizes", "10")
+    assert (code, out) == (2, "")
+    assert err == "error: `rms bench` needs matplotlib, part of the [bench] extra: pip install 'rms-retrieval[bench]'\n"
+
+
+def test_a_missing_module_that_no_extra_brings_is_a_bug_not_a_user_error(monkeypatch):
+    import argparse
+
+    from rms_retrieval.dataflows import cli
+
+    def broken(args):
+        import no_such_module_anywhere  # noqa: F401
+
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(run=broken)
+    monkeypatch.setattr(cli, "build_parser", lambda load: parser)
+    with pytest.raises(ModuleNotFoundError):
+        cli.main([])

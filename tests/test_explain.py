@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from hamilton import driver
 
-from rms_retrieval.dataflows.explain import Outcome, explain, pipeline_lineage
-from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver
+from rms_retrieval.dataflows.explain import Outcome, explain
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_lineage
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.models import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings, ScoringSettings
@@ -132,17 +132,26 @@ def test_a_graph_hit_names_its_hops_and_edge_path(store, demo_store):
     assert f"{detail['hops']} hop" in step.summary and "MENTIONS" in step.summary
 
 
-@pytest.mark.parametrize("unknown", ["nonsense", "other_conversation"])
-def test_an_object_no_path_could_find_was_never_a_candidate(store, demo_store, unknown):
-    object_id = UUID(int=7) if unknown == "nonsense" else demo_store.other_namespace_id
-    explanation = _explain(store, demo_store, object_id)
-    assert explanation.outcome is Outcome.NEVER_A_CANDIDATE
-    assert explanation.decided_by == "merged_candidates"
-    if unknown == "nonsense":
-        assert explanation.reason == "no object with this id is in the store"
-    else:
-        assert "demo-other-conversation" in explanation.reason and "outside the request's namespaces" in explanation.reason
-    assert not explanation.step("merge").facts["candidate"]
+def test_an_object_of_another_namespace_reads_exactly_like_a_missing_id(store, demo_store):
+    explained = {oid: _explain(store, demo_store, oid) for oid in (UUID(int=7), demo_store.other_namespace_id)}
+    for oid, explanation in explained.items():
+        assert explanation.outcome is Outcome.NEVER_A_CANDIDATE
+        assert explanation.decided_by == "merged_candidates"
+        assert explanation.reason == f"object {oid} not found in namespaces [{demo_store.namespace}]"
+        assert explanation.object is None
+        assert not explanation.step("merge").facts["candidate"]
+    missing, other = (e.to_text().replace(str(e.object_id), "ID") for e in explained.values())
+    assert missing == other
+    assert "carpenter" not in other and "demo-other-conversation" not in other
+
+
+def test_explain_takes_a_whole_request(store, demo_store):
+    from rms_retrieval.dataflows.retrieval import as_request
+
+    request = as_request(QUESTION, namespaces=demo_store.namespace, reference_time=demo_store.reference_time,
+                         token_budget=300)
+    item = _run(store, demo_store, token_budget=300).bundle.items[0]
+    assert explain(store, request, item.id) == _explain(store, demo_store, item.id, token_budget=300)
 
 
 def test_a_deprecated_object_is_excluded_by_the_filter(store, demo_store):

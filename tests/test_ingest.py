@@ -16,6 +16,7 @@ def test_read_jsonl_reads_every_valid_line(tmp_path):
     ("", "no objects found"),
     ('{"namespace": "n"}\n', "line 1, content: Field required"),
     ('{"namespace": "n", "content": "x", "mystery": 1}\n', "line 1, mystery: Extra inputs are not permitted"),
+    ('{"namespace": "n", "content": "ok"}\n{"namespace": "n", "content": "\\u0000 "}\n', "line 2, content: .*blank"),
 ])
 def test_read_jsonl_refuses_the_whole_file(tmp_path, text, message):
     path = tmp_path / "m.jsonl"

@@ -14,6 +14,9 @@ UTC = timezone.utc
 
 @pytest.mark.parametrize("fields, message", [
     ({"content": "   "}, "content is blank"),
+    ({"content": "\u0000"}, "content is blank"),
+    ({"content": " \u200b\t\x07 "}, "content is blank"),
+    ({"node_type": "ENTITY", "entity_canonical_name": "Bob", "metadata": {"aliases": [1]}}, "aliases must be a list"),
     ({"confidence": 1.5}, "less than or equal to 1"),
     ({"salience": float("nan")}, "salience"),
     ({"created_at": datetime(2025, 1, 1)}, "timezone"),
@@ -60,3 +63,9 @@ def test_temporal_window_spans_every_resolved_signal():
         TemporalSignal(type=TemporalType.ABSOLUTE, text="y", start=day(2), end=day(3)),
     ))
     assert analysis.temporal_window == (day(2), day(6))
+
+
+def test_a_bare_string_alias_is_one_name_never_its_letters():
+    bob = MemoryObject(namespace="ns", node_type="ENTITY", entity_canonical_name="Robert", content="Robert",
+                       metadata={"aliases": "Bob"})
+    assert bob.metadata["aliases"] == ["Bob"]

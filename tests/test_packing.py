@@ -12,7 +12,7 @@ from rms_retrieval.nodes.scoring import fused_scores__rrf
 from rms_retrieval.nodes.session_context import ranked_candidates
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.tokens import count_tokens
-from rms_retrieval.stores.models import NodeType
+from rms_retrieval.stores.models import NodeType, is_blank
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request
 
 SETTINGS = RetrievalSettings()
@@ -102,7 +102,7 @@ def test_pinned_objects_bypass_limit_and_min_score():
 @hsettings(max_examples=40, deadline=None)
 @given(
     budget=st.integers(min_value=1, max_value=400),
-    texts=st.lists(st.text(min_size=1, max_size=80).filter(str.strip), min_size=1, max_size=12),
+    texts=st.lists(st.text(min_size=1, max_size=80).filter(lambda text: not is_blank(text)), min_size=1, max_size=12),
 )
 def test_packing_never_exceeds_the_budget_and_scores_are_finite(budget, texts):
     candidates = [make_candidate(make_object(f"h{i}", t), VECTOR=(i + 1, 0.9 - i / 100)) for i, t in enumerate(texts)]

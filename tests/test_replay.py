@@ -60,7 +60,7 @@ def test_replay_does_not_log_and_never_embeds(store, logged):
 
 
 def test_the_logged_vector_is_what_the_model_made(store, logged):
-    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores.embedding import default_encoder
 
     record = find_record(store, logged[0])
     vector = np.asarray(record["payload"]["query_embedding"], dtype=np.float32)

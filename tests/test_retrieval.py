@@ -89,3 +89,60 @@ def test_locomo_count_question_reports_its_coverage(locomo_conversation):
     scanned = [c for c in result.nodes["merged_candidates"].candidates if PathType.KEYWORD_SCAN in c.paths]
     assert scanned and any("beach" in c.object.content.lower() for c in scanned)
     assert elapsed.retrieval_metadata["aggregation_coverage"] is None  # elapsed time is arithmetic, not a count
+
+
+def test_a_bare_string_is_one_namespace_never_its_letters(demo_store, demo_copy):
+    with MemoryStore.open(demo_copy, create=False) as store:
+        kwargs = {"reference_time": demo_store.reference_time, "token_budget": 300, "log": False}
+        as_string = retrieve(store, "Where does Tomas work now?", namespaces=demo_store.namespace, **kwargs)
+        as_list = retrieve(store, "Where does Tomas work now?", namespaces=[demo_store.namespace], **kwargs)
+    assert as_string.bundle.namespaces == (demo_store.namespace,)
+    assert as_string.bundle.items and as_string.bundle.to_json() == as_list.bundle.to_json()
+
+
+def test_retrieve_takes_a_whole_request(demo_store, demo_copy):
+    from rms_retrieval.dataflows.retrieval import as_request
+
+    request = as_request("Where does Tomas work now?", namespaces=[demo_store.namespace],
+                         reference_time=demo_store.reference_time, token_budget=300)
+    with MemoryStore.open(demo_copy, create=False) as store:
+        whole = retrieve(store, request, log=False)
+        fields = retrieve(store, request.query, namespaces=request.namespaces, reference_time=request.reference_time,
+                          token_budget=300, log=False)
+        with pytest.raises(TypeError, match="not both"):
+            retrieve(store, request, namespaces=["other"])
+    assert whole.bundle.to_json() == fields.bundle.to_json()
+
+
+@pytest.mark.parametrize("question, budget, field", [
+    ("why? " * 20_000, 300, "query"),           # 100,000 characters
+    ("Where does Tomas work?", 10**12, "token_budget"),
+])
+def test_a_rejected_request_is_logged_with_the_question_capped(demo_store, demo_copy, question, budget, field):
+    import hashlib
+    import json
+
+    from rms_retrieval.nodes.models import MAX_QUERY_CHARS
+
+    with MemoryStore.open(demo_copy, create=False) as store:
+        before = len(store.retrieval_log())
+        with pytest.raises(ValueError, match=field):
+            retrieve(store, question, namespaces=[demo_store.namespace], token_budget=budget)
+        [record] = store.retrieval_log()[before:]
+    payload = record["payload"]
+    assert payload["status"] == "failed" and field in payload["error"]
+    assert payload["query"] == question[:MAX_QUERY_CHARS] and payload["query_chars"] == len(question)
+    assert payload["query_sha256"] == hashlib.sha256(question.encode()).hexdigest()
+    assert payload["query_truncated"] is (len(question) > MAX_QUERY_CHARS)
+    assert len(json.dumps(record)) < MAX_QUERY_CHARS + 8_000
+
+
+def test_the_longest_question_is_documented_and_named_in_the_error(demo_store, demo_copy):
+    from pathlib import Path
+
+    from rms_retrieval.nodes.models import MAX_QUERY_CHARS
+
+    assert MAX_QUERY_CHARS == 8192 and "8,192 characters" in (Path(__file__).parents[1] / "README.md").read_text()
+    with MemoryStore.open(demo_copy, create=False) as store:
+        with pytest.raises(ValueError, match="at most 8192 characters"):
+            retrieve(store, "x" * (MAX_QUERY_CHARS + 1), namespaces=[demo_store.namespace], log=False)

@@ -24,7 +24,7 @@ _VERSIONED = ("torch", "duckdb", "faiss-cpu", "apache-hamilton", "numpy", "panda
               "tiktoken", "pydantic")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `bench locomo` and `bench scale` to the `rms` parser."""
     from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS
     from rms_retrieval.dataflows.bench.store_command import register as register_store_benches

@@ -1,0 +1,81 @@
+"""What every `rms` command shares: the user-error type, time parsing, opening a store, the
+request checks. Command modules import this, never each other; it imports nothing heavy, so
+`rms --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A user mistake: printed as one line, exit code 2."""
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """An ISO 8601 time with a timezone, or None when the option was not given."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as error:
+        raise CliError(f"--reference-time {text!r} is not an ISO 8601 time (e.g. 2023-08-20T12:00:00+00:00)") from error
+    if value.tzinfo is None:
+        raise CliError(f"--reference-time {text!r} has no timezone; add one, e.g. {text}+00:00")
+    return value
+
+
+def open_store(path: str, *, create: bool = False, read_only: bool = False) -> MemoryStore:
+    """The store at `path`. `create` opens it for writing with the default encoder; `read_only`
+    is for commands that only read (audits), so nothing is set up, cleaned or logged."""
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    if not create and not Path(path).exists():
+        raise CliError(f"no store at {path}; build one with `rms ingest` or `rms ingest-locomo`")
+    encoder = None
+    if create:
+        from rms_retrieval.stores.embedding import default_encoder
+
+        encoder = default_encoder()
+    return MemoryStore.open(path, encoder=encoder, create=create, read_only=read_only)
+
+
+def check_question(question: str) -> str:
+    """The question, or a CliError when it is blank."""
+    if not question.strip():
+        raise CliError("the question is empty; pass it in quotes, e.g. rms query --store DIR --namespace NS \"Who moved?\"")
+    return question
+
+
+def check_budget(budget: int) -> int:
+    if budget < 1:
+        raise CliError(f"--budget must be at least 1 token, got {budget}")
+    return budget
+
+
+def check_namespaces(store: MemoryStore, path: str, namespaces: Sequence[str]) -> None:
+    """Every requested namespace holds memories, else a CliError listing the known ones."""
+    known = set(store.namespaces())
+    unknown = [ns for ns in namespaces if ns not in known]
+    if unknown:
+        raise CliError(f"namespace {', '.join(unknown)} has no memories in {path}; "
+                       f"known: {', '.join(sorted(known)) or 'none'}")
+
+
+def request_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """The options that make a retrieval request: store, namespaces, reference time, budget."""
+    from rms_retrieval.nodes.models import DEFAULT_TOKEN_BUDGET
+
+    parser.add_argument("--store", required=required, help="store directory")
+    parser.add_argument("--namespace", action="append", required=required, help="repeat for several")
+    parser.add_argument("--reference-time", help="ISO 8601 with timezone; default now")
+    parser.add_argument("--budget", type=int, default=DEFAULT_TOKEN_BUDGET, help="token budget in cl100k_base tokens")

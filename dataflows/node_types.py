@@ -1,0 +1,122 @@
+"""The one table of the values the retrieval DAG passes between nodes.
+
+Each row names a value type, the stage role it plays in an explanation (`explain.py` builds one
+step per node of a role) and how the DAG picture summarises it (`audit.py`). A node's role
+follows from the type it returns, so a renamed node or a new candidate path needs no change
+here; a new value type is one more row. Rows are matched in order, first `issubclass` wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from rms_retrieval.nodes.models import (
+    CandidateLimits,
+    CandidatePool,
+    ChannelResult,
+    FilteredPool,
+    MemoryBundle,
+    QueryAnalysis,
+    QueryEmbedding,
+)
+from rms_retrieval.nodes.packing import Selection
+from rms_retrieval.nodes.session_context import RankedCandidates
+
+
+@dataclass(frozen=True)
+class NodeValueType:
+    """One row: the value type, its role in an explanation (None: no step), its one-line summary."""
+
+    type: type
+    role: str | None
+    summary: Callable[[Any], str]
+
+
+def _channel(value: ChannelResult) -> str:
+    limit = f" (limit {value.limit}{', at the limit' if value.at_limit else ''})" if value.limit else ""
+    failure = f"\nfailed: {value.failure}" if value.failure else ""
+    return f"{len(value.hits)} hits{limit}{failure}"
+
+
+def _scores(value: pd.DataFrame) -> str:
+    scored = int((value["score"] > 0).sum()) if "score" in value else len(value)
+    return f"{len(value)} rows, {scored} scored above 0"
+
+
+def _ranking(value: RankedCandidates) -> str:
+    joined = int(value.frame["paths"].map(lambda p: p == ("SESSION_CONTEXT",)).sum()) if len(value.frame) else 0
+    return f"{len(value.frame)} ranked ({joined} joined by session context)"
+
+
+def _analysis(value: QueryAnalysis) -> str:
+    entities = ", ".join(e.name for e in value.entities) or "no entities"
+    return f"intent {value.intent}\n{entities}"
+
+
+NODE_VALUE_TYPES: tuple[NodeValueType, ...] = (
+    NodeValueType(MemoryBundle, "bundle",
+                  lambda v: f"{len(v.items)} items, {v.tokens_used}/{v.token_budget} tokens"),
+    NodeValueType(Selection, "selection", lambda v: f"{len(v.frame)} selected, {len(v.excluded)} left out"),
+    NodeValueType(RankedCandidates, "ranking", _ranking),
+    NodeValueType(pd.DataFrame, "scores", _scores),
+    NodeValueType(FilteredPool, "filter", lambda v: f"{len(v.candidates)} kept, {len(v.excluded)} excluded"),
+    NodeValueType(CandidatePool, "merge", lambda v: f"{len(v.candidates)} candidates"),
+    NodeValueType(ChannelResult, "channel", _channel),
+    NodeValueType(CandidateLimits, "limits",
+                  lambda v: f"vector {v.vector_k}, lexical {v.lexical_k}, graph {v.graph_max_candidates}"),
+    NodeValueType(QueryAnalysis, "analysis", _analysis),
+    NodeValueType(QueryEmbedding, None,
+                  lambda v: f"{v.identity.dimension}-d, {v.identity.model_name.rsplit('/', 1)[-1]}"),
+)
+
+
+def value_type_of(kind: Any) -> NodeValueType | None:
+    """The table's row for a node's declared return type, or None."""
+    if not isinstance(kind, type):
+        return None
+    return next((row for row in NODE_VALUE_TYPES if issubclass(kind, row.type)), None)
+
+
+def role_of(kind: Any) -> str | None:
+    """The explanation role of a node that returns `kind`, or None."""
+    row = value_type_of(kind)
+    return row.role if row else None
+
+
+def value_summary(value: Any) -> str:
+    """A short description of a node's value, for the execution picture."""
+    row = value_type_of(type(value))
+    if row is not None:
+        return row.summary(value)
+    if isinstance(value, list | tuple | dict):
+        return f"{len(value)} items"
+    return type(value).__name__
+
+
+@dataclass(frozen=True)
+class LineageNode:
+    """One node of the retrieval DAG, the nodes it reads, and its stage role (None for inputs)."""
+
+    name: str
+    upstream: tuple[str, ...]
+    role: str | None
+    is_input: bool
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """The nodes the final node depends on, in topological order (inputs first)."""
+
+    nodes: tuple[LineageNode, ...]
+
+    @property
+    def computed(self) -> tuple[str, ...]:
+        """Every function node, i.e. what one execution runs."""
+        return tuple(n.name for n in self.nodes if not n.is_input)
+
+    def named(self, role: str) -> list[str]:
+        return [n.name for n in self.nodes if n.role == role]

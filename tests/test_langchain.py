@@ -1,0 +1,77 @@
+"""RmsRetriever with the real langchain-core: Documents in bundle order, sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ValidationError
+
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.langchain import RmsRetriever
+from rms_retrieval.stores.memory_store import MemoryStore
+
+QUESTION = "Where does Tomas work now?"
+
+
+@pytest.fixture
+def retriever(demo_store, demo_copy):
+    built = RmsRetriever(store=str(demo_copy), namespaces=demo_store.namespace, token_budget=300,
+                         reference_time=demo_store.reference_time)
+    yield built
+    built.close()
+
+
+def test_documents_follow_the_bundle_with_their_metadata(retriever, demo_store):
+    documents = retriever.invoke(QUESTION)
+    bundle = retrieve(retriever.store, QUESTION, namespaces=[demo_store.namespace],
+                      reference_time=demo_store.reference_time, token_budget=300, log=False).bundle
+    assert isinstance(retriever, BaseRetriever) and all(isinstance(d, Document) for d in documents)
+    assert [d.metadata["id"] for d in documents] == [str(item.id) for item in bundle.items]
+    for position, (document, item) in enumerate(zip(documents, bundle.items), start=1):
+        assert document.page_content == item.content and document.id == str(item.id)
+        assert document.metadata == {
+            "id": str(item.id), "score": item.score, "paths": [str(p) for p in item.paths], "tier": item.tier,
+            "tokens": item.tokens, "event_time": item.event_time.isoformat() if item.event_time else None,
+            "namespace": demo_store.namespace, "node_type": item.node_type, "position": position,
+            "request_id": document.metadata["request_id"],
+        }
+    assert sum(d.metadata["tokens"] for d in documents) <= 300
+    assert retriever.bundle(QUESTION).context == bundle.context
+
+
+def test_ainvoke_gives_the_same_documents(retriever):
+    synchronous = retriever.invoke(QUESTION)
+    asynchronous = asyncio.run(retriever.ainvoke(QUESTION))
+    strip = [(d.page_content, {k: v for k, v in d.metadata.items() if k != "request_id"}) for d in synchronous]
+    assert [(d.page_content, {k: v for k, v in d.metadata.items() if k != "request_id"}) for d in asynchronous] == strip
+
+
+def test_every_call_is_logged_like_any_request(retriever):
+    before = len(retriever.store.retrieval_log())
+    request_id = retriever.invoke(QUESTION)[0].metadata["request_id"]
+    log = retriever.store.retrieval_log()
+    assert len(log) == before + 1 and log[-1]["request_id"] == request_id
+
+
+def test_a_store_object_and_optional_request_fields(demo_store, demo_copy):
+    with MemoryStore.open(demo_copy, create=False) as store:
+        limited = RmsRetriever(store=store, namespaces=[demo_store.namespace],
+                               reference_time=demo_store.reference_time, request_options={"limit": 2})
+        documents = limited.invoke(QUESTION)
+        bundle = retrieve(store, QUESTION, namespaces=[demo_store.namespace], reference_time=demo_store.reference_time,
+                          limit=2, log=False).bundle
+        unlimited = retrieve(store, QUESTION, namespaces=[demo_store.namespace],
+                             reference_time=demo_store.reference_time, log=False).bundle
+    assert [d.metadata["id"] for d in documents] == [str(i.id) for i in bundle.items]
+    assert len(documents) < len(unlimited.items)
+
+
+def test_bad_request_fields_fail_when_the_retriever_is_built(demo_store, demo_copy):
+    with MemoryStore.open(demo_copy, create=False) as store:
+        with pytest.raises(ValidationError, match="token_budget"):
+            RmsRetriever(store=store, namespaces=[demo_store.namespace], token_budget=0)
+        with pytest.raises(ValidationError, match="no_such_field"):
+            RmsRetriever(store=store, namespaces=[demo_store.namespace], request_options={"no_such_field": 1})
