@@ -31,12 +31,15 @@ from rms_retrieval.nodes.models import (
     ChannelResult,
     FilteredPool,
     MemoryBundle,
+    PathType,
     QueryAnalysis,
     QueryEmbedding,
+    RankedCandidates,
     RetrievalRequest,
+    ScoredPool,
+    Selection,
+    path_mask,
 )
-from rms_retrieval.nodes.packing import Selection
-from rms_retrieval.nodes.session_context import RankedCandidates
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import QueryEncoder
 
@@ -183,14 +186,19 @@ def _(value: pd.DataFrame) -> str:
 
 
 @value_summary.register
+def _(value: ScoredPool) -> str:
+    return f"{len(value)} rows, {int((value.score > 0).sum())} scored above 0"
+
+
+@value_summary.register
 def _(value: RankedCandidates) -> str:
-    joined = int(value.frame["paths"].map(lambda p: p == ("SESSION_CONTEXT",)).sum()) if len(value.frame) else 0
-    return f"{len(value.frame)} ranked ({joined} joined by session context)"
+    joined = int((value.pool.path_mask == path_mask([PathType.SESSION_CONTEXT])).sum())
+    return f"{len(value.pool)} ranked ({joined} joined by session context)"
 
 
 @value_summary.register
 def _(value: Selection) -> str:
-    return f"{len(value.frame)} selected, {len(value.excluded)} left out"
+    return f"{len(value.pool)} selected, {len(value.excluded)} left out"
 
 
 @value_summary.register

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
 from rms_retrieval.nodes.models import PathType
 from rms_retrieval.nodes.settings import (
@@ -16,6 +17,7 @@ from rms_retrieval.nodes.settings import (
     RetrievalSettings,
     ScoringSettings,
 )
+from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.models import NodeType
 from rms_retrieval.stores.protocols import Edge
 from tests.factories import FakeEncoder, FakeStore, make_object, make_request, oid
@@ -70,7 +72,7 @@ def test_every_configuration_builds_and_executes(name):
     assert bundle.tokens_used <= bundle.token_budget
     assert bundle.retrieval_metadata["configuration_fingerprint"] == settings.fingerprint()
     assert bundle.retrieval_metadata["formula_version"] == (1 if settings.scoring.fusion == "weighted" else 2)
-    assert set(result["fused_scores"]["formula_version"]) == {bundle.retrieval_metadata["formula_version"]}
+    assert set(scored_frame(result["fused_scores"])["formula_version"]) == {bundle.retrieval_metadata["formula_version"]}
     assert oid("old") not in {i.id for i in bundle.items}
     assert bundle.retrieval_metadata["excluded"][str(oid("old"))] == "DEPRECATED"
     if PathType.PINNED in settings.candidates.enabled_paths:
@@ -108,8 +110,10 @@ class _ShuffledStore(FakeStore):
         self._random.shuffle(found)
         return found
 
-    def edges_touching(self, nodes, namespaces, min_confidence):
-        return super().edges_touching(nodes, namespaces, min_confidence)
+    def adjacency(self, namespaces):
+        edges = list(super().adjacency(namespaces).edges)
+        self._random.shuffle(edges)
+        return Adjacency(edges)
 
     def session_neighbours(self, triggers, window):
         found = super().session_neighbours(triggers, window)

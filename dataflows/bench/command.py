@@ -26,7 +26,7 @@ _VERSIONED = ("torch", "duckdb", "faiss-cpu", "apache-hamilton", "numpy", "panda
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `bench locomo` and `bench scale` to the `rms` parser."""
-    from rms_retrieval.dataflows.bench import identical
+    from rms_retrieval.dataflows.bench import identical, latency_bench
     from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS
 
     bench = sub.add_parser("bench", help="benchmarks: LoCoMo relevance and operations, scaling")
@@ -59,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _threads_option(scale)
     scale.set_defaults(run=_cmd_scale)
     identical.register(commands)
+    latency_bench.register(commands)
 
 
 def _threads_option(parser: argparse.ArgumentParser) -> None:
