@@ -262,11 +262,6 @@ def path_mask(paths: Iterable[PathType]) -> int:
     return mask
 
 
-def has_path(masks: np.ndarray, path: PathType) -> np.ndarray:
-    """Which entries of a `path_mask` array include `path`."""
-    return (masks & _PATH_BITS[path]) != 0
-
-
 def mask_paths(mask: int) -> tuple[PathType, ...]:
     """The paths of a mask in `PathType` order, except session context last: it joins after scoring."""
     found = tuple(p for p in PathType if p is not PathType.SESSION_CONTEXT and mask & _PATH_BITS[p])

@@ -127,3 +127,28 @@ def test_the_order_candidates_arrive_in_does_not_change_the_bundle():
     for seed in range(10):
         shuffled = _ShuffledStore(list(base.objects.values()), base.edges, seed=seed)
         assert _run(RetrievalSettings(), shuffled)[FINAL_NODE].to_json() == expected
+
+
+def test_the_order_edges_arrive_in_does_not_change_the_graph_path():
+    from rms_retrieval.nodes import candidate_generation, query_analysis
+    from rms_retrieval.nodes.models import CandidateLimits, QueryAnalysis, QueryEntity
+
+    ann, bo = (make_object(n, n, node_type=NodeType.ENTITY, entity_canonical_name=n) for n in ("Ann", "Bo"))
+    turns = [make_object(f"t{i}", f"turn {i}") for i in range(4)]
+    # Every turn is one hop from both entities: which edge reaches it first is the edge-id order.
+    edges = [Edge(2 * i + k + 1, turn.id, entity.id, "MENTIONS", 0.9)
+             for i, turn in enumerate(turns) for k, entity in enumerate((bo, ann))]
+    entities = tuple(QueryEntity(name=e.content, confidence=0.9, matched_ids=(e.id,)) for e in (ann, bo))
+    analysis = QueryAnalysis(raw_query="q", entities=entities, namespace_scope=("ns",), reference_time=make_request().reference_time)
+    request = make_request()
+
+    def found(store):
+        result = candidate_generation.graph_candidates(
+            analysis, query_analysis.entity_catalog(store, request), store, CandidateLimits(5, 5, 50), request,
+            RetrievalSettings())
+        return [(hit.object_id, hit.detail["edge_path"]) for hit in result.hits]
+
+    expected = found(FakeStore([ann, bo, *turns], edges))
+    assert [path for _, path in expected] == [[1], [3], [5], [7]]
+    for seed in range(5):
+        assert found(_ShuffledStore([ann, bo, *turns], edges, seed=seed)) == expected
