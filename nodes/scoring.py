@@ -195,6 +195,8 @@ def fused_scores__rrf(
     tie_break = np.full(len(inputs), np.nan)
     stated = inputs.stated_us[on_channel]
     if on_channel.any():
+        # One recency decay serves both formulas (see WeightedScoring.recency_lambda_per_day); a
+        # field of its own under rank_fusion would change every configuration fingerprint.
         lam = settings.scoring.weighted.recency_lambda_per_day
         ranked_recency = _exp(-lam * _days(stated.max(), stated))
         worded = inputs.update_wording[on_channel]
