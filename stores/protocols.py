@@ -67,9 +67,6 @@ class Edge:
     edge_type: str
     confidence: float
 
-    def other(self, node: UUID) -> UUID:
-        return self.target if node == self.source else self.source
-
 
 @dataclass(frozen=True, slots=True)
 class SessionNeighbour:
