@@ -20,6 +20,7 @@ from uuid import UUID
 import numpy as np
 import pandas as pd
 
+from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows.node_types import Lineage
 from rms_retrieval.dataflows.pipeline import build_driver, pipeline_lineage
 from rms_retrieval.dataflows.retrieval import retrieve
@@ -31,11 +32,12 @@ from rms_retrieval.nodes.models import (
     MemoryBundle,
     PathType,
     QueryAnalysis,
+    RankedCandidates,
     RetrievalRequest,
+    ScoredPool,
+    Selection,
 )
 from rms_retrieval.nodes.formatting import format_item
-from rms_retrieval.nodes.packing import Selection
-from rms_retrieval.nodes.session_context import RankedCandidates
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.tokens import count_tokens
 from rms_retrieval.stores.models import MemoryObject
@@ -161,13 +163,13 @@ def _bundle_step(bundle: MemoryBundle, ctx: _Context) -> tuple[str, dict]:
 
 
 def _selection_step(selection: Selection, ctx: _Context) -> tuple[str, dict]:
-    found = _row(selection.frame, ctx.object_id)
+    found = _row(scored_frame(selection), ctx.object_id)
     if found:
-        rank, row = found
-        obj = selection.objects[ctx.object_id]
+        rank, _ = found
+        obj = selection.pool.objects[rank - 1]
         tokens = count_tokens(format_item(obj, ctx.settings.packing.item_format))
-        return (f"selected at rank {rank} of {len(selection.frame)}; its text takes {tokens} tokens",
-                {"selected": True, "rank": rank, "selected_count": len(selection.frame), "tokens": tokens})
+        return (f"selected at rank {rank} of {len(selection.pool)}; its text takes {tokens} tokens",
+                {"selected": True, "rank": rank, "selected_count": len(selection.pool), "tokens": tokens})
     reason = selection.excluded.get(ctx.object_id)
     if reason is None:
         return "not among the ranked candidates", {"selected": False}
@@ -179,22 +181,23 @@ def _ranking_step(ranked: RankedCandidates, ctx: _Context) -> tuple[str, dict]:
     if ctx.object_id in ranked.excluded:
         reason = ranked.excluded[ctx.object_id]
         return f"session context reached it but excluded it: {reason}", {"ranked": False, "reason": reason}
-    found = _row(ranked.frame, ctx.object_id)
+    found = _row(scored_frame(ranked), ctx.object_id)
     if found is None:
         return "not ranked", {"ranked": False}
     rank, row = found
-    summary = f"rank {rank} of {len(ranked.frame)}, score {row['score']:.6f}"
+    summary = f"rank {rank} of {len(ranked.pool)}, score {row['score']:.6f}"
     if row.get("session_trigger"):
         summary += (f"; score inherited through session context from {row['session_trigger']} "
                     f"(offset {row['session_offset']}, decay {row['session_decay']})")
-    return summary, {"ranked": True, "rank": rank, "candidates": len(ranked.frame), "row": row}
+    return summary, {"ranked": True, "rank": rank, "candidates": len(ranked.pool), "row": row}
 
 
 _FACTORS = (("epistemic_factor", "epistemic"), ("node_type_factor", "node type"), ("temporal_factor", "temporal"),
             ("recency_boost_factor", "recency boost"), ("current_update_factor", "current update"))
 
 
-def _scores_step(frame: pd.DataFrame, ctx: _Context) -> tuple[str, dict]:
+def _scores_step(scores: ScoredPool, ctx: _Context) -> tuple[str, dict]:
+    frame = scored_frame(scores)
     found = _row(frame, ctx.object_id)
     if found is None:
         return "not scored", {"scored": False}
@@ -213,7 +216,7 @@ def _filter_step(pool: FilteredPool, ctx: _Context) -> tuple[str, dict]:
         reason = pool.excluded[ctx.object_id]
         return f"excluded: {reason}", {"kept": False, "reason": reason}
     kept = any(c.object_id == ctx.object_id for c in pool.candidates)
-    counts = f"{len(pool.candidates)} of {len(pool.source.candidates)} kept"
+    counts = f"{len(pool.candidates)} of {len(pool.candidates) + len(pool.removed)} kept"
     return (f"kept ({counts})" if kept else f"not a candidate ({counts})"), {"kept": kept}
 
 
@@ -312,7 +315,7 @@ def _outcome(lineage: Lineage, ctx: _Context) -> tuple[Outcome, str, str]:
     merge_node, pool = _first(lineage, ctx, "merge")
     if bundle is not None and any(item.id == oid for item in bundle.items):
         return Outcome.INCLUDED, _bundle_step(bundle, ctx)[0], bundle_node
-    if selection is not None and _row(selection.frame, oid):
+    if selection is not None and _row(scored_frame(selection), oid):
         tokens = _selection_step(selection, ctx)[1]["tokens"]
         return (Outcome.CUT_BY_BUDGET,
                 f"selected, but its {tokens} tokens did not fit: {bundle.tokens_used} of the "
@@ -320,8 +323,8 @@ def _outcome(lineage: Lineage, ctx: _Context) -> tuple[Outcome, str, str]:
     if selection is not None and oid in selection.excluded:
         reason = selection.excluded[oid]
         if reason in SELECTION_SCORE_CUTS:
-            place = _row(ranked.frame, oid) if ranked is not None else None
-            rank = f"rank {place[0]} of {len(ranked.frame)}, score {place[1]['score']:.6f}; " if place else ""
+            place = _row(scored_frame(ranked), oid) if ranked is not None else None
+            rank = f"rank {place[0]} of {len(ranked.pool)}, score {place[1]['score']:.6f}; " if place else ""
             return Outcome.SCORED_TOO_LOW, f"{rank}{_selection_step(selection, ctx)[0]}", selection_node
         return Outcome.EXCLUDED, reason, selection_node
     if ranked is not None and oid in ranked.excluded:

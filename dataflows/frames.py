@@ -2,7 +2,7 @@
 
 `node_frame(value)` turns any value the retrieval DAG produces into a DataFrame: a channel's
 hits, the merged pool (one column group per path), the filtered pool with each exclusion
-reason, the scored frames, the bundle's items, and the small records (query analysis, limits).
+reason, the scored pools (`scored_frame`), the bundle's items, and the small records (query analysis, limits).
 """
 
 from __future__ import annotations
@@ -23,13 +23,24 @@ from rms_retrieval.nodes.models import (
     PathType,
     QueryAnalysis,
     QueryEmbedding,
+    RankedCandidates,
+    ScoredPool,
+    Selection,
+    mask_paths,
 )
-from rms_retrieval.nodes.packing import Selection
-from rms_retrieval.nodes.session_context import RankedCandidates
 from rms_retrieval.stores.models import MemoryObject
 
 HIT_COLUMNS = ["object_id", "path", "rank", "raw_score", "score"]
 OBJECT_COLUMNS = ["node_type", "namespace", "content"]
+SCORE_COLUMNS = [
+    "object_id", "formula_version", "score", "semantic_relevance", "paths", "path_count", "node_type",
+    "stated_time", "semantic", "semantic_rank", "lexical", "lexical_bm25", "lexical_rank",
+    "graph_proximity", "graph_hops", "graph_rank", "recency", "salience", "confidence",
+    "epistemic_weight", "epistemic_factor", "node_type_boost", "node_type_factor",
+    "temporal_affinity", "temporal_factor", "recency_boost_factor", "tie_break",
+    "current_update_factor", "base_score",
+]
+SESSION_COLUMNS = ["session_trigger", "session_offset", "session_decay"]
 
 
 def _object_fields(obj: MemoryObject | None) -> dict[str, Any]:
@@ -79,8 +90,10 @@ def pool_frame(pool: CandidatePool) -> pd.DataFrame:
 
 
 def filtered_frame(pool: FilteredPool) -> pd.DataFrame:
-    """The merged pool with `kept` and, for removed candidates, `excluded_reason`."""
-    frame = pool_frame(pool.source)
+    """The merged pool, kept and removed candidates in object-id order, with `kept` and, for
+    removed candidates, `excluded_reason`."""
+    merged = tuple(sorted(pool.candidates + pool.removed, key=lambda c: str(c.object_id)))
+    frame = pool_frame(CandidatePool(candidates=merged))
     reasons = {str(oid): reason for oid, reason in pool.excluded.items()}
     frame.insert(1, "excluded_reason", [reasons.get(oid) for oid in frame["object_id"]])
     frame.insert(1, "kept", frame["excluded_reason"].isna())
@@ -98,6 +111,36 @@ def bundle_frame(bundle: MemoryBundle) -> pd.DataFrame:
     ]
     return pd.DataFrame(rows, columns=["position", "object_id", "tier", "tokens", "score", "semantic_relevance",
                                        "paths", "path_count", "node_type", "text"])
+
+
+def _pool_of(value: ScoredPool | RankedCandidates | Selection) -> ScoredPool:
+    return value if isinstance(value, ScoredPool) else value.pool
+
+
+def scored_frame(value: ScoredPool | RankedCandidates | Selection) -> pd.DataFrame:
+    """A scored pool in rank order, one column per input, rank and factor (`SCORE_COLUMNS`); after
+    session context also each row's trigger, offset and decay (`SESSION_COLUMNS`)."""
+    pool = _pool_of(value)
+    factors = pool.factors
+    columns: dict[str, Any] = {
+        "object_id": [str(obj.id) for obj in pool.objects],
+        "formula_version": [pool.formula_version] * len(pool),
+        "score": pool.score,
+        "semantic_relevance": pool.semantic_relevance,
+        "paths": [tuple(str(p) for p in mask_paths(mask)) for mask in pool.path_mask.tolist()],
+        "path_count": pool.path_count,
+        "node_type": [str(obj.node_type) for obj in pool.objects],
+        "stated_time": [obj.stated_time for obj in pool.objects],
+    }
+    for name in SCORE_COLUMNS[len(columns):]:
+        columns[name] = getattr(factors, name)
+    names = list(SCORE_COLUMNS)
+    if isinstance(value, RankedCandidates):
+        columns["session_trigger"] = [None if t is None else str(t) for t in value.session_trigger]
+        columns["session_offset"] = value.session_offset
+        columns["session_decay"] = value.session_decay
+        names += SESSION_COLUMNS
+    return pd.DataFrame(columns, columns=names)
 
 
 def _with_exclusions(frame: pd.DataFrame, excluded: Mapping[UUID, str]) -> pd.DataFrame:
@@ -153,13 +196,18 @@ def _(value: FilteredPool) -> pd.DataFrame:
 
 
 @node_frame.register
+def _(value: ScoredPool) -> pd.DataFrame:
+    return scored_frame(value)
+
+
+@node_frame.register
 def _(value: RankedCandidates) -> pd.DataFrame:
-    return _with_exclusions(value.frame, value.excluded)
+    return _with_exclusions(scored_frame(value), value.excluded)
 
 
 @node_frame.register
 def _(value: Selection) -> pd.DataFrame:
-    return _with_exclusions(value.frame, value.excluded)
+    return _with_exclusions(scored_frame(value), value.excluded)
 
 
 @node_frame.register

@@ -12,19 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
-
 from rms_retrieval.nodes.models import (
     CandidateLimits,
     CandidatePool,
     ChannelResult,
     FilteredPool,
     MemoryBundle,
+    PathType,
     QueryAnalysis,
     QueryEmbedding,
+    RankedCandidates,
+    ScoredPool,
+    Selection,
+    path_mask,
 )
-from rms_retrieval.nodes.packing import Selection
-from rms_retrieval.nodes.session_context import RankedCandidates
 
 
 @dataclass(frozen=True)
@@ -42,14 +43,13 @@ def _channel(value: ChannelResult) -> str:
     return f"{len(value.hits)} hits{limit}{failure}"
 
 
-def _scores(value: pd.DataFrame) -> str:
-    scored = int((value["score"] > 0).sum()) if "score" in value else len(value)
-    return f"{len(value)} rows, {scored} scored above 0"
+def _scores(value: ScoredPool) -> str:
+    return f"{len(value)} rows, {int((value.score > 0).sum())} scored above 0"
 
 
 def _ranking(value: RankedCandidates) -> str:
-    joined = int(value.frame["paths"].map(lambda p: p == ("SESSION_CONTEXT",)).sum()) if len(value.frame) else 0
-    return f"{len(value.frame)} ranked ({joined} joined by session context)"
+    joined = int((value.pool.path_mask == path_mask([PathType.SESSION_CONTEXT])).sum())
+    return f"{len(value.pool)} ranked ({joined} joined by session context)"
 
 
 def _analysis(value: QueryAnalysis) -> str:
@@ -60,9 +60,9 @@ def _analysis(value: QueryAnalysis) -> str:
 NODE_VALUE_TYPES: tuple[NodeValueType, ...] = (
     NodeValueType(MemoryBundle, "bundle",
                   lambda v: f"{len(v.items)} items, {v.tokens_used}/{v.token_budget} tokens"),
-    NodeValueType(Selection, "selection", lambda v: f"{len(v.frame)} selected, {len(v.excluded)} left out"),
+    NodeValueType(Selection, "selection", lambda v: f"{len(v.pool)} selected, {len(v.excluded)} left out"),
     NodeValueType(RankedCandidates, "ranking", _ranking),
-    NodeValueType(pd.DataFrame, "scores", _scores),
+    NodeValueType(ScoredPool, "scores", _scores),
     NodeValueType(FilteredPool, "filter", lambda v: f"{len(v.candidates)} kept, {len(v.excluded)} excluded"),
     NodeValueType(CandidatePool, "merge", lambda v: f"{len(v.candidates)} candidates"),
     NodeValueType(ChannelResult, "channel", _channel),

@@ -1,4 +1,7 @@
-"""Stage 2: candidate generation (RFC 4.1 to 4.4). The only nodes that read stores.
+"""Stage 2: candidate generation (RFC 4.1 to 4.4): per-path limits, then the candidate paths.
+
+The paths and `candidate_objects` read the stores; so do stage 1's `entity_catalog` and the
+session neighbours after scoring (`session_context`). Nothing after this stage reads a store.
 
 Each path returns a `ChannelResult`. A backend exception empties that path and is reported
 as a backend failure instead of failing the request; an embedding-model mismatch empties the
@@ -11,7 +14,6 @@ import logging
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from uuid import UUID
 
 from rms_retrieval.nodes.models import (
@@ -23,16 +25,15 @@ from rms_retrieval.nodes.models import (
     QueryEmbedding,
     RetrievalRequest,
 )
+from rms_retrieval.nodes.graph_walk import walk
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import (
-    Edge,
     EntityRef,
     GraphIndex,
     LexicalIndex,
     ObjectStore,
-    QueryEncoder,
     VectorIndex,
 )
 
@@ -49,14 +50,26 @@ def _guarded(path: PathType, limit: int, search: Callable[[], ChannelResult]) ->
         return ChannelResult(path=path, limit=limit, failure=f"backend_error: {type(error).__name__}: {error}")
 
 
-def query_embedding(
-    request: RetrievalRequest, query_encoder: QueryEncoder, settings: RetrievalSettings
-) -> QueryEmbedding | None:
-    """The query's unit vector, or None when the vector path is switched off."""
-    if PathType.VECTOR not in settings.candidates.enabled_paths:
-        return None
-    vector = query_encoder.encode([request.query])[0]
-    return QueryEmbedding(vector=vector, identity=query_encoder.identity)
+def _widened(limit: int, multiplier: float, cap: int) -> int:
+    return max(limit, min(math.ceil(limit * multiplier), cap))
+
+
+def candidate_limits(query_analysis: QueryAnalysis, settings: RetrievalSettings) -> CandidateLimits:
+    """Per-path candidate limits; count and list questions get them widened up to the cap (RFC 4.3)."""
+    configured = settings.candidates
+    if query_analysis.aggregation is None:
+        return CandidateLimits(
+            vector_k=configured.vector_k,
+            lexical_k=configured.lexical_k,
+            graph_max_candidates=configured.graph_max_candidates,
+        )
+    multiplier, cap = configured.aggregation_k_multiplier, configured.aggregation_k_max
+    return CandidateLimits(
+        vector_k=_widened(configured.vector_k, multiplier, cap),
+        lexical_k=_widened(configured.lexical_k, multiplier, cap),
+        graph_max_candidates=_widened(configured.graph_max_candidates, multiplier, cap),
+        widened=True,
+    )
 
 
 def vector_candidates(
@@ -112,83 +125,6 @@ def lexical_candidates(
     return _guarded(PathType.LEXICAL, limit, search)
 
 
-def entity_catalog(graph_index: GraphIndex, request: RetrievalRequest) -> list[EntityRef]:
-    """Every entity name and alias in the request's namespaces."""
-    return graph_index.entity_catalog(request.namespaces)
-
-
-@dataclass
-class _Reach:
-    """How the walk reached one object: fewest hops, and the weight each query entity lends it."""
-
-    hops: int
-    path: tuple[Edge, ...]
-    weights: dict[UUID, float] = field(default_factory=dict)
-
-    @property
-    def weight(self) -> float:
-        return sum(self.weights.values())
-
-
-def _traverse(
-    graph_index: GraphIndex,
-    starts: list[UUID],
-    entity_ids: set[UUID],
-    request: RetrievalRequest,
-    settings: RetrievalSettings,
-    max_candidates: int,
-) -> dict[UUID, _Reach]:
-    """Breadth-first from the query entities; one store call per hop, pruned between hops.
-
-    An object's weight sums, over the query entities that reach it, 1 / sqrt(degree) of the
-    entity next to it, divided by the hops: a turn reached through a rare entity outranks one
-    reached only through a speaker who said half the conversation.
-    """
-    cfg = settings.candidates
-    origin: dict[UUID, UUID] = {start: start for start in starts}
-    path_to: dict[UUID, tuple[Edge, ...]] = {start: () for start in starts}
-    frontier = sorted(starts)
-    visited = set(frontier)
-    reached: dict[UUID, _Reach] = {}
-    for hop in range(1, cfg.graph_max_hops + 1):
-        if not frontier:
-            break
-        frontier_set = set(frontier)
-        edges = graph_index.edges_touching(frontier, request.namespaces, cfg.graph_min_edge_confidence)
-        degree: dict[UUID, int] = dict.fromkeys(frontier_set, 0)
-        for edge in edges:
-            if edge.source in degree:
-                degree[edge.source] += 1
-            if edge.target in degree and edge.target != edge.source:
-                degree[edge.target] += 1
-        next_entities: dict[UUID, tuple[Edge, ...]] = {}
-        for edge in edges:
-            for node, other in ((edge.source, edge.target), (edge.target, edge.source)):
-                if node not in frontier_set or (other in visited and other not in reached):
-                    continue
-                if other in entity_ids:
-                    if other not in next_entities:
-                        next_entities[other] = path_to[node] + (edge,)
-                        origin[other] = origin[node]
-                    continue
-                reach = reached.get(other)
-                if reach is None:
-                    reach = reached[other] = _Reach(hop, path_to[node] + (edge,))
-                if reach.hops == hop:
-                    source = origin[node]
-                    lent = edge.confidence / (math.sqrt(degree[node]) * hop)
-                    if lent > reach.weights.get(source, 0.0):
-                        reach.weights[source] = lent
-        visited.update(reached)
-        visited.update(next_entities)
-        # Pruning between hops (RFC 4.1): a hub cannot flood the next hop.
-        ranked = sorted(next_entities, key=lambda e: (-next_entities[e][-1].confidence, next_entities[e][-1].edge_id))
-        frontier = sorted(ranked[:max_candidates])
-        for entity in frontier:
-            path_to[entity] = next_entities[entity]
-    return reached
-
-
 def graph_candidates(
     query_analysis: QueryAnalysis,
     entity_catalog: list[EntityRef],
@@ -203,21 +139,25 @@ def graph_candidates(
     if PathType.GRAPH not in settings.candidates.enabled_paths or limit == 0 or not starts:
         return ChannelResult(path=PathType.GRAPH, limit=limit)
     entity_ids = {ref.object_id for ref in entity_catalog}
+    cfg = settings.candidates
 
     def search() -> ChannelResult:
-        reached = _traverse(graph_index, starts, entity_ids, request, settings, limit)
-        ranked = sorted(reached.items(), key=lambda kv: (-round(kv[1].weight, 12), kv[1].hops, kv[1].path[-1].edge_id))
+        graph = graph_index.adjacency(request.namespaces)
+        reached = walk(graph, starts, entity_ids, max_hops=cfg.graph_max_hops,
+                       min_confidence=cfg.graph_min_edge_confidence, max_candidates=limit)
         hits = tuple(
             ChannelHit(
                 oid,
                 PathType.GRAPH,
                 rank,
-                raw_score=reach.weight,
-                score=1.0 / reach.hops,
-                detail={"hops": reach.hops, "support": len(reach.weights),
-                        "edge_path": [e.edge_id for e in reach.path], "edge_types": [e.edge_type for e in reach.path]},
+                raw_score=float(weight),
+                score=1.0 / hops,
+                detail={"hops": hops, "support": support, "edge_path": [int(graph.edge_id[e]) for e in path],
+                        "edge_types": [graph.edge_type[e] for e in path]},
             )
-            for rank, (oid, reach) in enumerate(ranked[:limit], start=1)
+            for rank, (oid, weight, hops, support, path) in enumerate(
+                zip(reached.objects, reached.weight.tolist(), reached.hops.tolist(), reached.support.tolist(),
+                    reached.edge_paths), start=1)
         )
         return ChannelResult(path=PathType.GRAPH, hits=hits, limit=limit)
 

@@ -14,13 +14,14 @@ from rms_retrieval.nodes.settings import RetrievalSettings
 def filtered_candidates(
     merged_candidates: CandidatePool, request: RetrievalRequest, settings: RetrievalSettings
 ) -> FilteredPool:
-    """The candidates that may be scored, and every removed object id with its reason."""
-    kept = []
+    """The candidates that may be scored, the removed ones, and every removed object id with its reason."""
+    kept, removed = [], []
     excluded = {}
     for candidate in merged_candidates.candidates:
         reason = exclusion_reason(candidate.object, request, settings)
         if reason is None:
             kept.append(candidate)
         else:
+            removed.append(candidate)
             excluded[candidate.object_id] = reason
-    return FilteredPool(candidates=tuple(kept), excluded=excluded, source=merged_candidates)
+    return FilteredPool(candidates=tuple(kept), excluded=excluded, removed=tuple(removed))

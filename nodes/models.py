@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -238,11 +239,174 @@ class CandidatePool:
 
 @dataclass(frozen=True)
 class FilteredPool:
-    """Candidates that may be scored, and every removed object with its reason."""
+    """Candidates that may be scored, the removed ones, and each removed object's reason."""
 
     candidates: tuple[Candidate, ...]
     excluded: Mapping[UUID, str]
-    source: CandidatePool
+    removed: tuple[Candidate, ...] = ()
+
+
+# ---- Stage 5 and 6: the scored pool as columns ---------------------------------------------
+
+_PATH_BITS = {path: 1 << position for position, path in enumerate(PathType)}
+
+
+def path_mask(paths: Iterable[PathType]) -> int:
+    """The paths as one integer, a bit per `PathType`."""
+    mask = 0
+    for path in paths:
+        mask |= _PATH_BITS[path]
+    return mask
+
+
+def mask_paths(mask: int) -> tuple[PathType, ...]:
+    """The paths of a mask in `PathType` order, except session context last: it joins after scoring."""
+    found = tuple(p for p in PathType if p is not PathType.SESSION_CONTEXT and mask & _PATH_BITS[p])
+    return found + ((PathType.SESSION_CONTEXT,) if mask & _PATH_BITS[PathType.SESSION_CONTEXT] else ())
+
+
+def _take(record: Any, order: np.ndarray) -> dict[str, Any]:
+    """Every array field of a column record reordered (or subset) by the positions `order`."""
+    taken = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, np.ndarray):
+            taken[f.name] = value[order]
+        elif isinstance(value, tuple):
+            taken[f.name] = tuple(value[i] for i in order)
+        else:
+            taken[f.name] = value
+    return taken
+
+
+@dataclass(frozen=True, eq=False)
+class ScoreFactors:
+    """Every input and factor of the scores, for audits; NaN where a candidate lacks one.
+
+    Ranks are competition ranks within the pool (1, 2, 2, 4); `graph_hops` and the ranks are
+    whole numbers stored as floats so that a missing one can be NaN.
+    """
+
+    semantic: np.ndarray
+    semantic_rank: np.ndarray
+    lexical: np.ndarray
+    lexical_bm25: np.ndarray
+    lexical_rank: np.ndarray
+    graph_proximity: np.ndarray
+    graph_hops: np.ndarray
+    graph_rank: np.ndarray
+    recency: np.ndarray
+    salience: np.ndarray
+    confidence: np.ndarray
+    epistemic_weight: np.ndarray
+    epistemic_factor: np.ndarray
+    node_type_boost: np.ndarray
+    node_type_factor: np.ndarray
+    temporal_affinity: np.ndarray
+    temporal_factor: np.ndarray
+    recency_boost_factor: np.ndarray
+    tie_break: np.ndarray
+    current_update_factor: np.ndarray
+    base_score: np.ndarray
+
+    def take(self, order: np.ndarray) -> ScoreFactors:
+        return ScoreFactors(**_take(self, order))
+
+    def padded(self, extra: int) -> ScoreFactors:
+        """These factors and `extra` candidates that have none (session neighbours new to the pool)."""
+        return ScoreFactors(**{f.name: np.concatenate([getattr(self, f.name), np.full(extra, np.nan)])
+                               for f in dataclasses.fields(self)})
+
+
+@dataclass(frozen=True, eq=False)
+class ScoredPool:
+    """The scored candidates as aligned columns, in final order: score descending, then path
+    count descending, then object id. `formula_version` records which formula made the scores;
+    the Hamilton config `fusion` is what chose it, and what downstream nodes read."""
+
+    formula_version: int
+    objects: tuple[MemoryObject, ...]
+    score: np.ndarray
+    semantic_relevance: np.ndarray
+    path_mask: np.ndarray
+    path_count: np.ndarray
+    factors: ScoreFactors
+
+    def __post_init__(self) -> None:
+        check_scored_pool(self)
+
+    def __len__(self) -> int:
+        return len(self.objects)
+
+    @property
+    def object_ids(self) -> tuple[UUID, ...]:
+        return tuple(obj.id for obj in self.objects)
+
+    def take(self, order: np.ndarray) -> ScoredPool:
+        """The rows at positions `order`, in that order."""
+        fields = _take(self, order)
+        fields["factors"] = self.factors.take(order)
+        return ScoredPool(**fields)
+
+
+# The declared schema of `fused_scores` (and of every scored pool after it): each column's dtype.
+# Every array is one-dimensional with one entry per object; scores are finite, never NaN.
+SCORED_POOL_SCHEMA: Mapping[str, type] = {
+    "score": np.float64, "semantic_relevance": np.float64, "path_mask": np.int64, "path_count": np.int64,
+    **{f.name: np.float64 for f in dataclasses.fields(ScoreFactors)},
+}
+
+
+def check_scored_pool(pool: ScoredPool) -> None:
+    """Raise ValueError unless `pool` matches `SCORED_POOL_SCHEMA`."""
+    if pool.formula_version not in (1, 2):
+        raise ValueError(f"formula_version must be 1 or 2, got {pool.formula_version!r}")
+    size = len(pool.objects)
+    for name, dtype in SCORED_POOL_SCHEMA.items():
+        column = getattr(pool.factors, name) if hasattr(pool.factors, name) else getattr(pool, name)
+        if column.dtype != dtype or column.shape != (size,):
+            raise ValueError(
+                f"scored pool column {name} must be {np.dtype(dtype)} of shape ({size},), "
+                f"got {column.dtype} of shape {column.shape}"
+            )
+    if not np.isfinite(pool.score).all():
+        raise ValueError("scored pool scores must be finite numbers; a NaN or infinite score cannot be ranked")
+
+
+_LOW_64 = (1 << 64) - 1
+
+
+def rank_order(score: np.ndarray, path_count: np.ndarray, objects: Sequence[MemoryObject]) -> np.ndarray:
+    """Positions in final order: score descending, then path count descending, then object id.
+
+    Ids compare as their 128-bit integers, two 64-bit halves: the order of their hex strings.
+    """
+    ints = [obj.id.int for obj in objects]
+    high = np.fromiter((i >> 64 for i in ints), dtype=np.uint64, count=len(ints))
+    low = np.fromiter((i & _LOW_64 for i in ints), dtype=np.uint64, count=len(ints))
+    return np.lexsort((low, high, -path_count, -score))
+
+
+@dataclass(frozen=True, eq=False)
+class RankedCandidates:
+    """The scored pool after session context, in final order, with each row's session provenance
+    (`session_trigger` None and NaN offset and decay where the row kept its own score) and the
+    neighbours the filter removed."""
+
+    pool: ScoredPool
+    session_trigger: tuple[UUID | None, ...]
+    session_offset: np.ndarray
+    session_decay: np.ndarray
+    excluded: Mapping[UUID, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class Selection:
+    """Candidates allowed into packing, in rank order, and why the others were left out."""
+
+    pool: ScoredPool
+    excluded: Mapping[UUID, str] = field(default_factory=dict)
+    min_score_skipped: bool = False
 
 
 # ---- Stage 6: the bundle -------------------------------------------------------------------

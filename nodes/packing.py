@@ -10,24 +10,26 @@ count and list questions, the coverage warning that heads the context.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from uuid import UUID
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-import pandas as pd
+import numpy as np
 
+from rms_retrieval.nodes.formatting import format_item, group_header
 from rms_retrieval.nodes.models import (
     BundleItem,
+    CandidatePool,
     FilteredPool,
     MemoryBundle,
-    PathType,
     QueryAnalysis,
+    RankedCandidates,
     RetrievalRequest,
+    Selection,
+    mask_paths,
 )
-from rms_retrieval.nodes.formatting import format_item, group_header
-from rms_retrieval.nodes.session_context import RankedCandidates
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.tokens import count_tokens
-from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
+from rms_retrieval.stores.models import MemoryObject
 
 SEPARATOR = "\n"
 COVERAGE_WARNING = (
@@ -37,69 +39,55 @@ COVERAGE_WARNING = (
 
 
 @dataclass(frozen=True)
-class Selection:
-    """Candidates allowed into packing, in rank order, and why the others were left out."""
-
-    frame: pd.DataFrame
-    objects: dict[UUID, MemoryObject]
-    excluded: dict[UUID, str] = field(default_factory=dict)
-    min_score_skipped: bool = False
-
-
-@dataclass(frozen=True)
 class _Item:
-    row: dict
     obj: MemoryObject
+    score: float
+    semantic_relevance: float
+    mask: int
+    path_count: int
     text: str
     tokens: int
     tier: int
 
 
-def _is_pinned(paths: tuple[str, ...], obj: MemoryObject) -> bool:
-    active_task = obj.node_type is NodeType.TASK and obj.lifecycle_state is LifecycleState.ACTIVE
-    return PathType.PINNED.value in paths or active_task
+def _pinned(objects: Sequence[MemoryObject]) -> np.ndarray:
+    return np.fromiter((obj.is_pinned for obj in objects), dtype=bool, count=len(objects))
 
 
-def selected_candidates(ranked_candidates: RankedCandidates, request: RetrievalRequest) -> Selection:
+# Why selection left a candidate out, by code; 0 keeps it.
+_REASONS = (None, "min_score", "source_limit", "limit")
+_KEPT, _MIN_SCORE, _SOURCE_LIMIT, _LIMIT = range(len(_REASONS))
+
+
+def selected_candidates(ranked_candidates: RankedCandidates, request: RetrievalRequest, fusion: str) -> Selection:
     """Apply min_score, max_per_source and limit; pinned objects bypass all three (RFC 4.4)."""
-    frame = ranked_candidates.frame
-    objects = ranked_candidates.objects
-    excluded: dict[UUID, str] = {}
-    skipped = False
-    keep = []
-    has_cosine = bool(frame["semantic"].notna().any()) if not frame.empty else False
-    rank_fused = (not frame.empty) and int(frame["formula_version"].iloc[0]) == 2
-    if request.min_score > 0 and rank_fused and not has_cosine:
-        skipped = True  # RFC 7.2: no candidate has a cosine, so the floor fails open
-    per_source: dict[tuple, int] = {}
-    kept_unpinned = 0
-    for row in frame.itertuples(index=False):
-        oid = UUID(row.object_id)
-        obj = objects[oid]
-        if _is_pinned(row.paths, obj):
-            keep.append(True)
-            continue
-        reason = None
-        if request.min_score > 0 and not skipped:
-            value = row.semantic_relevance if rank_fused else row.score
-            if (value or 0.0) < request.min_score:
-                reason = "min_score"
-        if reason is None and request.max_per_source and obj.evidence_refs:
+    pool = ranked_candidates.pool
+    objects = pool.objects
+    pinned = _pinned(objects)
+    rank_fused = fusion == "rrf"
+    # RFC 7.2: when no candidate has a cosine, the min_score floor fails open.
+    skipped = request.min_score > 0 and rank_fused and len(pool) > 0 and bool(np.isnan(pool.factors.semantic).all())
+    reason = np.zeros(len(pool), dtype=np.int8)
+    if request.min_score > 0 and not skipped:
+        value = pool.semantic_relevance if rank_fused else pool.score
+        reason[~pinned & (value < request.min_score)] = _MIN_SCORE
+    if request.max_per_source:
+        per_source: dict[tuple, int] = {}
+        for i in np.flatnonzero(~pinned & (reason == _KEPT)).tolist():
+            obj = objects[i]
+            if not obj.evidence_refs:
+                continue
             source = (tuple(sorted(obj.evidence_refs)), obj.content)
             if per_source.get(source, 0) >= request.max_per_source:
-                reason = "source_limit"
+                reason[i] = _SOURCE_LIMIT
             else:
                 per_source[source] = per_source.get(source, 0) + 1
-        if reason is None and request.limit is not None and kept_unpinned >= request.limit:
-            reason = "limit"
-        if reason is None:
-            kept_unpinned += 1
-            keep.append(True)
-        else:
-            excluded[oid] = reason
-            keep.append(False)
-    selected = frame[keep].reset_index(drop=True) if keep else frame
-    return Selection(frame=selected, objects=objects, excluded=excluded, min_score_skipped=skipped)
+    if request.limit is not None:
+        unpinned_kept = ~pinned & (reason == _KEPT)
+        reason[unpinned_kept & (np.cumsum(unpinned_kept) > request.limit)] = _LIMIT
+    excluded = {objects[i].id: _REASONS[reason[i]] for i in np.flatnonzero(reason).tolist()}
+    kept = pool.take(np.flatnonzero(reason == _KEPT)) if excluded else pool
+    return Selection(pool=kept, excluded=excluded, min_score_skipped=skipped)
 
 
 def _context_order(item: _Item) -> tuple:
@@ -123,8 +111,8 @@ def _assemble_context(packed: list[_Item], item_format: str, warning: str | None
     return SEPARATOR.join(lines)
 
 
-def _tier(paths: tuple[str, ...], path_count: int, obj: MemoryObject) -> int:
-    if _is_pinned(paths, obj):
+def _tier(path_count: int, obj: MemoryObject) -> int:
+    if obj.is_pinned:
         return 1
     return 2 if path_count >= 2 else 3
 
@@ -135,20 +123,19 @@ def _order(items: list[_Item], settings: RetrievalSettings) -> list[_Item]:
 
     def key(item: _Item) -> tuple:
         tier = item.tier if tiered else min(item.tier, 2)
-        density = item.row["score"] / (max(item.tokens, 1) ** exponent)
-        return (tier, -density, -item.row["score"], item.row["object_id"])
+        density = item.score / (max(item.tokens, 1) ** exponent)
+        return (tier, -density, -item.score, str(item.obj.id))
 
     return sorted(items, key=key)
 
 
 def _aggregation_coverage(
-    selection: Selection, filtered: FilteredPool, analysis: QueryAnalysis, packed: int, budget_cut: int,
+    selection: Selection, pool: CandidatePool, analysis: QueryAnalysis, packed: int, budget_cut: int,
     warning_fits: bool,
 ) -> dict | None:
     """RFC "aggregation coverage": what a count or list question's bundle can and cannot claim."""
     if analysis.aggregation is None:
         return None
-    pool = filtered.source
     codes = ["semantic_matching"]
     if pool.paths_at_limit:
         codes.append("candidate_limit")
@@ -161,7 +148,7 @@ def _aggregation_coverage(
     return {
         "kind": str(analysis.aggregation),
         "unique_candidates": len(pool.candidates),
-        "returned": len(selection.frame),
+        "returned": len(selection.pool),
         "packed": packed,
         "limitation_codes": codes,
         "candidate_limit_paths": [str(p) for p in pool.paths_at_limit],
@@ -173,13 +160,13 @@ def _metadata(
     selection: Selection,
     ranked: RankedCandidates,
     filtered: FilteredPool,
+    pool: CandidatePool,
     analysis: QueryAnalysis,
     settings: RetrievalSettings,
     fusion: str,
     budget_cut: int,
     coverage: dict | None,
 ) -> dict:
-    pool = filtered.source
     excluded = {**filtered.excluded, **ranked.excluded, **selection.excluded}
     window = analysis.temporal_window
     return {
@@ -194,8 +181,8 @@ def _metadata(
         "configuration_fingerprint": settings.fingerprint(),
         "candidates_generated": len(pool.candidates),
         "candidates_after_filter": len(filtered.candidates),
-        "candidates_ranked": len(ranked.frame),
-        "candidates_selected": len(selection.frame),
+        "candidates_ranked": len(ranked.pool),
+        "candidates_selected": len(selection.pool),
         "cut_by_budget": budget_cut,
         "paths_at_limit": [str(p) for p in pool.paths_at_limit],
         "embedding_mismatch": pool.embedding_mismatch,
@@ -216,19 +203,23 @@ def packed_bundle(
     selected_candidates: Selection,
     ranked_candidates: RankedCandidates,
     filtered_candidates: FilteredPool,
+    merged_candidates: CandidatePool,
     query_analysis: QueryAnalysis,
     request: RetrievalRequest,
     settings: RetrievalSettings,
     fusion: str,
 ) -> MemoryBundle:
     """The Memory Bundle: tiers, then signal-to-token ratio, within the cl100k_base token budget."""
-    items = []
-    for row in selected_candidates.frame.to_dict("records"):
-        obj = selected_candidates.objects[UUID(row["object_id"])]
-        text = format_item(obj, settings.packing.item_format)
-        items.append(_Item(row, obj, text, count_tokens(text), _tier(tuple(row["paths"]), row["path_count"], obj)))
-    budget = request.token_budget
+    pool = selected_candidates.pool
     item_format = settings.packing.item_format
+    items = []
+    for obj, score, relevance, mask, path_count in zip(
+        pool.objects, pool.score.tolist(), pool.semantic_relevance.tolist(), pool.path_mask.tolist(),
+        pool.path_count.tolist(),
+    ):
+        text = format_item(obj, item_format)
+        items.append(_Item(obj, score, relevance, mask, path_count, text, count_tokens(text), _tier(path_count, obj)))
+    budget = request.token_budget
     separator = count_tokens(SEPARATOR)
     # A count or list question's bundle starts with the coverage warning; when the warning
     # cannot fit, nothing unqualified is packed.
@@ -258,10 +249,10 @@ def packed_bundle(
             node_type=str(item.obj.node_type),
             content=item.obj.content,
             text=item.text,
-            score=item.row["score"],
-            semantic_relevance=_finite(item.row["semantic_relevance"]) if fusion == "rrf" else None,
-            paths=tuple(PathType(p) for p in item.row["paths"]),
-            path_count=item.row["path_count"],
+            score=item.score,
+            semantic_relevance=_finite(item.semantic_relevance) if fusion == "rrf" else None,
+            paths=mask_paths(item.mask),
+            path_count=item.path_count,
             tier=item.tier,
             tokens=item.tokens,
             event_time=item.obj.event_time,
@@ -278,10 +269,10 @@ def packed_bundle(
         items=bundle_items,
         context=context,
         retrieval_metadata=_metadata(
-            selected_candidates, ranked_candidates, filtered_candidates, query_analysis, settings,
-            fusion, budget_cut=len(items) - len(packed),
+            selected_candidates, ranked_candidates, filtered_candidates, merged_candidates, query_analysis,
+            settings, fusion, budget_cut=len(items) - len(packed),
             coverage=_aggregation_coverage(
-                selected_candidates, filtered_candidates, query_analysis, len(packed),
+                selected_candidates, merged_candidates, query_analysis, len(packed),
                 len(items) - len(packed), warning_fits,
             ),
         ),

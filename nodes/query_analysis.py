@@ -1,20 +1,23 @@
-"""Stage 1, query analysis (RFC-0005 section 3): entities, dates, intent, current state, aggregation.
+"""Stage 1, query analysis (RFC-0005 section 3): entities, dates, intent, current state,
+aggregation, and the query embedding.
 
 Rule-based and cheap: a question without a date word never reaches dateparser, and the only
-per-request cost that grows is one pass over the entity catalog.
+per-request cost that grows is one pass over the entity catalog. Two nodes here read outside
+the request: `entity_catalog` (the graph index's names, which entity matching needs) and
+`query_embedding` (the query encoder).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable
 from uuid import UUID
 
 from rms_retrieval.nodes.models import (
     AggregationKind,
-    CandidateLimits,
     EntityType,
+    PathType,
+    QueryEmbedding,
     QueryAnalysis,
     QueryEntity,
     QueryIntent,
@@ -28,11 +31,16 @@ from rms_retrieval.stores.entities import ExtractedEntity, NameMatcher, extract_
 from rms_retrieval.stores.entities import first_name_word as _first_word
 from rms_retrieval.stores.entities import name_key as _key
 from rms_retrieval.stores.entities import name_words as _words
-from rms_retrieval.stores.protocols import EntityRef
+from rms_retrieval.stores.protocols import EntityRef, GraphIndex, QueryEncoder
 
+# How sure a name is a named entity, by how it was found; the best finding of a name wins.
+# A capitalised span might be a sentence start or a title, so it is the least sure.
 _SPAN_CONFIDENCE = 0.6
+# A span whose first word is a known first name is more likely a person.
 _FIRST_NAME_CONFIDENCE = 0.7
+# The asker quoted it: a deliberate name, though not necessarily one the store knows.
 _QUOTED_CONFIDENCE = 0.8
+# The store's own entity catalog names it: the surest, short of 1.0, which no text match earns.
 _CATALOG_CONFIDENCE = 0.9
 
 
@@ -293,6 +301,21 @@ def _aggregation(query: str) -> AggregationKind | None:
     return None
 
 
+def entity_catalog(graph_index: GraphIndex, request: RetrievalRequest) -> list[EntityRef]:
+    """Every entity name and alias in the request's namespaces."""
+    return graph_index.entity_catalog(request.namespaces)
+
+
+def query_embedding(
+    request: RetrievalRequest, query_encoder: QueryEncoder, settings: RetrievalSettings
+) -> QueryEmbedding | None:
+    """The query's unit vector, or None when the vector path is switched off."""
+    if PathType.VECTOR not in settings.candidates.enabled_paths:
+        return None
+    vector = query_encoder.encode([request.query])[0]
+    return QueryEmbedding(vector=vector, identity=query_encoder.identity)
+
+
 def query_analysis(
     request: RetrievalRequest, entity_catalog: list[EntityRef], settings: RetrievalSettings
 ) -> QueryAnalysis:
@@ -315,26 +338,4 @@ def query_analysis(
         namespace_scope=request.namespaces,
         retrieval_mode=request.retrieval_mode,
         reference_time=request.reference_time,
-    )
-
-
-def _widened(limit: int, multiplier: float, cap: int) -> int:
-    return max(limit, min(math.ceil(limit * multiplier), cap))
-
-
-def candidate_limits(query_analysis: QueryAnalysis, settings: RetrievalSettings) -> CandidateLimits:
-    """Per-path candidate limits; count and list questions get them widened up to the cap (RFC 4.3)."""
-    configured = settings.candidates
-    if query_analysis.aggregation is None:
-        return CandidateLimits(
-            vector_k=configured.vector_k,
-            lexical_k=configured.lexical_k,
-            graph_max_candidates=configured.graph_max_candidates,
-        )
-    multiplier, cap = configured.aggregation_k_multiplier, configured.aggregation_k_max
-    return CandidateLimits(
-        vector_k=_widened(configured.vector_k, multiplier, cap),
-        lexical_k=_widened(configured.lexical_k, multiplier, cap),
-        graph_max_candidates=_widened(configured.graph_max_candidates, multiplier, cap),
-        widened=True,
     )

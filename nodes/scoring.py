@@ -1,186 +1,227 @@
 """Stage 5: scoring and ranking (RFC 7, 7.1, 7.2). Hamilton config `fusion` picks the formula.
 
-`fused_scores` is a DataFrame, one row per candidate and one column per input, rank and applied
-factor, so an auditor sees exactly how each score was made. Rows are in final order: score
-descending, then path count, then object id.
+`fused_scores` is a `ScoredPool`: one numpy column per input, rank and applied factor, so an
+auditor sees exactly how each score was made (`rms_retrieval.dataflows.frames.node_frame` shows
+it as a table). Rows are in final order: score descending, then path count, then object id.
+
+The arithmetic is elementwise numpy in the order the RFC writes each formula, so every score is
+the same float a per-candidate loop gives. Two steps stay per element on purpose: `math.exp`
+(numpy's vectorised exp may differ from the C library's in the last bit) and `round()` (Python
+rounds correctly; numpy's scale-and-round does not always).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 
-import pandas as pd
+import numpy as np
 from hamilton.function_modifiers import config
 
-from rms_retrieval.nodes.models import Candidate, FilteredPool, PathType, QueryAnalysis, QueryIntent, RetrievalRequest
+from rms_retrieval.nodes.models import (
+    PRIMARY_PATHS,
+    FilteredPool,
+    PathType,
+    QueryAnalysis,
+    QueryIntent,
+    RetrievalRequest,
+    ScoredPool,
+    ScoreFactors,
+    path_mask,
+    rank_order,
+)
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.temporal import temporal_affinity
+from rms_retrieval.stores.models import MemoryObject
 
 SCORE_DECIMALS = 10
 TIE_BREAK_SCALE = 1e-11
+# An update-worded candidate ("moved", "now", ...) counts as this many times as recent, capped at 1:
+# under the recency boost a stated change outranks an older statement of the old state.
+UPDATE_WORDING_RECENCY_GAIN = 2.0
+# Pinned objects bypass scoring, so at most three primary paths can agree on a scored candidate;
+# the weighted formula's w_paths term gives full credit when all three do.
+SCORED_PATHS = len(PRIMARY_PATHS - {PathType.PINNED})
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
 _UPDATE_WORDING = re.compile(
     r"\b(now|moved|changed|switched|updated|no longer|anymore|these days|currently|just started|new job)\b",
     re.IGNORECASE,
 )
 
-COLUMNS = [
-    "object_id", "formula_version", "score", "semantic_relevance", "paths", "path_count", "node_type",
-    "stated_time", "semantic", "semantic_rank", "lexical", "lexical_bm25", "lexical_rank",
-    "graph_proximity", "graph_hops", "graph_rank", "recency", "salience", "confidence",
-    "epistemic_weight", "epistemic_factor", "node_type_boost", "node_type_factor",
-    "temporal_affinity", "temporal_factor", "recency_boost_factor", "tie_break",
-    "current_update_factor", "base_score",
-]
+
+@lru_cache(maxsize=100_000)
+def _update_worded(content: str) -> bool:
+    return bool(_UPDATE_WORDING.search(content))
 
 
-def _days(later: datetime, earlier: datetime) -> float:
-    return max((later - earlier).total_seconds() / 86400.0, 0.0)
+def _micros(when: datetime) -> int:
+    return (when - _EPOCH) // _MICROSECOND
 
 
-def _competition_ranks(values: dict[str, float]) -> dict[str, int]:
-    """Rank by value, best first; tied values share the better rank (1, 2, 2, 4)."""
-    ordered = sorted(values.values(), reverse=True)
-    first = {}
-    for position, value in enumerate(ordered, start=1):
-        first.setdefault(value, position)
-    return {key: first[value] for key, value in values.items()}
+def _days(later: int, earlier: np.ndarray) -> np.ndarray:
+    """Whole days between epoch-microsecond times, never negative (as `timedelta.total_seconds`)."""
+    return np.maximum((later - earlier) / 1e6 / 86400.0, 0.0)
 
 
-def _hit_value(candidate: Candidate, path: PathType, field: str) -> float | None:
-    hit = candidate.hits.get(path)
-    return None if hit is None else getattr(hit, field)
+def _exp(values: np.ndarray) -> np.ndarray:
+    return np.fromiter((math.exp(v) for v in values.tolist()), dtype=float, count=len(values))
 
 
-def _base_rows(filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings) -> list[dict]:
-    """The inputs both formulas share, one dict per candidate."""
-    window = analysis.temporal_window if analysis.intent is QueryIntent.TEMPORAL else None
-    rows = []
-    for c in filtered.candidates:
-        obj = c.object
-        graph = c.hits.get(PathType.GRAPH)
-        semantic = _hit_value(c, PathType.VECTOR, "raw_score")
-        rows.append({
-            "object_id": str(obj.id),
-            "paths": tuple(str(p) for p in c.paths),
-            "path_count": c.path_count,
-            "node_type": str(obj.node_type),
-            "stated_time": obj.stated_time,
-            "semantic": semantic,
-            "lexical": _hit_value(c, PathType.LEXICAL, "score"),
-            "lexical_bm25": _hit_value(c, PathType.LEXICAL, "raw_score"),
-            "graph_proximity": graph.score if graph else 0.0,
-            "graph_hops": graph.detail.get("hops") if graph else None,
-            "graph_channel_rank": graph.rank if graph else None,
-            "salience": obj.salience,
-            "confidence": obj.confidence,
-            "epistemic_weight": settings.scoring.epistemic_weights[obj.epistemic_type],
-            "node_type_boost": settings.scoring.node_type_boosts.get(obj.node_type, 1.0),
-            "temporal_affinity": temporal_affinity(obj.stated_time, window),
-            "semantic_relevance": max(semantic or 0.0, 0.0),
-            "update_wording": bool(_UPDATE_WORDING.search(obj.content)),
-            "updated_at": obj.updated_at,
-            "created_at": obj.created_at,
-        })
-    return rows
+def _rounded(values: np.ndarray) -> np.ndarray:
+    return np.fromiter((round(v, SCORE_DECIMALS) for v in values.tolist()), dtype=float, count=len(values))
 
 
-def _frame(rows: list[dict], formula_version: int) -> pd.DataFrame:
-    for row in rows:
-        row["formula_version"] = formula_version
-    frame = pd.DataFrame(rows, columns=COLUMNS)
-    if frame.empty:
-        return frame
-    frame = frame.sort_values(
-        ["score", "path_count", "object_id"], ascending=[False, False, True], kind="mergesort"
-    )
-    return frame.reset_index(drop=True)
+def _competition_ranks(values: np.ndarray) -> np.ndarray:
+    """Rank by value, best first; tied values share the better rank (1, 2, 2, 4); NaN stays NaN."""
+    ranks = np.full(len(values), np.nan)
+    present = ~np.isnan(values)
+    found = values[present]
+    ascending = np.sort(found)
+    ranks[present] = len(found) - np.searchsorted(ascending, found, side="right") + 1
+    return ranks
 
 
-def _pool_relative(rows: Sequence[dict], value_key: str, factor_key: str) -> None:
-    """factor = value / the largest value in the pool, capped at 1.0 (RFC 7.2)."""
-    largest = max((r[value_key] for r in rows), default=0.0)
-    for r in rows:
-        r[factor_key] = min(r[value_key] / largest, 1.0) if largest > 0 else 1.0
+def _pool_relative(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """factor = value / the largest value among `rows`, capped at 1.0 (RFC 7.2); NaN off `rows`."""
+    factor = np.full(len(values), np.nan)
+    largest = float(values[rows].max()) if rows.any() else 0.0
+    factor[rows] = np.minimum(values[rows] / largest, 1.0) if largest > 0 else 1.0
+    return factor
 
 
-def _apply_current_update(rows: list[dict], analysis: QueryAnalysis, settings: RetrievalSettings, clock: str) -> None:
-    """RFC 7.1: the newest candidate, if it presents itself as an update, gets the bounded multiplier."""
-    for r in rows:
-        r["current_update_factor"] = 1.0
+class _Inputs:
+    """The inputs both formulas share, one numpy column each, in the filtered pool's order."""
+
+    _FLOATS = ("semantic", "lexical", "lexical_bm25", "graph_proximity", "graph_hops", "graph_channel_rank",
+               "salience", "confidence", "epistemic_weight", "node_type_boost", "temporal_affinity")
+    _INTEGERS = ("update_wording", "stated_us", "updated_us", "path_mask", "path_count")
+
+    def __init__(self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings) -> None:
+        window = analysis.temporal_window if analysis.intent is QueryIntent.TEMPORAL else None
+        weights = settings.scoring.epistemic_weights
+        boosts = settings.scoring.node_type_boosts
+        nan = math.nan
+        rows, integers = [], []
+        for c in filtered.candidates:
+            obj, hits = c.object, c.hits
+            vector, lexical, graph = hits.get(PathType.VECTOR), hits.get(PathType.LEXICAL), hits.get(PathType.GRAPH)
+            stated = obj.stated_time
+            hops = graph.detail.get("hops") if graph else None
+            rows.append((
+                vector.raw_score if vector else nan,
+                lexical.score if lexical else nan,
+                lexical.raw_score if lexical else nan,
+                graph.score if graph else 0.0,
+                nan if hops is None else hops,
+                graph.rank if graph else nan,
+                obj.salience, obj.confidence, weights[obj.epistemic_type], boosts.get(obj.node_type, 1.0),
+                temporal_affinity(stated, window) if window else 0.0,
+            ))
+            integers.append((_update_worded(obj.content), _micros(stated), _micros(obj.updated_at),
+                             path_mask(hits), c.path_count))
+        table = np.array(rows, dtype=float).reshape(len(rows), len(self._FLOATS))
+        for position, name in enumerate(self._FLOATS):
+            setattr(self, name, table[:, position])
+        # Times as integer microseconds: differences stay exact, as datetime arithmetic is.
+        whole = np.array(integers, dtype=np.int64).reshape(len(rows), len(self._INTEGERS))
+        for position, name in enumerate(self._INTEGERS):
+            setattr(self, name, whole[:, position])
+        self.objects: tuple[MemoryObject, ...] = tuple(c.object for c in filtered.candidates)
+        self.update_wording = self.update_wording.astype(bool)
+        self.semantic_relevance = np.maximum(np.nan_to_num(self.semantic, nan=0.0), 0.0)
+
+    def __len__(self) -> int:
+        return len(self.objects)
+
+
+def _current_update(
+    inputs: _Inputs, lexical: np.ndarray, clock: np.ndarray, analysis: QueryAnalysis, settings: RetrievalSettings
+) -> np.ndarray:
+    """RFC 7.1: the factor per row; the newest candidate, if it presents itself as an update, gets
+    the bounded multiplier."""
+    factor = np.ones(len(inputs))
     multiplier = settings.scoring.current_update_multiplier
-    if not analysis.current_state or multiplier == 1.0 or not rows:
-        return
-    newest = max(r[clock] for r in rows)
-    floor = settings.scoring.relevance_floor
-    for r in rows:
-        relevant = (r["semantic_relevance"] + (r["lexical"] or 0.0)) >= floor
-        if r[clock] == newest and r["update_wording"] and relevant:
-            r["current_update_factor"] = multiplier
-            r["score"] *= multiplier
+    if not analysis.current_state or multiplier == 1.0 or not len(inputs):
+        return factor
+    relevant = (inputs.semantic_relevance + np.nan_to_num(lexical, nan=0.0)) >= settings.scoring.relevance_floor
+    factor[(clock == clock.max()) & inputs.update_wording & relevant] = multiplier
+    return factor
+
+
+def _pool(
+    inputs: _Inputs, formula_version: int, score: np.ndarray, **factors: np.ndarray
+) -> ScoredPool:
+    values = ScoreFactors(
+        semantic=inputs.semantic, lexical_bm25=inputs.lexical_bm25, graph_proximity=inputs.graph_proximity,
+        graph_hops=inputs.graph_hops, salience=inputs.salience, confidence=inputs.confidence,
+        epistemic_weight=inputs.epistemic_weight, node_type_boost=inputs.node_type_boost,
+        temporal_affinity=inputs.temporal_affinity, **factors,
+    )
+    unordered = ScoredPool(
+        formula_version=formula_version, objects=inputs.objects, score=score,
+        semantic_relevance=inputs.semantic_relevance, path_mask=inputs.path_mask, path_count=inputs.path_count,
+        factors=values,
+    )
+    return unordered.take(rank_order(score, inputs.path_count, inputs.objects))
 
 
 @config.when(fusion="rrf")
 def fused_scores__rrf(
     filtered_candidates: FilteredPool, query_analysis: QueryAnalysis, settings: RetrievalSettings
-) -> pd.DataFrame:
+) -> ScoredPool:
     """Score formula version 2: reciprocal rank fusion with pool-relative factors (RFC 7.2)."""
     fusion = settings.scoring.rank_fusion
     k = fusion.rrf_k
-    rows = _base_rows(filtered_candidates, query_analysis, settings)
-    semantic_ranks = _competition_ranks({r["object_id"]: r["semantic"] for r in rows if r["semantic"] is not None})
-    lexical_ranks = _competition_ranks({r["object_id"]: r["lexical"] for r in rows if r["lexical"] is not None})
-    graph_ranks = _competition_ranks(
-        {r["object_id"]: -float(r["graph_channel_rank"]) for r in rows if r["graph_channel_rank"] is not None}
-    )
-    lists = 3 if fusion.graph_as_ranked_list else 2
-    for r in rows:
-        oid = r["object_id"]
-        r["semantic_rank"] = semantic_ranks.get(oid)
-        r["lexical_rank"] = lexical_ranks.get(oid)
-        r["graph_rank"] = graph_ranks.get(oid)
-        ranks = [r["semantic_rank"], r["lexical_rank"]]
-        if fusion.graph_as_ranked_list:
-            ranks.append(r["graph_rank"])
-        r["base_score"] = sum(1.0 / (k + rank) for rank in ranks if rank is not None) * (k + 1) / lists
-        r["on_channel"] = any(rank is not None for rank in ranks)
-        r["temporal_value"] = 1.0 + settings.scoring.temporal_boost * r["temporal_affinity"]
-    ranked = [r for r in rows if r["on_channel"]]
-    _pool_relative(ranked, "epistemic_weight", "epistemic_factor")
-    _pool_relative(ranked, "node_type_boost", "node_type_factor")
-    _pool_relative(ranked, "temporal_value", "temporal_factor")
+    inputs = _Inputs(filtered_candidates, query_analysis, settings)
+    semantic_rank = _competition_ranks(inputs.semantic)
+    lexical_rank = _competition_ranks(inputs.lexical)
+    graph_rank = _competition_ranks(-inputs.graph_channel_rank)
+    ranks = [semantic_rank, lexical_rank] + ([graph_rank] if fusion.graph_as_ranked_list else [])
+    # Python's sum over the present terms starts from 0; adding 0.0 for an absent one is exact.
+    reciprocal = sum(np.where(np.isnan(rank), 0.0, 1.0 / (k + rank)) for rank in ranks)
+    base_score = reciprocal * (k + 1) / len(ranks)
+    on_channel = np.logical_or.reduce([~np.isnan(rank) for rank in ranks])
+    temporal_value = 1.0 + settings.scoring.temporal_boost * inputs.temporal_affinity
+    epistemic_factor = _pool_relative(inputs.epistemic_weight, on_channel)
+    node_type_factor = _pool_relative(inputs.node_type_boost, on_channel)
+    temporal_factor = _pool_relative(temporal_value, on_channel)
 
     boost = fusion.rrf_recency_boost if query_analysis.current_state else None
-    newest = max((r["stated_time"] for r in ranked), default=None)
-    lam = settings.scoring.weighted.recency_lambda_per_day
-    for r in ranked:
-        recency = math.exp(-lam * _days(newest, r["stated_time"]))
-        r["recency"] = min(1.0, 2 * recency) if r["update_wording"] else recency
-        r["recency_value"] = 1.0 + (boost or 0.0) * r["recency"]
-    if boost:
-        _pool_relative(ranked, "recency_value", "recency_boost_factor")
+    recency = np.full(len(inputs), np.nan)
+    recency_boost_factor = np.full(len(inputs), np.nan)
+    tie_break = np.full(len(inputs), np.nan)
+    stated = inputs.stated_us[on_channel]
+    if on_channel.any():
+        # One recency decay serves both formulas (see WeightedScoring.recency_lambda_per_day); a
+        # field of its own under rank_fusion would change every configuration fingerprint.
+        lam = settings.scoring.weighted.recency_lambda_per_day
+        ranked_recency = _exp(-lam * _days(stated.max(), stated))
+        worded = inputs.update_wording[on_channel]
+        ranked_recency[worded] = np.minimum(1.0, UPDATE_WORDING_RECENCY_GAIN * ranked_recency[worded])
+        if boost:
+            recency[on_channel] = ranked_recency
+            recency_boost_factor = _pool_relative(1.0 + boost * recency, on_channel)
+        if fusion.rrf_tie_break == "event_time":
+            times = np.unique(stated)[::-1]  # newest first: place 0 for the newest
+            tie_break[on_channel] = (len(times) - 1 - np.searchsorted(times[::-1], stated)) / len(times)
 
-    times = sorted({r["stated_time"] for r in ranked}, reverse=True)
-    place = {t: i / len(times) for i, t in enumerate(times)}
-    for r in rows:
-        if not r["on_channel"]:
-            r.update(score=0.0, epistemic_factor=None, node_type_factor=None, temporal_factor=None,
-                     recency=None, recency_boost_factor=None, tie_break=None)
-            continue
-        r.setdefault("recency_boost_factor", None)
-        if not boost:
-            r["recency"] = None
-        r["tie_break"] = place[r["stated_time"]] if fusion.rrf_tie_break == "event_time" else None
-        score = r["base_score"] * r["epistemic_factor"] * r["node_type_factor"] * r["temporal_factor"]
-        score = round(score * (r["recency_boost_factor"] or 1.0), SCORE_DECIMALS)
-        # Rounded first, so scores that differ keep their order; the tie-break only splits equals.
-        if r["tie_break"] is not None and score > 0:
-            score -= r["tie_break"] * TIE_BREAK_SCALE
-        r["score"] = score
-    _apply_current_update(rows, query_analysis, settings, clock="updated_at")
-    return _frame(rows, formula_version=2)
+    score = base_score * epistemic_factor * node_type_factor * temporal_factor
+    score = _rounded(score * np.nan_to_num(recency_boost_factor, nan=1.0))
+    # Rounded first, so scores that differ keep their order; the tie-break only splits equals.
+    split = ~np.isnan(tie_break) & (score > 0)
+    score[split] -= tie_break[split] * TIE_BREAK_SCALE
+    score[~on_channel] = 0.0
+    current = _current_update(inputs, inputs.lexical, inputs.updated_us, query_analysis, settings)
+    return _pool(
+        inputs, 2, score * current, semantic_rank=semantic_rank, lexical=inputs.lexical, lexical_rank=lexical_rank,
+        graph_rank=graph_rank, recency=recency, epistemic_factor=epistemic_factor,
+        node_type_factor=node_type_factor, temporal_factor=temporal_factor,
+        recency_boost_factor=recency_boost_factor, tie_break=tie_break, current_update_factor=current,
+        base_score=base_score,
+    )
 
 
 @config.when(fusion="weighted")
@@ -189,37 +230,35 @@ def fused_scores__weighted(
     query_analysis: QueryAnalysis,
     request: RetrievalRequest,
     settings: RetrievalSettings,
-) -> pd.DataFrame:
+) -> ScoredPool:
     """Score formula version 1: the weighted sum of all eight inputs (RFC 7)."""
     w = settings.scoring.weighted
-    rows = _base_rows(filtered_candidates, query_analysis, settings)
-    if query_analysis.current_state and rows:
-        anchor = max(r["stated_time"] for r in rows)
-        clock = "stated_time"
+    inputs = _Inputs(filtered_candidates, query_analysis, settings)
+    if query_analysis.current_state and len(inputs):
+        anchor, clock = inputs.stated_us.max(), inputs.stated_us
     else:
-        anchor, clock = request.reference_time, "updated_at"
+        anchor, clock = _micros(request.reference_time), inputs.updated_us
     boost = settings.scoring.temporal_boost
-    for r in rows:
-        r["lexical"] = r["lexical"] or 0.0  # the input formula 1 reads: no lexical hit is zero relevance
-        r["recency"] = math.exp(-w.recency_lambda_per_day * _days(anchor, r[clock]))
-        r["semantic_rank"] = r["lexical_rank"] = r["graph_rank"] = None
-        r["temporal_factor"] = (1.0 + boost * r["temporal_affinity"]) / (1.0 + boost)
-        r["epistemic_factor"] = r["epistemic_weight"]
-        r["node_type_factor"] = r["node_type_boost"]
-        r["recency_boost_factor"] = r["tie_break"] = None
-        additive = (
-            w.w_semantic * r["semantic_relevance"]
-            + w.w_lexical * r["lexical"]
-            + w.w_graph * r["graph_proximity"]
-            + w.w_recency * r["recency"]
-            + w.w_salience * r["salience"]
-            + w.w_confidence * r["confidence"]
-        )
-        r["base_score"] = additive
-        r["score"] = round(
-            additive * r["epistemic_factor"] * r["node_type_factor"] * r["temporal_factor"]
-            + w.w_paths * min(r["path_count"] / 3.0, 1.0),
-            SCORE_DECIMALS,
-        )
-    _apply_current_update(rows, query_analysis, settings, clock=clock)
-    return _frame(rows, formula_version=1)
+    lexical = np.nan_to_num(inputs.lexical, nan=0.0)  # the input formula 1 reads: no lexical hit is zero relevance
+    recency = _exp(-w.recency_lambda_per_day * _days(anchor, clock))
+    temporal_factor = (1.0 + boost * inputs.temporal_affinity) / (1.0 + boost)
+    additive = (
+        w.w_semantic * inputs.semantic_relevance
+        + w.w_lexical * lexical
+        + w.w_graph * inputs.graph_proximity
+        + w.w_recency * recency
+        + w.w_salience * inputs.salience
+        + w.w_confidence * inputs.confidence
+    )
+    score = _rounded(
+        additive * inputs.epistemic_weight * inputs.node_type_boost * temporal_factor
+        + w.w_paths * np.minimum(inputs.path_count / SCORED_PATHS, 1.0)
+    )
+    current = _current_update(inputs, lexical, clock, query_analysis, settings)
+    none = np.full(len(inputs), np.nan)
+    return _pool(
+        inputs, 1, score * current, semantic_rank=none, lexical=lexical, lexical_rank=none, graph_rank=none,
+        recency=recency, epistemic_factor=inputs.epistemic_weight, node_type_factor=inputs.node_type_boost,
+        temporal_factor=temporal_factor, recency_boost_factor=none, tie_break=none, current_update_factor=current,
+        base_score=additive,
+    )

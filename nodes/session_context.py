@@ -4,102 +4,130 @@ in their own session join or are promoted with an inherited, decayed score.
 A neighbour keeps its own score when that is higher; either way SESSION_CONTEXT joins its
 paths without changing its path count. A neighbour new to the pool passes the same filter as
 every candidate, has one path, and records its trigger, offset and decay as provenance.
+
+`session_context` reads the object store (the session neighbours), as the stage-2 candidate
+paths do; `ranked_candidates` is pure.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from uuid import UUID
 
-import pandas as pd
+import numpy as np
 
 from rms_retrieval.nodes.eligibility import exclusion_reason
-from rms_retrieval.nodes.models import FilteredPool, PathType, RetrievalRequest
-from rms_retrieval.nodes.scoring import COLUMNS, SCORE_DECIMALS
+from rms_retrieval.nodes.models import (
+    FilteredPool,
+    PathType,
+    RankedCandidates,
+    RetrievalRequest,
+    ScoredPool,
+    path_mask,
+    rank_order,
+)
+from rms_retrieval.nodes.scoring import SCORE_DECIMALS
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import ObjectStore, SessionNeighbour
 
-SESSION_COLUMNS = ["session_trigger", "session_offset", "session_decay"]
-
-
-@dataclass(frozen=True)
-class RankedCandidates:
-    """The scored pool after session context: `frame` in final order, objects by id, new exclusions."""
-
-    frame: pd.DataFrame
-    objects: dict[UUID, MemoryObject]
-    excluded: dict[UUID, str] = field(default_factory=dict)
+_SESSION_BIT = path_mask([PathType.SESSION_CONTEXT])
 
 
 def session_context(
-    fused_scores: pd.DataFrame, object_store: ObjectStore, settings: RetrievalSettings
+    fused_scores: ScoredPool, object_store: ObjectStore, settings: RetrievalSettings
 ) -> list[SessionNeighbour]:
     """Objects within the session window of the top-scored candidates, read from the store."""
     cfg = settings.session
-    if cfg.window == 0 or cfg.top_triggers == 0 or fused_scores.empty:
+    if cfg.window == 0 or cfg.top_triggers == 0 or not len(fused_scores):
         return []
-    scored = fused_scores[fused_scores["score"] > 0]
-    triggers = [UUID(oid) for oid in scored["object_id"].head(cfg.top_triggers)]
+    scored = np.flatnonzero(fused_scores.score > 0)[: cfg.top_triggers]
+    triggers = [fused_scores.objects[i].id for i in scored.tolist()]
     return object_store.session_neighbours(triggers, cfg.window) if triggers else []
 
 
-def _decay(formula_version: int, settings: RetrievalSettings) -> float:
+def _decay(fusion: str, settings: RetrievalSettings) -> float:
     cfg = settings.session
-    if formula_version == 2 and cfg.rank_fusion_score_decay is not None:
+    if fusion == "rrf" and cfg.rank_fusion_score_decay is not None:
         return cfg.rank_fusion_score_decay
     return cfg.score_decay
 
 
 def ranked_candidates(
-    fused_scores: pd.DataFrame,
+    fused_scores: ScoredPool,
     session_context: list[SessionNeighbour],
     filtered_candidates: FilteredPool,
     request: RetrievalRequest,
     settings: RetrievalSettings,
+    fusion: str,
 ) -> RankedCandidates:
     """The scored pool with session context applied, in final rank order."""
-    objects = {c.object_id: c.object for c in filtered_candidates.candidates}
-    rows = {row["object_id"]: row for row in fused_scores.to_dict("records")}
-    for row in rows.values():
-        row.update(session_trigger=None, session_offset=None, session_decay=None)
+    fused = fused_scores
+    size = len(fused)
+    # Keyed by the id's integer, which hashes in C (a UUID hashes through Python code).
+    position = {obj.id.int: i for i, obj in enumerate(fused.objects)}
+    score = fused.score.copy()
+    relevance = fused.semantic_relevance.copy()
+    masks = fused.path_mask.copy()
+    triggers: list[UUID | None] = [None] * size
+    offsets = np.full(size, np.nan)
+    decays = np.full(size, np.nan)
+    joined = []  # neighbours new to the pool, in the order they join
     excluded: dict[UUID, str] = {}
-    trigger_order = {oid: i for i, oid in enumerate(fused_scores["object_id"])}
+    decay = _decay(fusion, settings)
+    extra_score: list[float] = []
+    extra_relevance: list[float] = []
     # A neighbour inherits from its trigger's score as fused, never from a score an earlier
     # trigger promoted in this loop: inheritance does not chain.
-    primary = {row["object_id"]: dict(row) for row in rows.values()}
     # The highest-ranked trigger decides a neighbour shared by several windows.
-    for link in sorted(session_context, key=lambda n: (trigger_order[str(n.trigger)], abs(n.offset), n.offset)):
-        trigger = primary[str(link.trigger)]
-        decay = _decay(int(trigger["formula_version"]), settings)
-        inherited = round(trigger["score"] * decay, SCORE_DECIMALS)
-        oid = str(link.neighbour.id)
-        row = rows.get(oid)
+    for link in sorted(session_context, key=lambda n: (position[n.trigger.int], abs(n.offset), n.offset)):
+        source = position[link.trigger.int]
+        inherited = round(float(fused.score[source]) * decay, SCORE_DECIMALS)
+        trigger_relevance = float(fused.semantic_relevance[source])
+        neighbour = link.neighbour
+        row = position.get(neighbour.id.int)
         if row is None:
-            if link.neighbour.id in excluded or link.neighbour.id in filtered_candidates.excluded:
+            if neighbour.id in excluded or neighbour.id in filtered_candidates.excluded:
                 continue
-            reason = exclusion_reason(link.neighbour, request, settings)
+            reason = exclusion_reason(neighbour, request, settings)
             if reason is not None:
-                excluded[link.neighbour.id] = reason
+                excluded[neighbour.id] = reason
                 continue
-            objects[link.neighbour.id] = link.neighbour
-            row = {column: None for column in COLUMNS}
-            row.update(
-                object_id=oid, formula_version=trigger["formula_version"], score=-1.0, paths=(),
-                path_count=1, node_type=str(link.neighbour.node_type),
-                stated_time=link.neighbour.stated_time, semantic_relevance=0.0,
-                session_trigger=None, session_offset=None, session_decay=None,
-            )
-            rows[oid] = row
-        if PathType.SESSION_CONTEXT.value not in row["paths"]:
-            row["paths"] = tuple(row["paths"]) + (PathType.SESSION_CONTEXT.value,)
-        row["semantic_relevance"] = max(row["semantic_relevance"] or 0.0, trigger["semantic_relevance"] or 0.0)
-        if inherited > row["score"]:
-            row.update(score=inherited, session_trigger=str(link.trigger), session_offset=link.offset,
-                       session_decay=decay)
-    frame = pd.DataFrame(list(rows.values()), columns=COLUMNS + SESSION_COLUMNS)
-    if not frame.empty:
-        frame = frame.sort_values(
-            ["score", "path_count", "object_id"], ascending=[False, False, True], kind="mergesort"
-        ).reset_index(drop=True)
-    return RankedCandidates(frame=frame, objects=objects, excluded=excluded)
+            row = position[neighbour.id.int] = size + len(joined)
+            joined.append(neighbour)
+            extra_score.append(-1.0)
+            extra_relevance.append(0.0)
+            triggers.append(None)
+            offsets = np.append(offsets, np.nan)
+            decays = np.append(decays, np.nan)
+        if row < size:
+            masks[row] |= _SESSION_BIT
+            relevance[row] = max(float(relevance[row]), trigger_relevance)
+            promoted = inherited > score[row]
+            if promoted:
+                score[row] = inherited
+        else:
+            extra_relevance[row - size] = max(extra_relevance[row - size], trigger_relevance)
+            promoted = inherited > extra_score[row - size]
+            if promoted:
+                extra_score[row - size] = inherited
+        if promoted:
+            triggers[row], offsets[row], decays[row] = link.trigger, link.offset, decay
+    added = len(joined)
+    objects = fused.objects + tuple(joined)
+    path_count = np.concatenate([fused.path_count, np.ones(added, dtype=np.int64)])
+    pool = ScoredPool(
+        formula_version=fused.formula_version,
+        objects=objects,
+        score=np.concatenate([score, np.array(extra_score, dtype=float)]),
+        semantic_relevance=np.concatenate([relevance, np.array(extra_relevance, dtype=float)]),
+        path_mask=np.concatenate([masks, np.full(added, _SESSION_BIT, dtype=np.int64)]),
+        path_count=path_count,
+        factors=fused.factors.padded(added),
+    )
+    order = rank_order(pool.score, path_count, objects)
+    return RankedCandidates(
+        pool=pool.take(order),
+        session_trigger=tuple(triggers[i] for i in order.tolist()),
+        session_offset=offsets[order],
+        session_decay=decays[order],
+        excluded=excluded,
+    )

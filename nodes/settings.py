@@ -84,7 +84,10 @@ class WeightedScoring(BaseModel):
     w_salience: float = 0.10
     w_confidence: float = 0.10
     w_paths: float = Field(default=0.0, description="Tie-breaker only.")
-    recency_lambda_per_day: float = Field(default=0.05, gt=0.0, le=10.0)
+    recency_lambda_per_day: float = Field(
+        default=0.05, gt=0.0, le=10.0,
+        description="Recency decay per day; formula 2 reads it too, for its recency boost.",
+    )
 
     @model_validator(mode="after")
     def _weights_sum_to_one(self) -> WeightedScoring:

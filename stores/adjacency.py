@@ -1,8 +1,9 @@
-"""An in-memory adjacency list of the entity graph for one namespace scope.
+"""The entity graph of one namespace scope as arrays: compressed sparse rows (CSR) of incidence.
 
-The graph walk asks for the edges around a frontier once per hop; answering from memory
-instead of a SQL join per hop took a LoCoMo question's graph path from about 70 ms to well
-under one. A store builds one per namespace scope and generation and drops them on every write.
+The graph walk asks for the edges around a frontier once per hop. Nodes are numbered in UUID
+order and edges in edge-id order, so sorting numbers sorts ids; node i's incident edges are
+`incident[indptr[i]:indptr[i + 1]]`, ascending. A store builds one per namespace scope and
+generation (from a list of `Edge`) and drops them on every write.
 """
 
 from __future__ import annotations
@@ -10,27 +11,51 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from uuid import UUID
 
+import numpy as np
+
 from rms_retrieval.stores.protocols import Edge
 
 
 class Adjacency:
-    """Edges by endpoint, each endpoint's list in edge-id order."""
+    """Edges in edge-id order as arrays (`source`, `target` node numbers, `confidence`,
+    `edge_id`), the node ids in UUID order, and each node's incident edges as CSR."""
 
     def __init__(self, edges: Sequence[Edge]) -> None:
-        self._by_node: dict[UUID, list[Edge]] = {}
-        for edge in sorted(edges, key=lambda e: e.edge_id):
-            self._by_node.setdefault(edge.source, []).append(edge)
-            if edge.target != edge.source:
-                self._by_node.setdefault(edge.target, []).append(edge)
+        self.edges: tuple[Edge, ...] = tuple(sorted(edges, key=lambda e: e.edge_id))
+        self.nodes: tuple[UUID, ...] = tuple(sorted({e.source for e in self.edges} | {e.target for e in self.edges}))
+        # Keyed by the UUID's integer: an int hashes in C, a UUID through Python code.
+        self._number = {node.int: i for i, node in enumerate(self.nodes)}
+        count = len(self.edges)
+        self.source = np.fromiter((self._number[e.source.int] for e in self.edges), dtype=np.int64, count=count)
+        self.target = np.fromiter((self._number[e.target.int] for e in self.edges), dtype=np.int64, count=count)
+        self.confidence = np.fromiter((e.confidence for e in self.edges), dtype=float, count=count)
+        self.edge_id = np.fromiter((e.edge_id for e in self.edges), dtype=np.int64, count=count)
+        self.edge_type: tuple[str, ...] = tuple(e.edge_type for e in self.edges)
+        positions = np.arange(count)
+        loop = self.source == self.target  # a self-loop is incident to its node once
+        ends = np.concatenate([self.source, self.target[~loop]])
+        owners = np.concatenate([positions, positions[~loop]])
+        order = np.lexsort((owners, ends))
+        self.incident = owners[order]
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=len(self.nodes)))])
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def numbers(self, nodes: Iterable[UUID]) -> np.ndarray:
+        """The node numbers of `nodes` that are in this graph, ascending and once each."""
+        number = self._number
+        found = np.fromiter((number.get(node.int, -1) for node in nodes), dtype=np.int64)
+        return np.unique(found[found >= 0])
+
+    def incident_edges(self, numbers: np.ndarray, min_confidence: float) -> np.ndarray:
+        """Positions (edge-id order) of the edges touching node `numbers` with at least `min_confidence`."""
+        if not len(numbers):
+            return np.arange(0)
+        slices = [self.incident[self.indptr[i]:self.indptr[i + 1]] for i in numbers.tolist()]
+        found = np.unique(np.concatenate(slices))
+        return found[self.confidence[found] >= min_confidence]
 
     def touching(self, nodes: Iterable[UUID], min_confidence: float) -> list[Edge]:
         """Edges with an endpoint in `nodes` and at least `min_confidence`, by edge id, once each."""
-        found: dict[int, Edge] = {}
-        for node in nodes:
-            for edge in self._by_node.get(node, ()):
-                if edge.confidence >= min_confidence:
-                    found[edge.edge_id] = edge
-        return [found[edge_id] for edge_id in sorted(found)]
-
-    def degree(self, node: UUID) -> int:
-        return len(self._by_node.get(node, ()))
+        return [self.edges[i] for i in self.incident_edges(self.numbers(nodes), min_confidence).tolist()]

@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import numpy as np
 
 from rms_retrieval.stores.models import MemoryObject
+
+if TYPE_CHECKING:  # the adjacency module imports Edge from here
+    from rms_retrieval.stores.adjacency import Adjacency
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +115,8 @@ class GraphIndex(ABC):
         ...
 
     @abstractmethod
-    def edges_touching(
-        self, nodes: Iterable[UUID], namespaces: Sequence[str], min_confidence: float
-    ) -> list[Edge]:
-        """Edges with an endpoint in `nodes` whose both endpoints lie in `namespaces`, by edge id."""
+    def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
+        """The graph of edges whose both endpoints lie in `namespaces`, as CSR arrays."""
         ...
 
 

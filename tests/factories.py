@@ -9,6 +9,7 @@ from uuid import UUID, uuid5
 import numpy as np
 
 from rms_retrieval.nodes.models import Candidate, ChannelHit, PathType, RetrievalRequest
+from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.claims import Assertion, Quantity
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import (
@@ -122,13 +123,12 @@ class FakeStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog
         return [EntityRef(o.id, o.namespace, o.entity_canonical_name, o.entity_canonical_name)
                 for o in self.objects.values() if o.entity_canonical_name and o.namespace in namespaces]
 
-    def edges_touching(self, nodes, namespaces, min_confidence):
+    def adjacency(self, namespaces):
         self._check("graph")
-        nodes = set(nodes)
+
         def inside(n):
             return n in self.objects and self.objects[n].namespace in namespaces
-        return [e for e in self.edges if (e.source in nodes or e.target in nodes)
-                and e.confidence >= min_confidence and inside(e.source) and inside(e.target)]
+        return Adjacency([e for e in self.edges if inside(e.source) and inside(e.target)])
 
     def get_objects(self, ids):
         return {i: self.objects[i] for i in ids if i in self.objects}

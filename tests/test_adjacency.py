@@ -1,5 +1,7 @@
 from uuid import UUID
 
+import numpy as np
+
 from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.protocols import Edge
 
@@ -10,4 +12,20 @@ def test_edges_touching_come_once_each_in_edge_id_order_above_the_confidence():
     adjacency = Adjacency([Edge(3, A, C, "MENTIONS", 0.9), Edge(1, A, B, "MENTIONS", 0.5), Edge(2, B, C, "CO", 0.3)])
     assert [e.edge_id for e in adjacency.touching([A, B], 0.4)] == [1, 3]
     assert [e.edge_id for e in adjacency.touching([B, C], 0.0)] == [1, 2, 3]
-    assert adjacency.degree(A) == 2 and adjacency.degree(UUID(int=9)) == 0
+    assert adjacency.touching([UUID(int=9)], 0.0) == []
+
+
+def test_nodes_are_numbered_in_uuid_order_and_each_row_lists_its_edges_ascending():
+    adjacency = Adjacency([Edge(7, C, A, "MENTIONS", 0.9), Edge(2, B, A, "CO", 0.5), Edge(4, B, B, "SELF", 1.0)])
+    assert adjacency.nodes == (A, B, C)
+    assert adjacency.edge_id.tolist() == [2, 4, 7]
+    rows = [adjacency.incident[adjacency.indptr[i]:adjacency.indptr[i + 1]].tolist() for i in range(3)]
+    assert rows == [[0, 2], [0, 1], [2]]  # the self-loop is incident to B once
+    assert adjacency.numbers([C, UUID(int=9), A, A]).tolist() == [0, 2]
+    assert adjacency.incident_edges(np.array([1]), 0.6).tolist() == [1]
+
+
+def test_an_empty_graph_has_no_edges_anywhere():
+    adjacency = Adjacency([])
+    assert len(adjacency) == 0 and adjacency.touching([A], 0.0) == []
+    assert adjacency.indptr.tolist() == [0]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rms_retrieval.nodes import candidate_generation as cg
+from rms_retrieval.nodes import query_analysis as qa
 from rms_retrieval.nodes.models import CandidateLimits, PathType, QueryAnalysis, QueryEmbedding, QueryEntity
 from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
 from rms_retrieval.stores.errors import EmbeddingMismatchError
@@ -29,7 +30,7 @@ def _graph(settings: RetrievalSettings, store: FakeStore, *names: str, limit: in
     request = make_request()
     limits = CandidateLimits(5, 5, limit)
     return cg.graph_candidates(
-        query_analysis=_analysis(*names), entity_catalog=cg.entity_catalog(store, request),
+        query_analysis=_analysis(*names), entity_catalog=qa.entity_catalog(store, request),
         graph_index=store, candidate_limits=limits, request=request, settings=settings,
     )
 
@@ -39,7 +40,7 @@ def test_vector_candidates_are_ranked_and_limited_to_the_namespace():
         make_object(f"b{i}", "cat cat cat", namespace="other") for i in range(8)]
     store = FakeStore(objects)
     request = make_request("cat")
-    embedding = cg.query_embedding(request, FakeEncoder(), RetrievalSettings())
+    embedding = qa.query_embedding(request, FakeEncoder(), RetrievalSettings())
     result = cg.vector_candidates(embedding, store, LIMITS, request, RetrievalSettings())
     assert [h.rank for h in result.hits] == [1, 2, 3, 4, 5]
     assert all(store.objects[h.object_id].namespace == "ns" for h in result.hits)
@@ -67,7 +68,7 @@ def test_a_failing_backend_is_reported_not_raised():
 
 def test_disabled_path_returns_nothing_and_skips_the_encoder():
     settings = RetrievalSettings(candidates=CandidateSettings(enabled_paths={PathType.LEXICAL}))
-    assert cg.query_embedding(make_request(), encoder_that_fails(), settings) is None
+    assert qa.query_embedding(make_request(), encoder_that_fails(), settings) is None
 
 
 def encoder_that_fails():

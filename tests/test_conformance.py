@@ -6,10 +6,11 @@ import inspect
 
 import pytest
 
+from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows.pipeline import build_driver
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes import scoring
-from rms_retrieval.nodes.candidate_generation import _traverse
+from rms_retrieval.nodes.graph_walk import walk
 from rms_retrieval.nodes.models import PathType
 from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings, ScoringSettings, WeightedScoring
 from rms_retrieval.stores.errors import EmbeddingMismatchError
@@ -39,12 +40,12 @@ def test_epistemic_filtering_must_occur_before_scoring():
     assert "merged_candidates" not in inspect.signature(scoring.fused_scores__rrf).parameters
     result = _retrieve(conversation_store(), extra_nodes=["fused_scores", "filtered_candidates"])
     excluded = {str(k) for k in result.nodes["filtered_candidates"].excluded}
-    assert excluded and excluded.isdisjoint(set(result.nodes["fused_scores"]["object_id"]))
+    assert excluded and excluded.isdisjoint(set(scored_frame(result.nodes["fused_scores"])["object_id"]))
 
 
 def test_composite_score_formula_version_1_must_include_all_eight_inputs():
     settings = RetrievalSettings(scoring=ScoringSettings(fusion="weighted"))
-    frame = _retrieve(conversation_store(), settings=settings, extra_nodes=["fused_scores"]).nodes["fused_scores"]
+    frame = scored_frame(_retrieve(conversation_store(), settings=settings, extra_nodes=["fused_scores"]).nodes["fused_scores"])
     for column in ("semantic_relevance", "lexical", "graph_proximity", "recency", "salience", "confidence",
                    "epistemic_factor", "path_count"):
         assert frame[column].notna().all(), column
@@ -102,5 +103,7 @@ def test_graph_traversal_depth_must_not_exceed_three_hops():
     edges.append(Edge(99, turn.id, chain[5].id, "MENTIONS", 0.9))
     store = FakeStore([*chain, turn], edges)
     settings = RetrievalSettings(candidates=CandidateSettings(graph_max_hops=3))
-    reached = _traverse(store, [chain[0].id], {c.id for c in chain}, make_request(), settings, 50)
-    assert reached == {}  # the turn is six hops away
+    graph = store.adjacency(make_request().namespaces)
+    reached = walk(graph, [chain[0].id], {c.id for c in chain}, max_hops=settings.candidates.graph_max_hops,
+                   min_confidence=settings.candidates.graph_min_edge_confidence, max_candidates=50)
+    assert reached.objects == ()  # the turn is six hops away

@@ -11,6 +11,7 @@ import pytest
 from hamilton import driver
 
 from rms_retrieval.dataflows.explain import Outcome, explain
+from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_lineage
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.models import PathType
@@ -54,11 +55,10 @@ def test_lineage_comes_from_the_driver_and_names_every_stage():
 def test_lineage_follows_renamed_nodes_in_another_dag():
     module = types.ModuleType("renamed_stages")
     exec(
-        "import pandas as pd\n"
-        "from rms_retrieval.nodes.models import ChannelResult, MemoryBundle, PathType\n"
+        "from rms_retrieval.nodes.models import ChannelResult, MemoryBundle, PathType, ScoredPool\n"
         "def hits_by_meaning(question: str) -> ChannelResult:\n    return ChannelResult(path=PathType.VECTOR)\n"
-        "def score_table(hits_by_meaning: ChannelResult) -> pd.DataFrame:\n    return pd.DataFrame()\n"
-        "def final_bundle(score_table: pd.DataFrame) -> MemoryBundle:\n    raise NotImplementedError\n",
+        "def score_table(hits_by_meaning: ChannelResult) -> ScoredPool:\n    raise NotImplementedError\n"
+        "def final_bundle(score_table: ScoredPool) -> MemoryBundle:\n    raise NotImplementedError\n",
         module.__dict__,
     )
     sys.modules[module.__name__] = module
@@ -84,7 +84,7 @@ def test_an_included_object_is_explained_with_the_numbers_of_the_nodes(store, de
     assert (bundle_step.node, bundle_step.facts["tier"], bundle_step.facts["tokens"], bundle_step.facts["score"]) == (
         FINAL_NODE, item.tier, item.tokens, item.score)
 
-    frame: pd.DataFrame = result.nodes["fused_scores"]
+    frame: pd.DataFrame = scored_frame(result.nodes["fused_scores"])
     row = frame[frame["object_id"] == str(item.id)].iloc[0]
     scores = explanation.step("scores")
     assert scores.node == "fused_scores"
@@ -167,7 +167,7 @@ def test_an_object_below_the_limit_scored_too_low(store, demo_store):
     result = _run(store, demo_store, limit=1)
     selection = result.nodes["selected_candidates"]
     cut = next(oid for oid, reason in selection.excluded.items() if reason == "limit")
-    ranked = result.nodes["ranked_candidates"].frame
+    ranked = scored_frame(result.nodes["ranked_candidates"])
     rank = int(ranked.index[ranked["object_id"] == str(cut)][0]) + 1
     explanation = _explain(store, demo_store, cut, limit=1)
     assert explanation.outcome is Outcome.SCORED_TOO_LOW
@@ -179,7 +179,7 @@ def test_an_object_below_the_limit_scored_too_low(store, demo_store):
 def test_a_selected_object_that_did_not_fit_was_cut_by_the_budget(store, demo_store):
     result = _run(store, demo_store, token_budget=40)
     packed = {item.id for item in result.bundle.items}
-    selected = [UUID(oid) for oid in result.nodes["selected_candidates"].frame["object_id"]]
+    selected = list(result.nodes["selected_candidates"].pool.object_ids)
     cut = next(oid for oid in selected if oid not in packed)
     explanation = _explain(store, demo_store, cut, token_budget=40)
     assert explanation.outcome is Outcome.CUT_BY_BUDGET

@@ -46,7 +46,7 @@ def test_pool_frame_spreads_each_path_into_rank_raw_and_score_columns():
 
 def test_filtered_frame_marks_kept_and_excluded_candidates_with_the_reason():
     pool = CandidatePool(candidates=(make_candidate(A, VECTOR=(1, 0.8)), make_candidate(B, VECTOR=(2, 0.6))))
-    filtered = FilteredPool(candidates=pool.candidates[:1], excluded={B.id: "DEPRECATED"}, source=pool)
+    filtered = FilteredPool(candidates=pool.candidates[:1], excluded={B.id: "DEPRECATED"}, removed=pool.candidates[1:])
     frame = filtered_frame(filtered).set_index("object_id")
     assert frame.loc[str(A.id), "kept"] and pd.isna(frame.loc[str(A.id), "excluded_reason"])
     assert not frame.loc[str(B.id), "kept"] and frame.loc[str(B.id), "excluded_reason"] == "DEPRECATED"
@@ -68,8 +68,8 @@ def test_every_node_of_one_run_becomes_a_frame():
     assert bundle_frame(bundle)["tokens"].tolist() == [item.tokens for item in bundle.items]
     assert frames["filtered_candidates"].set_index("object_id").loc[str(oid("old")), "excluded_reason"] == "DEPRECATED"
     selection = frames["selected_candidates"]
-    assert selection["rank"].tolist()[: len(values["selected_candidates"].frame)] == list(
-        range(1, len(values["selected_candidates"].frame) + 1))
+    assert selection["rank"].tolist()[: len(values["selected_candidates"].pool)] == list(
+        range(1, len(values["selected_candidates"].pool) + 1))
     analysis = frames["query_analysis"].set_index("field")["value"]
     assert analysis["intent"] == str(values["query_analysis"].intent)
     assert frames["query_embedding"].set_index("field").loc["dimension", "value"] == 4

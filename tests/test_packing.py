@@ -20,11 +20,12 @@ SETTINGS = RetrievalSettings()
 
 def _bundle(candidates, request=None, settings=SETTINGS):
     request = request or make_request()
-    pool = FilteredPool(tuple(candidates), {}, CandidatePool(tuple(candidates)))
+    pool = FilteredPool(tuple(candidates), {})
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(fused_scores__rrf(pool, analysis, settings), [], pool, request, settings)
-    selection = selected_candidates(ranked, request)
-    return packed_bundle(selection, ranked, pool, analysis, request, settings, settings.scoring.fusion)
+    fusion = settings.scoring.fusion
+    ranked = ranked_candidates(fused_scores__rrf(pool, analysis, settings), [], pool, request, settings, fusion)
+    selection = selected_candidates(ranked, request, fusion)
+    return packed_bundle(selection, ranked, pool, CandidatePool(tuple(candidates)), analysis, request, settings, fusion)
 
 
 def test_tiers_pinned_then_multi_path_then_the_rest():
@@ -120,10 +121,12 @@ def test_no_excluded_object_is_ever_packed(kinds):
     candidates = [make_candidate(make_object(f"k{i}", f"text {i}", epistemic_type=k, confidence=0.2), VECTOR=(i + 1, 0.5))
                   for i, k in enumerate(kinds)]
     request = make_request()
-    filtered = filtered_candidates(CandidatePool(tuple(candidates)), request, SETTINGS)
+    merged = CandidatePool(tuple(candidates))
+    filtered = filtered_candidates(merged, request, SETTINGS)
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(fused_scores__rrf(filtered, analysis, SETTINGS), [], filtered, request, SETTINGS)
-    bundle = packed_bundle(selected_candidates(ranked, request), ranked, filtered, analysis, request, SETTINGS, "rrf")
+    ranked = ranked_candidates(fused_scores__rrf(filtered, analysis, SETTINGS), [], filtered, request, SETTINGS, "rrf")
+    bundle = packed_bundle(selected_candidates(ranked, request, "rrf"), ranked, filtered, merged, analysis, request,
+                           SETTINGS, "rrf")
     packed = {item.id for item in bundle.items}
     assert packed.isdisjoint(filtered.excluded)
     assert all(str(k) in bundle.retrieval_metadata["excluded"] for k in filtered.excluded)
@@ -133,11 +136,12 @@ def _count_bundle(candidates, budget):
     from rms_retrieval.nodes.models import AggregationKind
 
     request = make_request("How many times did Caroline go hiking?", token_budget=budget)
-    pool = FilteredPool(tuple(candidates), {}, CandidatePool(tuple(candidates)))
+    pool = FilteredPool(tuple(candidates), {})
     analysis = QueryAnalysis(raw_query=request.query, aggregation=AggregationKind.COUNT,
                              namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(fused_scores__rrf(pool, analysis, SETTINGS), [], pool, request, SETTINGS)
-    return packed_bundle(selected_candidates(ranked, request), ranked, pool, analysis, request, SETTINGS, "rrf")
+    ranked = ranked_candidates(fused_scores__rrf(pool, analysis, SETTINGS), [], pool, request, SETTINGS, "rrf")
+    return packed_bundle(selected_candidates(ranked, request, "rrf"), ranked, pool, CandidatePool(tuple(candidates)),
+                         analysis, request, SETTINGS, "rrf")
 
 
 def test_a_count_question_starts_with_the_coverage_warning_and_reports_coverage():

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
 from rms_retrieval.nodes.models import PRIMARY_PATHS, PathType
 from rms_retrieval.nodes.settings import (
@@ -16,9 +17,11 @@ from rms_retrieval.nodes.settings import (
     RetrievalSettings,
     ScoringSettings,
 )
+from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.errors import EmbeddingMismatchError
-from rms_retrieval.stores.protocols import EmbeddingIdentity
-from tests.factories import FakeEncoder, FakeStore, conversation_store, make_request, oid
+from rms_retrieval.stores.models import NodeType
+from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
+from tests.factories import FakeEncoder, FakeStore, conversation_store, make_object, make_request, oid
 
 OTHER_MODEL = EmbeddingIdentity("other-model", "f" * 16, 4)
 
@@ -54,7 +57,7 @@ def test_every_configuration_builds_and_executes(name):
     assert bundle.tokens_used <= bundle.token_budget
     assert bundle.retrieval_metadata["configuration_fingerprint"] == settings.fingerprint()
     assert bundle.retrieval_metadata["formula_version"] == (1 if settings.scoring.fusion == "weighted" else 2)
-    assert set(result["fused_scores"]["formula_version"]) == {bundle.retrieval_metadata["formula_version"]}
+    assert set(scored_frame(result["fused_scores"])["formula_version"]) == {bundle.retrieval_metadata["formula_version"]}
     assert oid("old") not in {i.id for i in bundle.items}
     assert bundle.retrieval_metadata["excluded"][str(oid("old"))] == "DEPRECATED"
     if PathType.PINNED in settings.candidates.enabled_paths:
@@ -106,10 +109,10 @@ class _ShuffledStore(FakeStore):
         self._random.shuffle(found)
         return found
 
-    def edges_touching(self, nodes, namespaces, min_confidence):
-        found = super().edges_touching(nodes, namespaces, min_confidence)
-        self._random.shuffle(found)
-        return found
+    def adjacency(self, namespaces):
+        edges = list(super().adjacency(namespaces).edges)
+        self._random.shuffle(edges)
+        return Adjacency(edges)
 
     def session_neighbours(self, triggers, window):
         found = super().session_neighbours(triggers, window)
@@ -125,3 +128,28 @@ def test_the_order_candidates_arrive_in_does_not_change_the_bundle(name):
     for seed in range(10):
         shuffled = _ShuffledStore(list(base.objects.values()), base.edges, seed=seed)
         assert _run(settings, shuffled)[FINAL_NODE].to_json() == expected
+
+
+def test_the_order_edges_arrive_in_does_not_change_the_graph_path():
+    from rms_retrieval.nodes import candidate_generation, query_analysis
+    from rms_retrieval.nodes.models import CandidateLimits, QueryAnalysis, QueryEntity
+
+    ann, bo = (make_object(n, n, node_type=NodeType.ENTITY, entity_canonical_name=n) for n in ("Ann", "Bo"))
+    turns = [make_object(f"t{i}", f"turn {i}") for i in range(4)]
+    # Every turn is one hop from both entities: which edge reaches it first is the edge-id order.
+    edges = [Edge(2 * i + k + 1, turn.id, entity.id, "MENTIONS", 0.9)
+             for i, turn in enumerate(turns) for k, entity in enumerate((bo, ann))]
+    entities = tuple(QueryEntity(name=e.content, confidence=0.9, matched_ids=(e.id,)) for e in (ann, bo))
+    analysis = QueryAnalysis(raw_query="q", entities=entities, namespace_scope=("ns",), reference_time=make_request().reference_time)
+    request = make_request()
+
+    def found(store):
+        result = candidate_generation.graph_candidates(
+            analysis, query_analysis.entity_catalog(store, request), store, CandidateLimits(5, 5, 50), request,
+            RetrievalSettings())
+        return [(hit.object_id, hit.detail["edge_path"]) for hit in result.hits]
+
+    expected = found(FakeStore([ann, bo, *turns], edges))
+    assert [path for _, path in expected] == [[1], [3], [5], [7]]
+    for seed in range(5):
+        assert found(_ShuffledStore([ann, bo, *turns], edges, seed=seed)) == expected

@@ -9,6 +9,7 @@ import pytest
 from hamilton import driver
 
 import rms_retrieval.nodes.query_analysis as query_analysis_module
+import rms_retrieval.nodes.candidate_generation as candidate_generation_module
 from rms_retrieval.nodes.models import (
     AggregationKind,
     CandidateLimits,
@@ -20,7 +21,8 @@ from rms_retrieval.nodes.models import (
     RetrievalRequest,
     TemporalType,
 )
-from rms_retrieval.nodes.query_analysis import candidate_limits, query_analysis
+from rms_retrieval.nodes.candidate_generation import candidate_limits
+from rms_retrieval.nodes.query_analysis import query_analysis
 from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
 from rms_retrieval.stores.protocols import EntityRef
 
@@ -302,11 +304,11 @@ def test_widened_limits_capped():
 
 @pytest.mark.parametrize("settings", [ENTITY_FIRST, TEMPORAL_FIRST])
 def test_driver_runs_stage_one(settings):
-    dr = driver.Builder().with_modules(query_analysis_module).build()
+    dr = driver.Builder().with_modules(query_analysis_module, candidate_generation_module).build()
     result = dr.execute(
         ["query_analysis", "candidate_limits"],
-        inputs={"request": _request("How many times did Caroline swim last week?"), "entity_catalog": CATALOG,
-                "settings": settings},
+        inputs={"request": _request("How many times did Caroline swim last week?"), "settings": settings},
+        overrides={"entity_catalog": CATALOG},
     )
     assert result["query_analysis"].aggregation is AggregationKind.COUNT
     assert result["candidate_limits"].widened is True

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from rms_retrieval.nodes.models import CandidatePool, FilteredPool, QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
+from rms_retrieval.dataflows.frames import scored_frame
+from rms_retrieval.nodes.models import FilteredPool, QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
 from rms_retrieval.nodes.scoring import fused_scores__rrf, fused_scores__weighted
 from rms_retrieval.nodes.temporal import temporal_affinity
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, WeightedScoring
@@ -15,7 +16,7 @@ from tests.factories import BASE_TIME, make_candidate, make_object, make_request
 
 
 def _pool(*candidates) -> FilteredPool:
-    return FilteredPool(candidates=tuple(candidates), excluded={}, source=CandidatePool(tuple(candidates)))
+    return FilteredPool(candidates=tuple(candidates), excluded={})
 
 
 def _analysis(intent=QueryIntent.SEMANTIC, current_state=False, window=None) -> QueryAnalysis:
@@ -27,7 +28,7 @@ def _analysis(intent=QueryIntent.SEMANTIC, current_state=False, window=None) -> 
 
 
 def _rrf(*candidates, analysis=None, settings=None):
-    frame = fused_scores__rrf(_pool(*candidates), analysis or _analysis(), settings or RetrievalSettings())
+    frame = scored_frame(fused_scores__rrf(_pool(*candidates), analysis or _analysis(), settings or RetrievalSettings()))
     return frame.set_index("object_id")
 
 
@@ -116,7 +117,7 @@ def test_rrf_k_is_validated():
 
 def _weighted(*candidates, settings=None, analysis=None):
     settings = settings or RetrievalSettings(scoring=ScoringSettings(fusion="weighted"))
-    frame = fused_scores__weighted(_pool(*candidates), analysis or _analysis(), make_request(), settings)
+    frame = scored_frame(fused_scores__weighted(_pool(*candidates), analysis or _analysis(), make_request(), settings))
     return frame.set_index("object_id")
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rms_retrieval.nodes.models import CandidatePool, FilteredPool, QueryAnalysis
+from rms_retrieval.dataflows.frames import scored_frame
+from rms_retrieval.nodes.models import FilteredPool, QueryAnalysis
 from rms_retrieval.nodes.scoring import fused_scores__rrf
 from rms_retrieval.nodes.session_context import ranked_candidates, session_context
 from rms_retrieval.nodes.settings import RetrievalSettings, SessionSettings
@@ -17,19 +18,19 @@ def _turn(name, seq, **fields):
 
 def _run(candidates, objects, settings=None):
     settings = settings or RetrievalSettings()
-    pool = FilteredPool(tuple(candidates), {}, CandidatePool(tuple(candidates)))
+    pool = FilteredPool(tuple(candidates), {})
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
     fused = fused_scores__rrf(pool, analysis, settings)
     store = FakeStore(objects)
     links = session_context(fused, store, settings)
-    return fused, ranked_candidates(fused, links, pool, make_request(), settings)
+    return fused, ranked_candidates(fused, links, pool, make_request(), settings, "rrf")
 
 
 def test_new_neighbours_join_with_the_decayed_trigger_score_and_provenance():
     t0, t1, t2 = _turn("t0", 0), _turn("t1", 1), _turn("t2", 2)
     trigger = make_candidate(t1, VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
     fused, ranked = _run([trigger], [t0, t1, t2])
-    frame = ranked.frame.set_index("object_id")
+    frame = scored_frame(ranked).set_index("object_id")
     assert list(frame.index)[0] == str(t1.id)
     for neighbour, offset in ((t0, -1), (t2, 1)):
         row = frame.loc[str(neighbour.id)]
@@ -38,7 +39,7 @@ def test_new_neighbours_join_with_the_decayed_trigger_score_and_provenance():
         assert row["session_trigger"] == str(t1.id) and row["session_offset"] == offset
         assert row["session_decay"] == 0.6
         assert row["semantic_relevance"] == pytest.approx(0.9)
-    assert set(ranked.objects) == {t0.id, t1.id, t2.id}
+    assert set(ranked.pool.object_ids) == {t0.id, t1.id, t2.id}
 
 
 def test_a_neighbour_already_in_the_pool_is_promoted_but_keeps_its_path_count():
@@ -46,7 +47,7 @@ def test_a_neighbour_already_in_the_pool_is_promoted_but_keeps_its_path_count():
     weak = make_candidate(t0, VECTOR=(40, 0.1))
     strong = make_candidate(t1, VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
     _, ranked = _run([weak, strong], [t0, t1])
-    row = ranked.frame.set_index("object_id").loc[str(t0.id)]
+    row = scored_frame(ranked).set_index("object_id").loc[str(t0.id)]
     assert row["paths"] == ("VECTOR", "SESSION_CONTEXT") and row["path_count"] == 1
     assert row["score"] == pytest.approx(0.6)
 
@@ -55,14 +56,14 @@ def test_neighbours_are_filtered_again():
     t0, t1 = _turn("t0", 0, epistemic_type="DEPRECATED"), _turn("t1", 1)
     _, ranked = _run([make_candidate(t1, VECTOR=(1, 0.9))], [t0, t1])
     assert ranked.excluded == {t0.id: "DEPRECATED"}
-    assert str(t0.id) not in set(ranked.frame["object_id"])
+    assert str(t0.id) not in set(scored_frame(ranked)["object_id"])
 
 
 def test_window_zero_turns_session_context_off():
     t0, t1 = _turn("t0", 0), _turn("t1", 1)
     off = RetrievalSettings(session=SessionSettings(window=0))
     _, ranked = _run([make_candidate(t1, VECTOR=(1, 0.9))], [t0, t1], settings=off)
-    assert list(ranked.frame["object_id"]) == [str(t1.id)]
+    assert list(scored_frame(ranked)["object_id"]) == [str(t1.id)]
 
 
 def test_neighbours_inherit_from_their_triggers_own_score_not_a_promoted_one():
@@ -71,8 +72,8 @@ def test_neighbours_inherit_from_their_triggers_own_score_not_a_promoted_one():
     weak = make_candidate(t1, VECTOR=(2, 0.5))  # fused 0.4919..., promoted to 0.6 by t0
     one = RetrievalSettings(session=SessionSettings(window=1))
     fused, ranked = _run([strong, weak], [t0, t1, t2], settings=one)
-    own = fused.set_index("object_id").loc[str(t1.id), "score"]
-    frame = ranked.frame.set_index("object_id")
+    own = scored_frame(fused).set_index("object_id").loc[str(t1.id), "score"]
+    frame = scored_frame(ranked).set_index("object_id")
     assert frame.loc[str(t1.id), "score"] == pytest.approx(0.6)
     assert frame.loc[str(t2.id), "session_trigger"] == str(t1.id)
     assert frame.loc[str(t2.id), "score"] == pytest.approx(round(own * 0.6, 10))

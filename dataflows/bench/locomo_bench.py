@@ -2,7 +2,7 @@
 
 Per question and arm the pipeline runs once, at the largest token budget. The ranked list that
 precision@5, recall@10 and all-in-top-10 read is the `ranked_candidates` node's
-`frame["object_id"]`: the scored pool after session context, in final order, before selection
+`pool.object_ids`: the scored pool after session context, in final order, before selection
 and packing. It is what the pipeline believes most relevant, independent of the budget.
 "All evidence packed" asks whether every evidence turn is among `bundle.items` at a budget.
 
@@ -36,7 +36,7 @@ from rms_retrieval.dataflows.bench.metrics import (
 from rms_retrieval.dataflows.locomo import LocomoDataset, LocomoQuestion, evidence_object_ids, questions_for, reference_time
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.nodes.candidate_generation import query_embedding
+from rms_retrieval.nodes.query_analysis import query_embedding
 from rms_retrieval.nodes.models import MemoryBundle, PathType, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import QueryEncoder
@@ -44,9 +44,10 @@ from rms_retrieval.stores.protocols import QueryEncoder
 DEFAULT_BUDGETS = (4000, 8000)
 BASELINE_ARM = "pipeline"
 # Packing reads these upstream nodes and the request; nothing else depends on the budget.
-REPACK_NODES = ("ranked_candidates", "selected_candidates", "filtered_candidates", "query_analysis")
+REPACK_NODES = ("ranked_candidates", "selected_candidates", "filtered_candidates", "merged_candidates",
+                "query_analysis")
 RANKED_LIST = (
-    "ranked_candidates.frame['object_id']: the scored candidate pool after session context, in "
+    "ranked_candidates.pool.object_ids: the scored candidate pool after session context, in "
     "final rank order, before selection and token packing"
 )
 TARGETS = {
@@ -198,7 +199,7 @@ class LocomoBench:
         for budget in self.budgets[:-1]:
             bundles[budget] = self.repack(question, settings, budget, upstream)
         seconds = time.perf_counter() - started
-        ranked = tuple(UUID(oid) for oid in result.nodes["ranked_candidates"].frame["object_id"])
+        ranked = result.nodes["ranked_candidates"].pool.object_ids
         outcome = QuestionOutcome(question.key, question.category, question_metrics(question, ranked, bundles))
         return QuestionRun(outcome, ranked, bundles, seconds)
 

@@ -201,7 +201,7 @@ def namespace_isolation(
                 leaks.append({"query": query.text, "namespaces": ",".join(query.namespaces), "object": str(item.id),
                               "object_namespace": item.namespace})
         ranked = result.nodes["ranked_candidates"]
-        for memory in ranked.objects.values():
+        for memory in ranked.pool.objects:
             pool_objects += 1
             pool_leaks += memory.namespace not in query.namespaces
         done += 1

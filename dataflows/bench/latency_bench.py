@@ -1,0 +1,235 @@
+"""`rms bench latency`: the pipeline beside its floor and a LangChain peer, questions interleaved.
+
+One run over the same LoCoMo questions; for each question every arm runs once, in an order
+rotated from question to question, so all arms see the same machine load:
+
+- `pipeline`: `retrieve()` for a bundle of 50 (`limit=50`, a budget large enough not to bind),
+  without the retrieval log write (`log=False`);
+- `pipeline_threads`: the same DAG through Hamilton's `FutureAdapter`, the candidate paths on
+  a thread pool;
+- `no_<channel>`: the pipeline with one channel switched off (vector, lexical, graph, pinned,
+  session context);
+- `floor`: the query embedding and an exact top-50 vector search, what any vector-backed
+  retrieval pays at least;
+- `peer_k30`, `peer_k200`: LangChain's EnsembleRetriever (BM25Retriever + FAISS over the same
+  turns, the same MiniLM model through a LangChain `Embeddings` wrapper around our encoder, RRF)
+  with k = 30 and k = 200 per retriever. Its packages are the optional `[peers]` extra; without
+  them those arms are skipped with a message.
+
+The per-node table comes from the same questions through a driver with a `NodeTimer`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from hamilton import driver
+from hamilton.plugins.h_threadpool import FutureAdapter
+
+from rms_retrieval.dataflows.bench.locomo_bench import benchmark_questions, evenly_spaced
+from rms_retrieval.dataflows.bench.metrics import latency_percentiles
+from rms_retrieval.dataflows.bench.speed_bench import (
+    LATENCY_BUDGET,
+    BenchQuery,
+    locomo_bench_queries,
+    node_times,
+)
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, STAGE_MODULES, pipeline_inputs
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.nodes.models import PathType, RetrievalRequest
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.protocols import QueryEncoder
+
+BUNDLE = 50
+PEER_KS = (30, 200)
+DEFAULT_QUESTIONS = 300
+PEER_MISSING = ("the LangChain peer arms are skipped: install the optional extra with "
+                "`pip install 'rms-retrieval[peers]'` (langchain-community, langchain-classic, rank-bm25)")
+
+
+def channel_off(channel: PathType) -> RetrievalSettings:
+    """The default settings with one channel switched off."""
+    base = RetrievalSettings()
+    if channel is PathType.SESSION_CONTEXT:
+        return base.model_copy(update={"session": base.session.model_copy(update={"window": 0})})
+    paths = base.candidates.enabled_paths - {channel}
+    return base.model_copy(update={"candidates": base.candidates.model_copy(update={"enabled_paths": paths})})
+
+
+CHANNELS = (PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED, PathType.SESSION_CONTEXT)
+
+
+def _request(query: BenchQuery) -> RetrievalRequest:
+    return RetrievalRequest(query=query.text, namespaces=query.namespaces, reference_time=query.reference_time,
+                            token_budget=LATENCY_BUDGET, limit=BUNDLE)
+
+
+def pipeline_arm(store: Any, encoder: QueryEncoder, settings: RetrievalSettings) -> Callable[[BenchQuery], Any]:
+    def run(query: BenchQuery) -> Any:
+        return retrieve(store, query.text, namespaces=query.namespaces, reference_time=query.reference_time,
+                        token_budget=LATENCY_BUDGET, limit=BUNDLE, config=settings, encoder=encoder, log=False).bundle
+
+    return run
+
+
+def threaded_arm(store: Any, encoder: QueryEncoder, workers: int = 4) -> Callable[[BenchQuery], Any]:
+    """The pipeline through Hamilton's thread-pool adapter: independent nodes run concurrently."""
+    settings = RetrievalSettings()
+    dag = (driver.Builder().with_modules(*STAGE_MODULES).with_config(settings.hamilton_config())
+           .with_adapters(FutureAdapter(max_workers=workers)).build())
+
+    def run(query: BenchQuery) -> Any:
+        inputs = pipeline_inputs(store, _request(query), settings, encoder)
+        return dag.execute([FINAL_NODE], inputs=inputs)[FINAL_NODE]
+
+    return run
+
+
+def floor_arm(store: Any, encoder: QueryEncoder) -> Callable[[BenchQuery], Any]:
+    def run(query: BenchQuery) -> Any:
+        return store.search_vector(encoder.encode([query.text])[0], query.namespaces, BUNDLE)
+
+    return run
+
+
+def peer_arms(dataset: Any, encoder: QueryEncoder, namespaces: Sequence[str]) -> dict[str, Callable[[BenchQuery], Any]]:
+    """EnsembleRetriever arms, one retriever per conversation and k; raises ImportError without `[peers]`."""
+    from langchain_classic.retrievers import EnsembleRetriever
+    from langchain_community.retrievers import BM25Retriever
+    from langchain_community.vectorstores import FAISS
+    from langchain_core.embeddings import Embeddings
+
+    from rms_retrieval.dataflows.locomo import conversation_objects
+    from rms_retrieval.stores.models import NodeType
+
+    class EncoderEmbeddings(Embeddings):
+        """Our MiniLM encoder as LangChain embeddings."""
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return encoder.encode(list(texts)).tolist()
+
+        def embed_query(self, text: str) -> list[float]:
+            return encoder.encode([text])[0].tolist()
+
+    embeddings = EncoderEmbeddings()
+    retrievers: dict[tuple[int, str], Any] = {}
+    for conversation in dataset.conversations:
+        if conversation.sample_id not in namespaces:
+            continue
+        turns = [o for o in conversation_objects(conversation) if o.node_type is NodeType.TURN]
+        texts = [o.content for o in turns]
+        metadata = [{"id": str(o.id)} for o in turns]
+        vectors = FAISS.from_texts(texts, embeddings, metadatas=metadata)
+        for k in PEER_KS:
+            lexical = BM25Retriever.from_texts(texts, metadatas=metadata, k=k)
+            dense = vectors.as_retriever(search_kwargs={"k": k})
+            retrievers[(k, conversation.sample_id)] = EnsembleRetriever(retrievers=[lexical, dense], weights=[0.5, 0.5])
+
+    def arm(k: int) -> Callable[[BenchQuery], Any]:
+        def run(query: BenchQuery) -> Any:
+            return retrievers[(k, query.namespaces[0])].invoke(query.text)
+
+        return run
+
+    return {f"peer_k{k}": arm(k) for k in PEER_KS}
+
+
+def interleaved(
+    arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: int = 3
+) -> dict[str, list[float]]:
+    """Seconds per arm and query; each query runs every arm, the order rotated per query."""
+    names = list(arms)
+    for query in queries[:warmup]:
+        for name in names:
+            arms[name](query)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for position, query in enumerate(queries):
+        shift = position % len(names)
+        for name in names[shift:] + names[:shift]:
+            started = time.perf_counter()
+            arms[name](query)
+            seconds[name].append(time.perf_counter() - started)
+    return seconds
+
+
+def run_latency(
+    store: Any, dataset: Any, encoder: QueryEncoder, *, questions: int = DEFAULT_QUESTIONS, peers: bool = True,
+    node_queries: int = 50,
+) -> dict[str, Any]:
+    """Every arm over the same evenly spaced questions, percentiles and ratios, and the node table."""
+    queries = locomo_bench_queries(dataset, evenly_spaced(benchmark_questions(dataset)["main"], questions))
+    arms: dict[str, Callable[[BenchQuery], Any]] = {
+        "pipeline": pipeline_arm(store, encoder, RetrievalSettings()),
+        "pipeline_threads": threaded_arm(store, encoder),
+        **{f"no_{channel.value.lower()}": pipeline_arm(store, encoder, channel_off(channel)) for channel in CHANNELS},
+        "floor": floor_arm(store, encoder),
+    }
+    notes = []
+    if peers:
+        try:
+            arms.update(peer_arms(dataset, encoder, sorted({q.namespaces[0] for q in queries})))
+        except ImportError:
+            notes.append(PEER_MISSING)
+    seconds = interleaved(arms, queries)
+    table = {name: latency_percentiles(values) for name, values in seconds.items()}
+    report: dict[str, Any] = {"questions": len(queries), "bundle": BUNDLE, "arms_ms": table, "notes": notes}
+    floor = table["floor"]["p50"]
+    report["p50_over_floor"] = {name: row["p50"] / floor for name, row in table.items()}
+    if "peer_k200" in table:
+        report["p50_over_peer_k200"] = {name: row["p50"] / table["peer_k200"]["p50"] for name, row in table.items()}
+    report["node_times_ms"] = node_times(store, evenly_spaced(queries, node_queries), encoder, limit=BUNDLE)
+    return report
+
+
+def summary_lines(report: Mapping[str, Any]) -> list[str]:
+    """The printed table: p50/p95/p99 per arm, ratios to the floor and the peer, then the nodes."""
+    lines = [f"{report['questions']} LoCoMo questions, bundle of {report['bundle']}, arms interleaved"]
+    lines.append(f"{'arm':<20} {'p50':>8} {'p95':>8} {'p99':>8} {'/floor':>8} {'/peer200':>9}")
+    peer = report.get("p50_over_peer_k200", {})
+    for name, row in report["arms_ms"].items():
+        ratio = f"{peer[name]:>9.2f}" if name in peer else f"{'-':>9}"
+        lines.append(f"{name:<20} {row['p50']:>8.1f} {row['p95']:>8.1f} {row['p99']:>8.1f} "
+                     f"{report['p50_over_floor'][name]:>8.2f} {ratio}")
+    lines.extend(report["notes"])
+    lines.append(f"{'node':<28} {'mean ms':>8} {'p50':>8} {'p99':>8}")
+    for name, row in report["node_times_ms"].items():
+        lines.append(f"{name:<28} {row['mean_ms']:>8.2f} {row['p50']:>8.2f} {row['p99']:>8.2f}")
+    return lines
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add `bench latency` under `rms bench`."""
+    parser = commands.add_parser("latency", help="pipeline, floor, channels off and the LangChain peer, interleaved")
+    parser.add_argument("--data", required=True, help="the LoCoMo JSON file (locomo10.json)")
+    parser.add_argument("--store", required=True, help="a LoCoMo store built by `rms ingest-locomo`")
+    parser.add_argument("--questions", type=int, default=DEFAULT_QUESTIONS,
+                        help=f"evenly spaced questions of categories 1-4 (default {DEFAULT_QUESTIONS})")
+    parser.add_argument("--node-queries", type=int, default=50, help="questions for the per-node table (default 50)")
+    parser.add_argument("--no-peers", action="store_true", help="skip the LangChain peer arms")
+    parser.add_argument("--out", help="also write the report as JSON to this file")
+    parser.set_defaults(run=_cmd_latency)
+
+
+def _cmd_latency(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from rms_retrieval.dataflows.locomo import load_locomo
+    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    for name in ("questions", "node_queries"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    dataset = load_locomo(args.data)
+    with MemoryStore.open(args.store, read_only=True) as store:
+        report = run_latency(store, dataset, default_encoder(), questions=args.questions, peers=not args.no_peers,
+                             node_queries=args.node_queries)
+    for line in summary_lines(report):
+        print(line)
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return 0

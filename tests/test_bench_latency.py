@@ -1,0 +1,55 @@
+"""`rms bench latency` on a tiny LoCoMo-shaped store: every arm runs, ratios and the node table come out."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from rms_retrieval.dataflows.bench import latency_bench
+from rms_retrieval.dataflows.bench.latency_bench import CHANNELS, PEER_MISSING, channel_off, interleaved, run_latency
+from rms_retrieval.nodes.models import PathType
+from tests.factories import FakeEncoder
+from tests.test_bench_identical import _dataset
+
+
+@pytest.fixture
+def store(tmp_path):
+    from rms_retrieval.dataflows.ingest import locomo_objects
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    with MemoryStore.open(tmp_path / "store", encoder=FakeEncoder()) as opened:
+        opened.add(locomo_objects(_dataset()), progress=False)
+        yield opened
+
+
+def test_each_channel_switched_off_differs_from_the_defaults_in_that_channel_only():
+    assert PathType.GRAPH not in channel_off(PathType.GRAPH).candidates.enabled_paths
+    assert channel_off(PathType.SESSION_CONTEXT).session.window == 0
+    assert channel_off(PathType.VECTOR).session == channel_off(PathType.LEXICAL).session
+    assert len(CHANNELS) == 5
+
+
+def test_interleaving_runs_every_arm_once_per_query_in_rotated_order():
+    calls = []
+    arms = {name: (lambda q, name=name: calls.append((name, q))) for name in "abc"}
+    seconds = interleaved(arms, [1, 2, 3], warmup=0)
+    assert {name: len(v) for name, v in seconds.items()} == {"a": 3, "b": 3, "c": 3}
+    assert [name for name, _ in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+
+
+def test_a_run_reports_every_arm_with_ratios_and_the_node_table(store):
+    report = run_latency(store, _dataset(), FakeEncoder(), questions=3, node_queries=2)
+    arms = set(report["arms_ms"])
+    assert {"pipeline", "pipeline_threads", "floor", "peer_k30", "peer_k200", "no_graph", "no_session_context"} <= arms
+    assert report["p50_over_floor"]["floor"] == 1.0 and report["p50_over_peer_k200"]["peer_k200"] == 1.0
+    assert "fused_scores" in report["node_times_ms"] and report["notes"] == []
+    lines = latency_bench.summary_lines(report)
+    assert any(line.startswith("pipeline ") for line in lines)
+
+
+def test_without_the_peers_extra_the_peer_arms_are_skipped_with_a_message(store, monkeypatch):
+    monkeypatch.setitem(sys.modules, "langchain_classic.retrievers", None)
+    report = run_latency(store, _dataset(), FakeEncoder(), questions=2, node_queries=1)
+    assert "peer_k30" not in report["arms_ms"] and report["notes"] == [PEER_MISSING]
+    assert "p50_over_peer_k200" not in report
