@@ -42,7 +42,7 @@ from rms_retrieval.stores.segments import LoadedSegment
 from rms_retrieval.stores.store_sql import ParquetRecords
 
 CO_MENTIONED = "CO_MENTIONED"
-_SCORE_CHUNK_ROWS = 8192  # bounds the float64 copy a vector search makes
+_SCORE_CHUNK_ROWS = 512  # a float64 copy small enough to be reused, not page-faulted in, per chunk
 Scope = tuple[str, ...]
 
 
