@@ -64,3 +64,8 @@ def test_unreadable_model_path_is_an_embedding_error(tmp_path):
     with pytest.raises(EmbeddingError, match="model.safetensors"):
         SentenceEncoder(tmp_path).identity
     assert SentenceEncoder(tmp_path)._model_name == tmp_path.name
+
+
+def test_token_counts_include_special_tokens_and_stop_at_the_model_maximum(encoder):
+    assert encoder.token_counts([]) == []
+    assert encoder.token_counts(["hello there", "a much longer sentence about things", "x " * 1000]) == [4, 8, 256]
