@@ -1,12 +1,14 @@
-"""Batch retrieval: many requests answered on this machine, on Ray or on Dask (`retrieve_many`).
+"""Batch work on this machine, on Ray or on Dask: `retrieve_many` and `ingest_with_workers`.
 
-The work is the outer DAG of `batch_dag`, run by Hamilton's dynamic execution on the engine's
-executor. Workers open stores read-only and never write the retrieval log: a batch's record is
-its results (`write_parquet`), one row per request with its bundle, hash, latency and error.
+Each runs an outer DAG (`batch_dag`, `batch_ingest`) by Hamilton's dynamic execution on the
+engine's executor. Retrieval workers open stores read-only and never write the retrieval log: a
+batch's record is its results (`write_parquet`), one row per request with its bundle, hash,
+latency and error. Ingest embeds on the workers and writes with one writer, as `rms ingest` does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,11 +17,13 @@ import duckdb
 import pandas as pd
 from pydantic import ValidationError
 
-from rms_retrieval.dataflows import batch_dag
+from rms_retrieval.dataflows import batch_dag, batch_ingest
 from rms_retrieval.dataflows.batch_dag import BatchRequest, BatchResult, StoreRouting
 from rms_retrieval.dataflows.batch_engines import batch_driver, task_executor
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import IngestReport
 
 DEFAULT_SHARD_SIZE = 64
 RESULT_COLUMNS = ("request_id", "namespaces", "store", "shard", "worker", "bundle_json", "bundle_sha256",
@@ -133,3 +137,36 @@ def write_parquet(results: Sequence[BatchResult], path: Path) -> None:
     frame = results_frame(results)
     with duckdb.connect() as connection:
         connection.from_df(frame).write_parquet(str(path))
+
+
+def ingest_with_workers(
+    objects: Sequence[MemoryObject],
+    store_path: str | Path,
+    *,
+    engine: str,
+    address: str | None = None,
+    workers: int | None = None,
+    progress: bool = False,
+) -> IngestReport:
+    """Add `objects` to the store at `store_path` (created when missing), embedding on `engine`.
+
+    The workers embed the texts; then one writer adds everything in one `MemoryStore.add`, all
+    or nothing, so the store ends as a local ingest of the same objects leaves it, bit for bit.
+    The report's details say how many texts the workers embedded and how many the writer did.
+    """
+    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores import embedding
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    texts = [memory.content for memory in objects]
+    vectors = {}
+    if texts:
+        with task_executor(engine, address=address, workers=workers) as executor:
+            vectors = batch_driver(batch_ingest, executor).execute(
+                ["worker_vectors"], inputs={"texts": texts, "chunk_size": embedding.ENCODE_CHUNK_SIZE})["worker_vectors"]
+    encoder = batch_ingest.PrecomputedEncoder(default_encoder(), vectors)
+    with MemoryStore.open(store_path, encoder=encoder) as store:
+        report = store.add(objects, progress=progress)
+    details = {**report.details, "texts_from_workers": encoder.texts_from_workers,
+               "texts_encoded_by_writer": encoder.texts_encoded_here}
+    return dataclasses.replace(report, details=details)

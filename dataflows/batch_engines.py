@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hamilton import driver
-from hamilton.execution import executors
+if TYPE_CHECKING:
+    from hamilton import driver
+    from hamilton.execution import executors
 
 ENGINES = ("local", "ray", "dask")
 
@@ -25,13 +26,15 @@ class BatchEngineError(ValueError):
 @contextmanager
 def task_executor(engine: str, *, address: str | None = None, workers: int | None = None) -> Iterator[executors.TaskExecutor]:
     """The Hamilton executor for `engine`, with its cluster up for the duration."""
+    from hamilton.execution import executors
+
     if engine not in ENGINES:
         raise BatchEngineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if workers is not None and workers < 1:
         raise BatchEngineError(f"workers must be at least 1, got {workers}")
     if engine == "local":
-        if address is not None:
-            raise BatchEngineError("the local engine runs in this process; drop the address or choose ray or dask")
+        if address is not None or workers is not None:
+            raise BatchEngineError("the local engine runs in this process; drop address and workers, or choose ray or dask")
         yield executors.SynchronousLocalTaskExecutor()
     elif engine == "ray":
         with _ray_executor(address, workers) as executor:
@@ -43,6 +46,9 @@ def task_executor(engine: str, *, address: str | None = None, workers: int | Non
 
 def batch_driver(module: ModuleType, executor: executors.TaskExecutor) -> driver.Driver:
     """The dynamic-execution driver of a batch DAG: planning here, the parallel block on `executor`."""
+    from hamilton import driver
+    from hamilton.execution import executors
+
     return (
         driver.Builder()
         .enable_dynamic_execution(allow_experimental_mode=True)

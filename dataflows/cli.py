@@ -94,8 +94,14 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.ingest import read_jsonl
 
     objects = read_jsonl(Path(args.path))
-    with _open_store(args.store, create=True) as store:
-        report = store.add(objects, progress=True)
+    if args.engine != "local" or args.address is not None or args.workers is not None:
+        from rms_retrieval.dataflows.batch import ingest_with_workers
+
+        report = ingest_with_workers(objects, args.store, engine=args.engine, address=args.address,
+                                     workers=args.workers, progress=True)
+    else:
+        with _open_store(args.store, create=True) as store:
+            report = store.add(objects, progress=True)
     print(f"added {report.objects_added} objects, {report.entities_added} entities, "
           f"{report.edges_added} edges to {args.store} in {report.seconds:.1f} s")
     return 0
@@ -123,6 +129,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rms_retrieval.dataflows.batch_command import add_engine_options
+
     parser = argparse.ArgumentParser(prog="rms", description="rms-retrieval: hybrid retrieval for conversational memory")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -138,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = sub.add_parser("ingest", help="add MemoryObjects from a JSON Lines file (all or nothing)")
     ingest.add_argument("path")
     ingest.add_argument("--store", required=True)
+    add_engine_options(ingest)
     ingest.set_defaults(run=_cmd_ingest)
 
     locomo = sub.add_parser("ingest-locomo", help="build a store from LoCoMo (one namespace per conversation)")
@@ -157,9 +166,10 @@ def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands that live beside the code they drive (benchmarks, audit, aggregation)."""
     from rms_retrieval.dataflows.aggregate_command import register as register_aggregate
     from rms_retrieval.dataflows.audit_command import register as register_audit
+    from rms_retrieval.dataflows.batch_command import add_parser as register_batch
     from rms_retrieval.dataflows.bench.command import register as register_bench
 
-    return [register_bench, register_audit, register_aggregate]
+    return [register_bench, register_audit, register_aggregate, register_batch]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -120,6 +120,7 @@ def test_a_bad_requests_file_names_what_to_fix_and_runs_nothing(tmp_path, text, 
 @pytest.mark.parametrize("options, message", [
     ({"engine": "spark"}, "unknown engine 'spark'"),
     ({"engine": "local", "address": "tcp://x:1"}, "the local engine runs in this process"),
+    ({"engine": "local", "workers": 2}, "drop address and workers"),
     ({"engine": "dask", "workers": 0}, "workers must be at least 1"),
     ({"engine": "dask", "workers": 2, "address": "tcp://x:1"}, "pass address or workers, not both"),
 ])
