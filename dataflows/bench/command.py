@@ -26,6 +26,7 @@ _VERSIONED = ("torch", "duckdb", "faiss-cpu", "apache-hamilton", "numpy", "panda
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `bench locomo` and `bench scale` to the `rms` parser."""
+    from rms_retrieval.dataflows.bench.batch_bench import add_parser as add_batch
     from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS
 
     bench = sub.add_parser("bench", help="benchmarks: LoCoMo relevance and operations, scaling")
@@ -57,6 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--no-progress", action="store_true")
     _threads_option(scale)
     scale.set_defaults(run=_cmd_scale)
+    add_batch(commands)
 
 
 def _threads_option(parser: argparse.ArgumentParser) -> None:
