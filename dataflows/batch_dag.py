@@ -14,6 +14,7 @@ import os
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,14 +180,17 @@ def batch_results(shard_results: Collect[list[BatchResult]], routed_requests: Ro
 
 # ----- on the workers ------------------------------------------------------------------------
 
-_STORES: dict[str, tuple[int | None, Any, threading.Lock]] = {}
+# Open stores per worker process, least recently used first. A worker serving many stores keeps
+# only the latest few open: each holds its vectors and caches in memory.
+MAX_OPEN_STORES = 8
+_STORES: OrderedDict[str, tuple[int | None, Any, threading.Lock]] = OrderedDict()
 _STORES_LOCK = threading.Lock()
 
 
 def cached_store(directory: str) -> tuple[Any, threading.Lock]:
     """The store at `directory` opened read-only once per process, and the lock its users share.
 
-    Every commit adds a file to the store directory, which moves the directory's mtime, so a
+    At most MAX_OPEN_STORES stay open; the least recently used is closed first. Every commit adds a file to the store directory, which moves the directory's mtime, so a
     store that changed since it was opened is reopened rather than served stale. One DuckDB
     connection is not for concurrent use, hence the lock (Dask runs tasks in worker threads).
     """
@@ -198,22 +202,28 @@ def cached_store(directory: str) -> tuple[Any, threading.Lock]:
     with _STORES_LOCK:
         cached = _STORES.get(path)
         if cached is not None and cached[0] == signature:
+            _STORES.move_to_end(path)
             return cached[1], cached[2]
         if cached is not None:
-            with cached[2]:
-                cached[1].close()
+            _close(_STORES.pop(path))
         store = MemoryStore.open(path, create=False, read_only=True)
         _STORES[path] = (signature, store, threading.Lock())
+        while len(_STORES) > MAX_OPEN_STORES:
+            _close(_STORES.popitem(last=False)[1])
         return store, _STORES[path][2]
+
+
+def _close(cached: tuple[int | None, Any, threading.Lock]) -> None:
+    _, store, lock = cached
+    with lock:
+        store.close()
 
 
 def close_cached_stores() -> None:
     """Close every store this process keeps open (the local engine does, after its batch)."""
     with _STORES_LOCK:
-        for _, store, lock in _STORES.values():
-            with lock:
-                store.close()
-        _STORES.clear()
+        while _STORES:
+            _close(_STORES.popitem()[1])
 
 
 def query_vectors(encoder: Any, queries: Sequence[str]) -> np.ndarray:

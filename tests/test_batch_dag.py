@@ -93,6 +93,15 @@ def test_a_shard_reuses_the_open_store_and_reopens_it_after_a_commit(demo_store,
     batch_dag.close_cached_stores()
 
 
+def test_only_the_most_recently_used_stores_stay_open(store_copy, tmp_path, monkeypatch):
+    monkeypatch.setattr(batch_dag, "MAX_OPEN_STORES", 1)
+    second = shutil.copytree(store_copy, tmp_path / "second")
+    first, _ = batch_dag.cached_store(str(store_copy))
+    batch_dag.cached_store(str(second))
+    assert batch_dag.cached_store(str(store_copy))[0] is not first
+    batch_dag.close_cached_stores()
+
+
 def test_a_store_that_cannot_be_opened_fails_every_request_of_its_shard(tmp_path):
     shard = batch_dag.Shard(0, str(tmp_path / "missing"), (_item("1", "a"), _item("2", "a")))
     results = batch_dag.shard_results(shard, RetrievalSettings())

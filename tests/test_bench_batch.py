@@ -30,6 +30,7 @@ def test_the_sequential_and_local_arms_report_throughput_and_overhead(demo_store
     assert [row["arm"] for row in rows] == ["sequential", "local"]
     assert [row["tasks"] for row in rows] == [6, 3] and all(row["failed"] == 0 for row in rows)
     assert all(row["requests_per_s"] > 0 for row in rows) and rows[1]["task_overhead_ms"] is not None
+    assert rows[0]["bundle_kb"] == pytest.approx(rows[1]["bundle_kb"]) and rows[0]["bundle_kb"] > 0
     assert table_lines(rows)[2:] == lines and lines[1].startswith("| local | 1 | 6 | 3 |")
 
 

@@ -64,14 +64,17 @@ def sequential_arm(store_path: str, requests: Sequence[BatchRequest]) -> dict[st
         warm = requests[0].request
         retrieve(store, warm.query, namespaces=warm.namespaces, reference_time=warm.reference_time, encoder=encoder, log=False)
         started = time.perf_counter()
+        bundle_bytes = 0
         for item in requests:
             r = item.request
-            retrieve(store, r.query, namespaces=r.namespaces, reference_time=r.reference_time,
-                     token_budget=r.token_budget, encoder=encoder, log=False)
+            result = retrieve(store, r.query, namespaces=r.namespaces, reference_time=r.reference_time,
+                              token_budget=r.token_budget, encoder=encoder, log=False)
+            bundle_bytes += len(result.bundle.to_json())
         wall = time.perf_counter() - started
     return {"arm": "sequential", "workers": 1, "requests": len(requests), "tasks": len(requests),
             "wall_s": wall, "requests_per_s": len(requests) / wall, "per_request_ms": wall * 1000 / len(requests),
-            "startup_s": 0.0, "warmup_s": 0.0, "failed": 0, "task_overhead_ms": None}
+            "startup_s": 0.0, "warmup_s": 0.0, "failed": 0, "task_overhead_ms": None,
+            "bundle_kb": bundle_bytes / 1024 / len(requests)}
 
 
 def engine_arm(arm: str, store_path: str, requests: Sequence[BatchRequest], shard_size: int) -> dict[str, Any]:
@@ -93,7 +96,8 @@ def engine_arm(arm: str, store_path: str, requests: Sequence[BatchRequest], shar
     return {"arm": arm, "workers": workers, "requests": len(requests), "tasks": tasks, "wall_s": wall,
             "requests_per_s": len(requests) / wall, "per_request_ms": busy_ms / len(requests),
             "startup_s": startup, "warmup_s": warmup, "failed": sum(r.error is not None for r in results),
-            "task_overhead_ms": (workers * wall * 1000 - busy_ms) / tasks}
+            "task_overhead_ms": (workers * wall * 1000 - busy_ms) / tasks,
+            "bundle_kb": sum(len(r.bundle_json or "") for r in results) / 1024 / len(results)}
 
 
 @contextmanager
@@ -132,14 +136,15 @@ def run_batch_bench(store_path: str, requests: Sequence[BatchRequest], arms: Seq
 def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The throughput table in Markdown."""
     return ["| arm | workers | requests | tasks | requests/s | ms per request (busy) | per-task overhead ms "
-            "| cluster start s | warm-up s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| cluster start s | warm-up s | bundle KB |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *(table_line(row) for row in rows)]
 
 
 def table_line(row: dict[str, Any]) -> str:
     overhead = "" if row["task_overhead_ms"] is None else f"{row['task_overhead_ms']:.1f}"
     return (f"| {row['arm']} | {row['workers']} | {row['requests']} | {row['tasks']} | {row['requests_per_s']:.1f} "
-            f"| {row['per_request_ms']:.1f} | {overhead} | {row['startup_s']:.1f} | {row['warmup_s']:.1f} |")
+            f"| {row['per_request_ms']:.1f} | {overhead} | {row['startup_s']:.1f} | {row['warmup_s']:.1f} "
+            f"| {row['bundle_kb']:.1f} |")
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
