@@ -13,7 +13,7 @@ def add_engine_options(parser: argparse.ArgumentParser, engines: tuple[str, ...]
     """--engine, --address and --workers, as `rms batch` and `rms ingest` take them."""
     parser.add_argument("--engine", choices=engines, default="local",
                         help="where the work runs (default local: this process)")
-    parser.add_argument("--address", help="join a running cluster: ray://host:10001 or host:6379 for Ray, "
+    parser.add_argument("--address", help="join a running cluster: auto or host:6379 for Ray, "
                                           "tcp://host:8786 for Dask (default: start one for this run)")
     parser.add_argument("--workers", type=int, help="worker processes of the cluster started for this run "
                                                     "(default: one per core for Ray, one for Dask)")
