@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rms_retrieval.dataflows.batch_command import add_engine_options
 from rms_retrieval.dataflows.cli_support import open_store
 
 
@@ -12,8 +13,14 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.ingest import read_jsonl
 
     objects = read_jsonl(Path(args.path))
-    with open_store(args.store, create=True) as store:
-        report = store.add(objects, progress=True)
+    if args.engine != "local" or args.address is not None or args.workers is not None:
+        from rms_retrieval.dataflows.batch import ingest_with_workers
+
+        report = ingest_with_workers(objects, args.store, engine=args.engine, address=args.address,
+                                     workers=args.workers, progress=True)
+    else:
+        with open_store(args.store, create=True) as store:
+            report = store.add(objects, progress=True)
     print(f"added {report.objects_added} objects, {report.entities_added} entities, "
           f"{report.edges_added} edges to {args.store} in {report.seconds:.1f} s")
     return 0
@@ -38,6 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ingest = sub.add_parser("ingest", help="add MemoryObjects from a JSON Lines file (all or nothing)")
     ingest.add_argument("path")
     ingest.add_argument("--store", required=True)
+    add_engine_options(ingest)
     ingest.set_defaults(run=_cmd_ingest)
 
     locomo = sub.add_parser("ingest-locomo", help="build a store from LoCoMo (one namespace per conversation)")

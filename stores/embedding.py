@@ -26,8 +26,10 @@ DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_DIMENSION = 384
 ENCODE_BATCH_SIZE = 64
 _SMALL_BATCH = 8
-# Progress is reported per chunk; a chunk is several encoder batches so the bar stays cheap.
-_PROGRESS_CHUNK = 1024
+# encode_many hands the encoder this many texts per call (several model batches, so the progress
+# bar stays cheap). Batch ingest cuts its worker chunks at the same boundaries: the model sorts
+# and pads texts within a call, so the same call is what gives bit-identical vectors.
+ENCODE_CHUNK_SIZE = 1024
 _WEIGHTS_FILE = "model.safetensors"
 _HASH_CHARS = 16
 
@@ -60,11 +62,11 @@ def encode_many(encoder: QueryEncoder, texts: Sequence[str], *, progress: bool =
     dimension = encoder.identity.dimension
     if not texts:
         return np.zeros((0, dimension), dtype=np.float32)
-    starts = range(0, len(texts), _PROGRESS_CHUNK)
+    starts = range(0, len(texts), ENCODE_CHUNK_SIZE)
     chunks = []
     with tqdm(total=len(texts), desc="embedding", unit="text", disable=not progress) as bar:
         for start in starts:
-            chunk = list(texts[start : start + _PROGRESS_CHUNK])
+            chunk = list(texts[start : start + ENCODE_CHUNK_SIZE])
             chunks.append(validated_vectors(encoder.encode(chunk), len(chunk), dimension))
             bar.update(len(chunk))
     return np.concatenate(chunks)
@@ -103,6 +105,13 @@ class SentenceEncoder(QueryEncoder):
                 show_progress_bar=False,
             )
         return validated_vectors(vectors, len(texts), self._dimension)
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens per text as the model reads it: special tokens included, truncated to its maximum."""
+        if not texts:
+            return []
+        features = self._loaded_model().preprocess(list(texts))
+        return [int(count) for count in features["attention_mask"].sum(dim=1)]
 
     def _loaded_model(self) -> Any:
         if self._model is None:

@@ -71,3 +71,20 @@ def locomo_path() -> Path:
     if not LOCOMO.exists():
         pytest.skip(f"LoCoMo is not at {LOCOMO}")
     return LOCOMO
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray of two CPUs for the session; batch tests run their tasks on it."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def dask_address():
+    """A local Dask cluster of two worker processes for the session: its scheduler address."""
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        yield cluster.scheduler_address

@@ -98,3 +98,8 @@ def test_default_encoder_is_one_lazily_loaded_model_that_needs_no_environment():
     assert report == {"same": True, "loaded_before_encode": False, "bars_kept": True, "shape": [1, 384],
                       "model": DEFAULT_MODEL_NAME, "environ": []}
     assert done.stderr == ""
+
+
+def test_token_counts_include_special_tokens_and_stop_at_the_model_maximum(encoder):
+    assert encoder.token_counts([]) == []
+    assert encoder.token_counts(["hello there", "a much longer sentence about things", "x " * 1000]) == [4, 8, 256]

@@ -27,6 +27,7 @@ _VERSIONED = ("torch", "duckdb", "faiss-cpu", "apache-hamilton", "numpy", "panda
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `bench locomo` and `bench scale` to the `rms` parser."""
     from rms_retrieval.dataflows.bench import identical, latency_bench
+    from rms_retrieval.dataflows.bench.batch_bench import add_parser as add_batch
     from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS
     from rms_retrieval.dataflows.bench.store_command import register as register_store_benches
 
@@ -62,6 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     register_store_benches(commands)
     identical.register(commands)
     latency_bench.register(commands)
+    add_batch(commands)
 
 
 def _threads_option(parser: argparse.ArgumentParser) -> None:
