@@ -21,6 +21,7 @@ from uuid import UUID
 import numpy as np
 
 from rms_retrieval.stores import writer
+from rms_retrieval.stores.embedding import default_encoder
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.manifest import LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
@@ -176,7 +177,8 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
 
     def _checked_encoder(self, stored: EmbeddingIdentity | None) -> QueryEncoder:
         if self._encoder is None:
-            raise StoreError("adding objects needs an encoder; open the store with MemoryStore.open(path, encoder)")
+            # The packaged model, loaded once per process on first encode (not at open: readers never need it).
+            self._encoder = default_encoder()
         identity = self._encoder.identity
         if stored is not None and identity != stored:
             raise EmbeddingMismatchError(f"the encoder is {identity} but {self.path} holds vectors from {stored}; {_MISMATCH_HINT}")

@@ -242,3 +242,18 @@ def test_retrieval_log_round_trip(store):
     assert store.retrieval_log() == [first, {**second, "ids": [str(UUID(int=1))]}]
     assert store.retrieval_log(limit=1) == [{**second, "ids": [str(UUID(int=1))]}]
     assert list((store.path / "log").iterdir())  # beside the segments, never inside them
+
+
+def test_a_store_opened_without_an_encoder_writes_with_the_packaged_model(tmp_path, encoder):
+    with MemoryStore.open(tmp_path / "store") as opened:
+        opened.add(THREE_DOCUMENTS[:1])
+        assert opened.embedding_identity == encoder.identity
+    other = EmbeddingIdentity("other-model", "0" * 16, encoder.identity.dimension)
+
+    class _Other(type(encoder)):
+        @property
+        def identity(self):
+            return other
+
+    with MemoryStore.open(tmp_path / "store", _Other()) as reopened, pytest.raises(EmbeddingMismatchError):
+        reopened.add(THREE_DOCUMENTS[1:2])
