@@ -1,15 +1,15 @@
 """Intermediate node values as pandas DataFrames, for Jupyter and for audits.
 
-`node_frame(value)` turns any value the retrieval DAG produces into a DataFrame: a channel's
-hits, the merged pool (one column group per path), the filtered pool with each exclusion
-reason, the scored pools (`scored_frame`), the bundle's items, and the small records (query analysis, limits).
+One builder per node value: a channel's hits, the merged pool (one column group per path), the
+filtered pool with each exclusion reason, the scored pools (`scored_frame`), the bundle's items,
+and the small records (query analysis, limits). `dataflows.node_types.node_frame(value)` picks
+the builder for any node's value from the one table of node value types.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from functools import singledispatch
 from typing import Any
 from uuid import UUID
 
@@ -167,56 +167,13 @@ def _cell(value: Any) -> Any:
     return value
 
 
-@singledispatch
-def node_frame(value: Any) -> pd.DataFrame:
-    """Any node value as a DataFrame; values without a table shape become one `value` cell."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _record_frame({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
-    return pd.DataFrame({"value": [value]})
-
-
-@node_frame.register
-def _(value: pd.DataFrame) -> pd.DataFrame:
-    return value
-
-
-@node_frame.register
-def _(value: ChannelResult) -> pd.DataFrame:
-    return channel_frame(value)
-
-
-@node_frame.register
-def _(value: CandidatePool) -> pd.DataFrame:
-    return pool_frame(value)
-
-
-@node_frame.register
-def _(value: FilteredPool) -> pd.DataFrame:
-    return filtered_frame(value)
-
-
-@node_frame.register
-def _(value: ScoredPool) -> pd.DataFrame:
-    return scored_frame(value)
-
-
-@node_frame.register
-def _(value: RankedCandidates) -> pd.DataFrame:
+def ranked_frame(value: RankedCandidates | Selection) -> pd.DataFrame:
+    """A ranking or a selection: the scored rows, then each candidate it left out with the reason."""
     return _with_exclusions(scored_frame(value), value.excluded)
 
 
-@node_frame.register
-def _(value: Selection) -> pd.DataFrame:
-    return _with_exclusions(scored_frame(value), value.excluded)
-
-
-@node_frame.register
-def _(value: MemoryBundle) -> pd.DataFrame:
-    return bundle_frame(value)
-
-
-@node_frame.register
-def _(value: QueryAnalysis) -> pd.DataFrame:
+def analysis_frame(value: QueryAnalysis) -> pd.DataFrame:
+    """The query analysis as field/value rows, entities and date signals spelled out."""
     record = value.model_dump(exclude={"entities", "temporal_signals"})
     record["entities"] = [f"{e.name} ({e.type}, {len(e.matched_ids)} matched)" for e in value.entities]
     record["temporal_signals"] = [f"{s.text!r} {s.type} {s.start} .. {s.end}" for s in value.temporal_signals]
@@ -224,23 +181,27 @@ def _(value: QueryAnalysis) -> pd.DataFrame:
     return _record_frame(record)
 
 
-@node_frame.register
-def _(value: QueryEmbedding) -> pd.DataFrame:
+def embedding_frame(value: QueryEmbedding) -> pd.DataFrame:
+    """The query embedding's identity and norm (the vector itself is in the retrieval log)."""
     identity = value.identity
     return _record_frame({"model_name": identity.model_name, "model_hash": identity.model_hash,
                           "dimension": identity.dimension, "norm": float((value.vector ** 2).sum() ** 0.5)})
 
 
-@node_frame.register
-def _(value: dict) -> pd.DataFrame:
-    if all(isinstance(v, MemoryObject) for v in value.values()):
-        return pd.DataFrame([{"object_id": str(k), **_object_fields(v)} for k, v in value.items()],
-                            columns=["object_id", *OBJECT_COLUMNS])
-    return _record_frame(value)
-
-
-@node_frame.register
-def _(value: list) -> pd.DataFrame:
-    if value and all(dataclasses.is_dataclass(v) for v in value):
-        return pd.DataFrame([{f.name: _cell(getattr(v, f.name)) for f in dataclasses.fields(v)} for v in value])
-    return pd.DataFrame({"value": value})
+def generic_frame(value: Any) -> pd.DataFrame:
+    """A value no table row names: a DataFrame as it is, a mapping or a record as field/value
+    rows, a list of records as one row each, anything else as one `value` cell."""
+    if isinstance(value, pd.DataFrame):
+        return value
+    if isinstance(value, dict):
+        if value and all(isinstance(v, MemoryObject) for v in value.values()):
+            return pd.DataFrame([{"object_id": str(k), **_object_fields(v)} for k, v in value.items()],
+                                columns=["object_id", *OBJECT_COLUMNS])
+        return _record_frame(value)
+    if isinstance(value, list):
+        if value and all(dataclasses.is_dataclass(v) for v in value):
+            return pd.DataFrame([{f.name: _cell(getattr(v, f.name)) for f in dataclasses.fields(v)} for v in value])
+        return pd.DataFrame({"value": value})
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _record_frame({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+    return pd.DataFrame({"value": [value]})

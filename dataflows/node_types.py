@@ -1,7 +1,8 @@
 """The one table of the values the retrieval DAG passes between nodes.
 
 Each row names a value type, the stage role it plays in an explanation (`explain.py` builds one
-step per node of a role) and how the DAG picture summarises it (`audit.py`). A node's role
+step per node of a role), how the DAG picture summarises it (`audit.py`) and how it becomes a
+DataFrame (`node_frame`, for notebooks and audits; the builders are in `frames.py`). A node's role
 follows from the type it returns, so a renamed node or a new candidate path needs no change
 here; a new value type is one more row. Rows are matched in order, first `issubclass` wins.
 """
@@ -11,6 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import pandas as pd
+
+from rms_retrieval.dataflows import frames
 
 from rms_retrieval.nodes.models import (
     CandidateLimits,
@@ -30,11 +35,13 @@ from rms_retrieval.nodes.models import (
 
 @dataclass(frozen=True)
 class NodeValueType:
-    """One row: the value type, its role in an explanation (None: no step), its one-line summary."""
+    """One row: the value type, its role in an explanation (None: no step), its one-line summary,
+    and its DataFrame builder (None: `frames.generic_frame`)."""
 
     type: type
     role: str | None
     summary: Callable[[Any], str]
+    frame: Callable[[Any], pd.DataFrame] | None = None
 
 
 def _channel(value: ChannelResult) -> str:
@@ -59,18 +66,21 @@ def _analysis(value: QueryAnalysis) -> str:
 
 NODE_VALUE_TYPES: tuple[NodeValueType, ...] = (
     NodeValueType(MemoryBundle, "bundle",
-                  lambda v: f"{len(v.items)} items, {v.tokens_used}/{v.token_budget} tokens"),
-    NodeValueType(Selection, "selection", lambda v: f"{len(v.pool)} selected, {len(v.excluded)} left out"),
-    NodeValueType(RankedCandidates, "ranking", _ranking),
-    NodeValueType(ScoredPool, "scores", _scores),
-    NodeValueType(FilteredPool, "filter", lambda v: f"{len(v.candidates)} kept, {len(v.excluded)} excluded"),
-    NodeValueType(CandidatePool, "merge", lambda v: f"{len(v.candidates)} candidates"),
-    NodeValueType(ChannelResult, "channel", _channel),
+                  lambda v: f"{len(v.items)} items, {v.tokens_used}/{v.token_budget} tokens", frames.bundle_frame),
+    NodeValueType(Selection, "selection", lambda v: f"{len(v.pool)} selected, {len(v.excluded)} left out",
+                  frames.ranked_frame),
+    NodeValueType(RankedCandidates, "ranking", _ranking, frames.ranked_frame),
+    NodeValueType(ScoredPool, "scores", _scores, frames.scored_frame),
+    NodeValueType(FilteredPool, "filter", lambda v: f"{len(v.candidates)} kept, {len(v.excluded)} excluded",
+                  frames.filtered_frame),
+    NodeValueType(CandidatePool, "merge", lambda v: f"{len(v.candidates)} candidates", frames.pool_frame),
+    NodeValueType(ChannelResult, "channel", _channel, frames.channel_frame),
     NodeValueType(CandidateLimits, "limits",
                   lambda v: f"vector {v.vector_k}, lexical {v.lexical_k}, graph {v.graph_max_candidates}"),
-    NodeValueType(QueryAnalysis, "analysis", _analysis),
+    NodeValueType(QueryAnalysis, "analysis", _analysis, frames.analysis_frame),
     NodeValueType(QueryEmbedding, None,
-                  lambda v: f"{v.identity.dimension}-d, {v.identity.model_name.rsplit('/', 1)[-1]}"),
+                  lambda v: f"{v.identity.dimension}-d, {v.identity.model_name.rsplit('/', 1)[-1]}",
+                  frames.embedding_frame),
 )
 
 
@@ -95,6 +105,14 @@ def value_summary(value: Any) -> str:
     if isinstance(value, list | tuple | dict):
         return f"{len(value)} items"
     return type(value).__name__
+
+
+def node_frame(value: Any) -> pd.DataFrame:
+    """Any node's value as a DataFrame: its row's builder, else `frames.generic_frame`."""
+    row = value_type_of(type(value))
+    if row is not None and row.frame is not None:
+        return row.frame(value)
+    return frames.generic_frame(value)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Stage 5: scoring and ranking (RFC 7, 7.1, 7.2). Hamilton config `fusion` picks the formula.
 
 `fused_scores` is a `ScoredPool`: one numpy column per input, rank and applied factor, so an
-auditor sees exactly how each score was made (`rms_retrieval.dataflows.frames.node_frame` shows
+auditor sees exactly how each score was made (`rms_retrieval.dataflows.node_types.node_frame` shows
 it as a table). Rows are in final order: score descending, then path count, then object id.
 
 The arithmetic is elementwise numpy in the order the RFC writes each formula, so every score is

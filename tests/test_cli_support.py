@@ -11,6 +11,7 @@ from rms_retrieval.dataflows import cli_support
 from rms_retrieval.dataflows.cli_support import CliError
 from rms_retrieval.nodes.models import DEFAULT_TOKEN_BUDGET
 from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.models import MemoryObject
 
 
 def test_parse_time_wants_iso_8601_with_a_timezone():
@@ -43,7 +44,7 @@ def test_open_store_names_a_missing_store_and_opens_read_only(demo_store, tmp_pa
         cli_support.open_store(str(tmp_path / "nowhere"))
     with cli_support.open_store(str(demo_store.path), read_only=True) as store:
         with pytest.raises(StoreError, match="read-only"):
-            store.log_retrieval({"request_id": "00000000-0000-0000-0000-000000000001"})
+            store.add([MemoryObject(namespace="demo", content="a write through a read-only store")])
     with pytest.raises(CliError, match="namespace nobody has no memories .* known: "):
         with cli_support.open_store(str(demo_store.path), read_only=True) as store:
             cli_support.check_namespaces(store, str(demo_store.path), ["nobody"])

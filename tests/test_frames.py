@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rms_retrieval.dataflows.frames import bundle_frame, channel_frame, filtered_frame, node_frame, pool_frame
+from rms_retrieval.dataflows.frames import bundle_frame, channel_frame, filtered_frame, pool_frame
+from rms_retrieval.dataflows.node_types import node_frame
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
 from rms_retrieval.nodes.models import CandidatePool, ChannelHit, ChannelResult, FilteredPool, PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
