@@ -21,6 +21,7 @@ from uuid import UUID
 import numpy as np
 
 from rms_retrieval.stores import writer
+from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.embedding import default_encoder
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.manifest import LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, read_manifest, write_manifest
@@ -199,8 +200,8 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
     def entity_catalog(self, namespaces: Sequence[str]) -> list[EntityRef]:
         return self.snapshot().entity_catalog(namespaces)
 
-    def edges_touching(self, nodes: Iterable[UUID], namespaces: Sequence[str], min_confidence: float) -> list[Edge]:
-        return self.snapshot().edges_touching(nodes, namespaces, min_confidence)
+    def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
+        return self.snapshot().adjacency(namespaces)
 
     def get_objects(self, ids: Iterable[UUID]) -> dict[UUID, MemoryObject]:
         return self.snapshot().get_objects(ids)

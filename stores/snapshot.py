@@ -239,12 +239,6 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
             self._catalogs[key] = sorted(refs, key=lambda ref: (ref.namespace, ref.alias.lower(), ref.alias, ref.object_id))
         return list(self._catalogs[key])
 
-    def edges_touching(self, nodes: Iterable[UUID], namespaces: Sequence[str], min_confidence: float) -> list[Edge]:
-        """Edges with an endpoint in `nodes` whose both endpoints lie in `namespaces`, by edge id."""
-        if not namespaces:
-            return []
-        return self.adjacency(namespaces).touching(nodes, min_confidence)
-
     def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
         """The graph of one namespace scope; edges never cross namespaces, and a later segment's
         edge replaces an earlier one with the same id (a re-weighted CO_MENTIONED edge)."""

@@ -205,14 +205,14 @@ def test_missing_store(tmp_path):
 def test_edges_never_cross_namespaces(store):
     store.add([_memory(1, "Caroline met Melanie", namespace="a"), _memory(2, "Caroline met Melanie", namespace="b")])
     caroline_a, caroline_b = entity_id("a", "Caroline"), entity_id("b", "Caroline")
-    edges_a = store.edges_touching([caroline_a, caroline_b], ["a"], 0.4)
+    edges_a = store.adjacency(["a"]).touching([caroline_a, caroline_b], 0.4)
     assert {edge.edge_type for edge in edges_a} == {"MENTIONS", "CO_MENTIONED"}
     assert all(store.get_objects([edge.source, edge.target]).keys() <= {UUID(int=1), caroline_a, entity_id("a", "Melanie")} for edge in edges_a)
     assert [edge.edge_id for edge in edges_a] == sorted(edge.edge_id for edge in edges_a)
-    assert store.edges_touching([UUID(int=2)], ["a"], 0.0) == []
-    assert [edge.confidence for edge in store.edges_touching([caroline_b], ["b"], 0.5)] == [0.7]
+    assert store.adjacency(["a"]).touching([UUID(int=2)], 0.0) == []
+    assert [edge.confidence for edge in store.adjacency(["b"]).touching([caroline_b], 0.5)] == [0.7]
     store.add([_memory(3, "Melanie and Caroline again", namespace="a")])
-    co = [edge for edge in store.edges_touching([caroline_a], ["a"], 0.0) if edge.edge_type == "CO_MENTIONED"]
+    co = [edge for edge in store.adjacency(["a"]).touching([caroline_a], 0.0) if edge.edge_type == "CO_MENTIONED"]
     assert [edge.confidence for edge in co] == [0.55]
 
 

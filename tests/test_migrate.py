@@ -93,7 +93,7 @@ def test_rms_migrate_keeps_objects_vectors_edges_and_log(tmp_path, capsys):
         best = store.search_vector(FakeEncoder().encode(["Ann"])[0], ["a"], 5)[0]
         assert best.object_id == UUID(int=3) and best.cosine == pytest.approx(1.0)
         assert [hit.object_id for hit in store.search_lexical("cat", ["a"], 5)] == [UUID(int=1)]
-        assert [edge.edge_type for edge in store.edges_touching([UUID(int=1)], ["a"], 0.0)] == ["SPOKEN_BY"]
+        assert [edge.edge_type for edge in store.adjacency(["a"]).touching([UUID(int=1)], 0.0)] == ["SPOKEN_BY"]
         assert store.retrieval_log() == [{"request_id": str(UUID(int=99)), "payload": {"status": "ok"}}]
         store.add([MemoryObject(namespace="a", content="a new turn")])
         assert store.count_objects() == 4

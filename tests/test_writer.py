@@ -68,7 +68,7 @@ def test_a_user_id_equal_to_a_derived_entity_id_never_blocks_another_namespace(t
         [zorro] = [ref for ref in store.entity_catalog(["a"]) if ref.alias == "Zorro"]
         assert zorro.object_id not in (squatter.id, UUID(int=1)) and zorro.namespace == "a"
         assert zorro.object_id == entity_id("a", "Zorro", 1)
-        [mention] = store.edges_touching([UUID(int=1)], ["a"], 0.0)
+        [mention] = store.adjacency(["a"]).touching([UUID(int=1)], 0.0)
         assert mention.target == zorro.object_id
         assert store.get_objects([squatter.id])[squatter.id].namespace == "b"
         store.add([MemoryObject(id=UUID(int=2), namespace="a", content="Zorro again")])  # found by name
