@@ -15,11 +15,11 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
-from pydantic import ValidationError
 
 from rms_retrieval.dataflows import batch_dag, batch_ingest
 from rms_retrieval.dataflows.batch_dag import BatchRequest, BatchResult, StoreRouting
 from rms_retrieval.dataflows.batch_engines import batch_driver, task_executor
+from rms_retrieval.dataflows.ingest import read_validated_lines
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject
@@ -95,30 +95,15 @@ def _routing(store_path: str | Path | Mapping[str, str | Path]) -> StoreRouting:
 def read_requests(path: Path) -> list[BatchRequest]:
     """Requests from JSON Lines: RetrievalRequest fields plus an optional `request_id` (default:
     the line number). Every bad line is reported and none is run."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise BatchInputError(f"{path}: cannot be read ({error})") from error
-    requests, problems = [], []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            fields = json.loads(line)
-            if not isinstance(fields, dict):
-                raise ValueError("expected a JSON object")
-            request_id = str(fields.pop("request_id", number))
-            requests.append(BatchRequest(request_id=request_id, request=RetrievalRequest.model_validate(fields)))
-        except ValidationError as error:
-            problems += [f"line {number}, {'.'.join(str(p) for p in detail['loc']) or 'line'}: {detail['msg']}"
-                         for detail in error.errors()]
-        except ValueError as error:
-            problems.append(f"line {number}: {error}")
-    if problems:
-        shown = "; ".join(problems[:10]) + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
-        raise BatchInputError(f"{path}: no request was run, fix these first: {shown}")
-    if not requests:
-        raise BatchInputError(f"{path}: no requests found (expected one JSON request per line)")
+    def parse(number: int, line: str) -> BatchRequest:
+        fields = json.loads(line)
+        if not isinstance(fields, dict):
+            raise ValueError("expected a JSON object")
+        request_id = str(fields.pop("request_id", number))
+        return BatchRequest(request_id=request_id, request=RetrievalRequest.model_validate(fields))
+
+    requests = read_validated_lines(path, parse, BatchInputError, nothing_done="no request was run",
+                                    when_empty="no requests found (expected one JSON request per line)")
     try:
         return _batch_requests(requests)
     except BatchInputError as error:

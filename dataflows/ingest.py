@@ -6,7 +6,9 @@ store's own `add` is all-or-nothing for what gets past validation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import ValidationError
 
@@ -15,32 +17,45 @@ from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import IngestReport
 
 
+T = TypeVar("T")
+
+
 class IngestError(ValueError):
     """A file that cannot be ingested; the message names the file, line and field."""
 
 
-def read_jsonl(path: Path) -> list[MemoryObject]:
-    """MemoryObjects, one JSON object per line; every bad line is reported, none is added."""
+def read_validated_lines(path: Path, parse: Callable[[int, str], T], error: type[ValueError], *,
+                         nothing_done: str, when_empty: str) -> list[T]:
+    """`parse(line_number, line)` for every non-blank line of a JSON Lines file, validated whole:
+    every bad line is reported, with its field, in one `error` and nothing comes back."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise IngestError(f"{path}: cannot be read ({error})") from error
-    objects, problems = [], []
+    except (OSError, UnicodeDecodeError) as failure:
+        raise error(f"{path}: cannot be read ({failure})") from failure
+    parsed, problems = [], []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            objects.append(MemoryObject.model_validate_json(line))
-        except ValidationError as error:
-            for detail in error.errors():
-                field = ".".join(str(p) for p in detail["loc"]) or "line"
-                problems.append(f"line {number}, {field}: {detail['msg']}")
+            parsed.append(parse(number, line))
+        except ValidationError as failure:
+            problems += [f"line {number}, {'.'.join(str(p) for p in detail['loc']) or 'line'}: {detail['msg']}"
+                         for detail in failure.errors()]
+        except ValueError as failure:
+            problems.append(f"line {number}: {failure}")
     if problems:
         shown = "; ".join(problems[:10]) + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
-        raise IngestError(f"{path}: nothing was added, fix these first: {shown}")
-    if not objects:
-        raise IngestError(f"{path}: no objects found (expected one JSON MemoryObject per line)")
-    return objects
+        raise error(f"{path}: {nothing_done}, fix these first: {shown}")
+    if not parsed:
+        raise error(f"{path}: {when_empty}")
+    return parsed
+
+
+def read_jsonl(path: Path) -> list[MemoryObject]:
+    """MemoryObjects, one JSON object per line; every bad line is reported, none is added."""
+    return read_validated_lines(path, lambda _, line: MemoryObject.model_validate_json(line), IngestError,
+                                nothing_done="nothing was added",
+                                when_empty="no objects found (expected one JSON MemoryObject per line)")
 
 
 def locomo_objects(dataset: LocomoDataset) -> list[MemoryObject]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.manifest import fsync_path
 from rms_retrieval.stores.retrieval_log import (
     COMPACTED_FROM,
     MERGED_PREFIX,
@@ -88,14 +89,6 @@ def _older_than(path: Path, age_ns: int) -> bool:
     return time.time_ns() - path.stat().st_mtime_ns > age_ns
 
 
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def compact(directory: Path, retention: LogRetention, *, now_ns: int | None = None) -> CompactReport:
     """Merge the closed segments into one, keeping what `retention` allows, atomically; live
     segments are left to their writers. Compactions of one directory run one at a time."""
@@ -143,10 +136,10 @@ def compact(directory: Path, retention: LogRetention, *, now_ns: int | None = No
             handle.flush()
             os.fsync(handle.fileno())
         os.rename(temporary, output)
-        _fsync_directory(directory)
+        fsync_path(directory)
         for path in closed:
             path.unlink(missing_ok=True)
-        _fsync_directory(directory)
+        fsync_path(directory)
         return CompactReport(
             segments_merged=len(closed),
             records_kept=len(kept),
