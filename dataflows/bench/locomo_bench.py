@@ -17,7 +17,7 @@ the vector path, for the same reason.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 from uuid import UUID
@@ -55,6 +55,7 @@ TARGETS = {
 }
 MAIN_CATEGORIES = (1, 2, 3, 4)
 ADVERSARIAL_CATEGORIES = (5,)
+SPLITS = ("tune", "confirm", "all")
 
 
 def _with_candidates(settings: RetrievalSettings, **update: Any) -> dict[str, Any]:
@@ -67,6 +68,10 @@ def _with_scoring(settings: RetrievalSettings, **update: Any) -> dict[str, Any]:
 
 def _with_session(settings: RetrievalSettings, **update: Any) -> dict[str, Any]:
     return {"session": settings.session.model_copy(update=update)}
+
+
+def _with_packing(settings: RetrievalSettings, **update: Any) -> dict[str, Any]:
+    return {"packing": settings.packing.model_copy(update=update)}
 
 
 def _paths(*paths: PathType) -> frozenset[PathType]:
@@ -102,6 +107,9 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     ),
     "no_temporal": _variant(lambda s: _with_scoring(s, temporal_boost=0.0)),
     "no_session": _variant(_no_session),
+    # Levers of issue 15, tried on the tune split and kept as arms so the table can be re-run.
+    "score_order": _variant(lambda s: _with_packing(s, tier_order="score")),
+    "density_0": _variant(lambda s: _with_packing(s, density_exponent=0.0)),
 }
 
 
@@ -245,12 +253,33 @@ def repack_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], settin
     return {"compared": compared, "identical": compared - len(different), "different": different}
 
 
-def benchmark_questions(dataset: LocomoDataset, limit: int | None = None) -> dict[str, list[LocomoQuestion]]:
-    """Categories 1-4 and category 5, each with resolvable evidence, optionally thinned evenly."""
-    return {
-        "main": evenly_spaced(questions_for(dataset, MAIN_CATEGORIES), limit),
-        "adversarial": evenly_spaced(questions_for(dataset, ADVERSARIAL_CATEGORIES), limit),
-    }
+def split_sample_ids(sample_ids: Iterable[str], split: str) -> list[str]:
+    """The conversations of `split`, by conversation: in sorted sample-id order the 1st, 3rd,
+    5th, ... are "tune" and the others "confirm"; "all" is every one.
+
+    Fixed before any setting was tuned: settings are chosen on "tune" and proven on "confirm".
+    On LoCoMo, tune is conv-26, 41, 43, 47, 49 (786 questions of categories 1-4) and confirm is
+    conv-30, 42, 44, 48, 50 (750).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    ordered = sorted(set(sample_ids))
+    if split == "all":
+        return ordered
+    return ordered[0 if split == "tune" else 1 :: 2]
+
+
+def benchmark_questions(
+    dataset: LocomoDataset, limit: int | None = None, split: str = "all"
+) -> dict[str, list[LocomoQuestion]]:
+    """Categories 1-4 and category 5 of the split's conversations, each with resolvable
+    evidence, optionally thinned evenly."""
+    chosen = set(split_sample_ids((c.sample_id for c in dataset.conversations), split))
+
+    def of(categories: Sequence[int]) -> list[LocomoQuestion]:
+        return evenly_spaced([q for q in questions_for(dataset, categories) if q.sample_id in chosen], limit)
+
+    return {"main": of(MAIN_CATEGORIES), "adversarial": of(ADVERSARIAL_CATEGORIES)}
 
 
 def _table(outcomes: Sequence[QuestionOutcome]) -> dict[str, dict[str, float]]:
