@@ -56,7 +56,8 @@ def _hit_value(candidate: Candidate, path: PathType, field: str) -> float | None
 
 def _base_rows(filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings) -> list[dict]:
     """The inputs both formulas share, one dict per candidate."""
-    window = analysis.temporal_window if analysis.intent is QueryIntent.TEMPORAL else None
+    dated = analysis.intent is QueryIntent.TEMPORAL or settings.scoring.temporal_any_intent
+    window = analysis.temporal_window if dated else None
     rows = []
     for c in filtered.candidates:
         obj = c.object

@@ -137,6 +137,11 @@ class ScoringSettings(BaseModel):
     )
     node_type_boosts: dict[NodeType, float] = Field(default_factory=dict)
     temporal_boost: float = Field(default=0.5, ge=0.0, le=10.0)
+    temporal_any_intent: bool = Field(
+        default=False,
+        description="Temporal affinity reads the question's date window whatever its intent, not only "
+                    "under TEMPORAL (entity-first ordering makes most dated questions ENTITY_LOOKUP).",
+    )
     current_update_multiplier: float = Field(default=1.30, ge=1.0, le=4.0)
     relevance_floor: float = Field(default=0.2, ge=0.0, le=1.0)
 

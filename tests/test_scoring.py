@@ -72,6 +72,18 @@ def test_temporal_affinity_only_applies_to_temporal_intent():
     assert set(plain["temporal_factor"]) == {1.0}
 
 
+def test_temporal_any_intent_reads_the_window_of_an_entity_lookup():
+    window = (BASE_TIME, BASE_TIME + timedelta(days=1))
+    inside = make_candidate(make_object("in", days=0.5), VECTOR=(2, 0.5))
+    outside = make_candidate(make_object("out", days=-60), VECTOR=(1, 0.6))
+    settings = NO_TIE.model_copy(update={"scoring": NO_TIE.scoring.model_copy(update={"temporal_any_intent": True})})
+    dated = _rrf(inside, outside, analysis=_analysis(QueryIntent.ENTITY_LOOKUP, window=window), settings=settings)
+    assert dated.index[0] == str(inside.object_id)
+    assert dated.loc[str(inside.object_id), "temporal_affinity"] == 1.0
+    undated = _rrf(inside, outside, analysis=_analysis(QueryIntent.ENTITY_LOOKUP), settings=settings)
+    assert undated.index[0] == str(outside.object_id)
+
+
 def test_temporal_affinity_decays_outside_the_window():
     window = (BASE_TIME, BASE_TIME + timedelta(days=1))
     assert temporal_affinity(BASE_TIME - timedelta(days=7), window) == pytest.approx(0.36787944, abs=1e-8)

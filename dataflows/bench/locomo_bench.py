@@ -110,6 +110,7 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     # Levers of issue 15, tried on the tune split and kept as arms so the table can be re-run.
     "score_order": _variant(lambda s: _with_packing(s, tier_order="score")),
     "density_0": _variant(lambda s: _with_packing(s, density_exponent=0.0)),
+    "temporal_any_intent": _variant(lambda s: _with_scoring(s, temporal_any_intent=True)),
 }
 
 
