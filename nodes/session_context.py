@@ -20,7 +20,7 @@ from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import ObjectStore, SessionNeighbour
 
-SESSION_COLUMNS = ["session_trigger", "session_offset", "session_decay"]
+SESSION_COLUMNS = ["session_trigger", "session_offset", "session_decay", "session_lift"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def ranked_candidates(
     objects = {c.object_id: c.object for c in filtered_candidates.candidates}
     rows = {row["object_id"]: row for row in fused_scores.to_dict("records")}
     for row in rows.values():
-        row.update(session_trigger=None, session_offset=None, session_decay=None)
+        row.update(session_trigger=None, session_offset=None, session_decay=None, session_lift=None)
     excluded: dict[UUID, str] = {}
     trigger_order = {oid: i for i, oid in enumerate(fused_scores["object_id"])}
     # A neighbour inherits from its trigger's score as fused, never from a score an earlier
@@ -88,7 +88,7 @@ def ranked_candidates(
                 object_id=oid, formula_version=trigger["formula_version"], score=-1.0, paths=(),
                 path_count=1, node_type=str(link.neighbour.node_type),
                 stated_time=link.neighbour.stated_time, semantic_relevance=0.0,
-                session_trigger=None, session_offset=None, session_decay=None,
+                session_trigger=None, session_offset=None, session_decay=None, session_lift=None,
             )
             rows[oid] = row
         if PathType.SESSION_CONTEXT.value not in row["paths"]:
@@ -97,9 +97,39 @@ def ranked_candidates(
         if inherited > row["score"]:
             row.update(score=inherited, session_trigger=str(link.trigger), session_offset=link.offset,
                        session_decay=decay)
+    if settings.session.lift > 0:
+        _lift_strong_sessions(rows, primary, objects, settings)
     frame = pd.DataFrame(list(rows.values()), columns=COLUMNS + SESSION_COLUMNS)
     if not frame.empty:
         frame = frame.sort_values(
             ["score", "path_count", "object_id"], ascending=[False, False, True], kind="mergesort"
         ).reset_index(drop=True)
     return RankedCandidates(frame=frame, objects=objects, excluded=excluded)
+
+
+def _lift_strong_sessions(
+    rows: dict[str, dict], primary: dict[str, dict], objects: dict[UUID, MemoryObject], settings: RetrievalSettings
+) -> None:
+    """Scale every scored turn by its session's strength: the sum of the session's best
+    `lift_turns` fused scores, relative to the strongest session (the lever "session-level
+    evidence": evidence of one question tends to cluster in one or two sessions)."""
+    cfg = settings.session
+
+    def session_of(oid: str) -> tuple[str, str] | None:
+        obj = objects.get(UUID(oid))
+        return (obj.namespace, obj.session_id) if obj is not None and obj.session_id else None
+
+    scores: dict[tuple[str, str], list[float]] = {}
+    for oid, row in primary.items():
+        key = session_of(oid)
+        if key is not None and row["score"] > 0:
+            scores.setdefault(key, []).append(row["score"])
+    strength = {key: sum(sorted(values, reverse=True)[: cfg.lift_turns]) for key, values in scores.items()}
+    strongest = max(strength.values(), default=0.0)
+    if strongest <= 0:
+        return
+    for oid, row in rows.items():
+        key = session_of(oid)
+        if key in strength and row["score"] > 0:
+            factor = 1.0 + cfg.lift * strength[key] / strongest
+            row.update(score=row["score"] * factor, session_lift=factor)

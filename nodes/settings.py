@@ -185,6 +185,11 @@ class SessionSettings(BaseModel):
     top_triggers: int = Field(default=10, ge=0, le=1000)
     score_decay: float = Field(default=0.85, gt=0.0, le=1.0)
     rank_fusion_score_decay: float | None = Field(default=0.6, gt=0.0, le=1.0)
+    # Session-level evidence: a session's strength is the sum of its best `lift_turns` fused
+    # scores, relative to the strongest session in the pool; every scored turn of it is
+    # multiplied by 1 + lift * strength. 0 turns it off.
+    lift: float = Field(default=0.0, ge=0.0, le=10.0)
+    lift_turns: int = Field(default=2, ge=1, le=100)
 
 
 class PackingSettings(BaseModel):

@@ -104,7 +104,7 @@ def test_bench_locomo_through_the_generic_jsonl_path_on_one_split(demo_file, tmp
     store, out = tmp_path / "store", tmp_path / "out"
     code = main([
         "bench", "locomo", "--data", str(demo_file), "--store", str(store), "--out", str(out),
-        "--arms", "pipeline", "--budgets", "400", "--ingest", "jsonl", "--split", "confirm",
+        "--arms", "pipeline", "--budgets", "400", "--ingest", "jsonl", "--split", "confirm", "--skip-adversarial",
         "--latency-queries", "0", "--node-time-queries", "0", "--isolation-queries", "0",
         "--determinism-queries", "0", "--no-progress",
     ])

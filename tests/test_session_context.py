@@ -76,3 +76,27 @@ def test_neighbours_inherit_from_their_triggers_own_score_not_a_promoted_one():
     assert frame.loc[str(t1.id), "score"] == pytest.approx(0.6)
     assert frame.loc[str(t2.id), "session_trigger"] == str(t1.id)
     assert frame.loc[str(t2.id), "score"] == pytest.approx(round(own * 0.6, 10))
+
+
+def test_session_lift_raises_the_turns_of_the_strongest_session():
+    strong = [make_object(f"s{i}", f"turn s{i}", session_id="strong", session_seq=10 * i) for i in range(2)]
+    lone = make_object("w", "turn w", session_id="weak", session_seq=0)
+    candidates = [
+        make_candidate(lone, VECTOR=(1, 0.9)),
+        make_candidate(strong[0], VECTOR=(2, 0.8)),
+        make_candidate(strong[1], VECTOR=(3, 0.7)),
+    ]
+    off = RetrievalSettings(session=SessionSettings(window=0))
+    _, plain = _run(candidates, [lone, *strong], off)
+    assert list(plain.frame["object_id"])[:2] == [str(lone.id), str(strong[0].id)]
+    assert set(plain.frame["session_lift"].dropna()) == set()
+
+    lifted_settings = RetrievalSettings(session=SessionSettings(window=0, lift=1.0))
+    _, lifted = _run(candidates, [lone, *strong], lifted_settings)
+    frame = lifted.frame.set_index("object_id")
+    assert list(lifted.frame["object_id"])[:2] == [str(strong[0].id), str(strong[1].id)]
+    assert frame.loc[str(strong[0].id), "session_lift"] == 2.0
+    base = plain.frame.set_index("object_id")
+    assert frame.loc[str(strong[1].id), "score"] == pytest.approx(2.0 * base.loc[str(strong[1].id), "score"])
+    weak = frame.loc[str(lone.id), "session_lift"]
+    assert 1.0 < weak < 2.0

@@ -111,6 +111,8 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "score_order": _variant(lambda s: _with_packing(s, tier_order="score")),
     "density_0": _variant(lambda s: _with_packing(s, density_exponent=0.0)),
     "temporal_any_intent": _variant(lambda s: _with_scoring(s, temporal_any_intent=True)),
+    "session_lift_0.3": _variant(lambda s: _with_session(s, lift=0.3)),
+    "session_lift_1": _variant(lambda s: _with_session(s, lift=1.0)),
 }
 
 
