@@ -32,6 +32,15 @@ def test_pairs_questions_by_key_per_budget_and_category():
     assert lines[1].startswith("@4000: 0.667 vs 0.333  +0.333")
 
 
+def test_a_split_keeps_its_conversations_questions():
+    a = _results("pipeline", {"c1#1": (1, True, True), "c2#1": (2, True, True), "c3#1": (2, False, True)})
+    b = _results("pipeline", {"c1#1": (1, False, True), "c2#1": (2, False, True), "c3#1": (2, False, False)})
+    tune = compare.compare_runs(a, "pipeline", b, "pipeline", split="tune")  # c1 and c3
+    assert tune["n"] == 2 and tune["budgets"]["4000"]["overall"]["wins"] == 1
+    confirm = compare.compare_runs(a, "pipeline", b, "pipeline", split="confirm")  # c2
+    assert confirm["n"] == 1 and confirm["budgets"]["4000"]["by_category"] == {"2": {"n": 1, "a": 1.0, "b": 0.0}}
+
+
 def test_refuses_unpaired_runs_and_unknown_arms():
     with pytest.raises(ValueError, match="no arm 'nope'"):
         compare.compare_runs(A, "nope", B, "lever")

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rms_retrieval.dataflows.bench.locomo_bench import SPLITS, split_sample_ids
 from rms_retrieval.dataflows.bench.metrics import paired_comparison
 from rms_retrieval.dataflows.locomo import CATEGORY_NAMES
 
@@ -31,11 +32,19 @@ def budgets_of(rows: Mapping[str, Mapping[str, Any]]) -> list[int]:
     return sorted(int(name.split("@")[1]) for name in first if name.startswith("all_packed@"))
 
 
+def _in_split(rows: dict[str, Mapping[str, Any]], split: str) -> dict[str, Mapping[str, Any]]:
+    """The rows of the split's conversations; a key is "sample_id#index"."""
+    chosen = set(split_sample_ids({key.split("#")[0] for key in rows}, split))
+    return {key: row for key, row in rows.items() if key.split("#")[0] in chosen}
+
+
 def compare_runs(
-    a: Mapping[str, Any], arm_a: str, b: Mapping[str, Any], arm_b: str, part: str = "main"
+    a: Mapping[str, Any], arm_a: str, b: Mapping[str, Any], arm_b: str, part: str = "main", split: str = "all"
 ) -> dict[str, Any]:
-    """a minus b on all-evidence-packed per budget (paired bootstrap), overall and per category."""
+    """a minus b on all-evidence-packed per budget (paired bootstrap), overall and per category,
+    on the questions of `split` (of the conversations both runs asked)."""
     rows_a, rows_b = _rows(a, arm_a, part, "run a"), _rows(b, arm_b, part, "run b")
+    rows_a, rows_b = _in_split(rows_a, split), _in_split(rows_b, split)
     if not rows_a:
         raise ValueError(f"run a has no {part} questions for arm {arm_a!r}")
     if set(rows_a) != set(rows_b):
@@ -81,6 +90,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--arm-a", default="pipeline")
     compare.add_argument("--arm-b", default="pipeline")
     compare.add_argument("--part", choices=("main", "adversarial"), default="main")
+    compare.add_argument("--split", choices=SPLITS, default="all",
+                         help="compare on the questions of this split only (both runs may have asked more)")
     compare.set_defaults(run=_cmd_compare)
 
 
@@ -94,7 +105,7 @@ def _load(path: str) -> Mapping[str, Any]:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    compared = compare_runs(_load(args.a), args.arm_a, _load(args.b), args.arm_b, args.part)
+    compared = compare_runs(_load(args.a), args.arm_a, _load(args.b), args.arm_b, args.part, args.split)
     for line in summary_lines(compared, f"{args.a}:{args.arm_a}", f"{args.b}:{args.arm_b}"):
         print(line)
     return 0
