@@ -122,3 +122,16 @@ def test_benchmark_questions_keep_only_the_split(corpus):
     assert locomo_bench.split_sample_ids([only], "tune") == [only]
     assert len(locomo_bench.benchmark_questions(corpus.dataset, split="tune")["main"]) == 5
     assert locomo_bench.benchmark_questions(corpus.dataset, split="confirm")["main"] == []
+
+
+def test_shared_pools_give_the_bundles_of_full_runs(bench, corpus):
+    shared = locomo_bench.LocomoBench(bench.store, corpus.dataset, bench.encoder, BUDGETS, share_pools=True)
+    questions = locomo_bench.benchmark_questions(corpus.dataset)
+    arms = ["pipeline", "score_order", "session_lift_1"]
+    results = locomo_bench.run_relevance(shared, questions, arms, progress=False, repack_check_questions=3)
+    assert results["shared_pool_check"] == {"compared": 3, "identical": 3, "different": []}
+    assert len(shared._pools) == len(questions["main"])  # one pool per question, shared by all three arms
+    plain = locomo_bench.run_relevance(bench, questions, arms, progress=False, repack_check_questions=0)
+    assert plain["per_question"] == results["per_question"]
+    assert locomo_bench.pool_fingerprint(locomo_bench.arm_settings("no_graph")) != locomo_bench.pool_fingerprint(
+        locomo_bench.arm_settings("score_order"))

@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     locomo.add_argument("--ingest", choices=INGEST_PATHS, default="locomo",
                         help="how an empty --store is built: locomo (ingest-locomo: speaker entities and turns) "
                              "or jsonl (plain TURN objects written as JSON Lines and read back as rms ingest does)")
+    locomo.add_argument("--share-pools", action="store_true",
+                        help="arms equal in candidate, filtering and intent settings reuse a question's filtered pool "
+                             "(checked against full runs in shared_pool_check); faster, more memory")
     locomo.add_argument("--skip-adversarial", action="store_true",
                         help="leave out category 5 (it is never part of the headline), to save time when tuning")
     locomo.add_argument("--split", choices=SPLITS, default="all",
@@ -252,7 +255,7 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
     with MemoryStore.open(args.store, read_only=True) as store:
         results["store"].update(objects=store.count_objects(), namespaces=store.namespaces(),
                                 state_fingerprint=store.state_fingerprint())
-        bench = locomo_bench.LocomoBench(store, dataset, encoder, args.budgets)
+        bench = locomo_bench.LocomoBench(store, dataset, encoder, args.budgets, share_pools=args.share_pools)
 
         def partial_relevance(relevance: dict[str, Any]) -> None:
             results["relevance"] = relevance

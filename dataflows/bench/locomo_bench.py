@@ -16,6 +16,7 @@ the vector path, for the same reason.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -45,6 +46,11 @@ DEFAULT_BUDGETS = (4000, 8000)
 BASELINE_ARM = "pipeline"
 # Packing reads these upstream nodes and the request; nothing else depends on the budget.
 REPACK_NODES = ("ranked_candidates", "selected_candidates", "filtered_candidates", "query_analysis")
+# The stages before scoring read only these settings (checked: no candidate, filtering or query
+# analysis node reads scoring, session or packing), so arms equal in them share a question's
+# filtered pool and query analysis, computed once: the re-packing argument, one stage earlier.
+POOL_SETTINGS = ("candidates", "filtering", "query_intent_order")
+POOL_NODES = ("filtered_candidates", "query_analysis")
 RANKED_LIST = (
     "ranked_candidates.frame['object_id']: the scored candidate pool after session context, in "
     "final rank order, before selection and token packing"
@@ -167,6 +173,8 @@ class LocomoBench:
         dataset: LocomoDataset,
         encoder: QueryEncoder,
         budgets: Sequence[int] = DEFAULT_BUDGETS,
+        *,
+        share_pools: bool = False,
     ) -> None:
         if not budgets or any(b < 1 for b in budgets):
             raise ValueError(f"budgets must be positive token counts, got {list(budgets)}")
@@ -175,6 +183,8 @@ class LocomoBench:
         self.budgets = tuple(sorted(set(budgets)))
         self._reference = {c.sample_id: reference_time(c) for c in dataset.conversations}
         self._embeddings: dict[str, QueryEmbedding] = {}
+        self._pools: dict[tuple[str, str], dict[str, Any]] = {}
+        self.share_pools = share_pools
 
     def request(self, question: LocomoQuestion, budget: int) -> RetrievalRequest:
         return RetrievalRequest(
@@ -199,11 +209,16 @@ class LocomoBench:
         overrides = {}
         if PathType.VECTOR in settings.candidates.enabled_paths:
             overrides["query_embedding"] = self.embedding(question)
+        pool_key = (question.key, pool_fingerprint(settings))
+        if self.share_pools and pool_key in self._pools:
+            overrides.update(self._pools[pool_key])
         result = retrieve(
             self.store, question.question, namespaces=[question.sample_id],
             reference_time=self._reference[question.sample_id], token_budget=largest, config=settings,
             encoder=self.encoder, extra_nodes=REPACK_NODES, overrides=overrides, log=False,
         )
+        if self.share_pools:
+            self._pools.setdefault(pool_key, {name: result.nodes[name] for name in POOL_NODES})
         bundles = {largest: result.bundle}
         upstream = {name: result.nodes[name] for name in REPACK_NODES}
         for budget in self.budgets[:-1]:
@@ -219,6 +234,28 @@ class LocomoBench:
         """`packed_bundle` at `budget`, its upstream nodes given (they do not read the budget)."""
         inputs = pipeline_inputs(self.store, self.request(question, budget), settings, self.encoder)
         return build_driver(settings).execute([FINAL_NODE], inputs=inputs, overrides=dict(upstream))[FINAL_NODE]
+
+
+def pool_fingerprint(settings: RetrievalSettings) -> str:
+    """What the stages before scoring read of `settings`: equal strings, equal filtered pools."""
+    dumped = settings.model_dump(mode="json")
+    return json.dumps({name: dumped[name] for name in POOL_SETTINGS}, sort_keys=True)
+
+
+def shared_pool_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], settings: RetrievalSettings) -> dict:
+    """Bundles built on a shared pool against full `retrieve()` calls at the largest budget."""
+    compared, different = 0, []
+    for question in questions:
+        shared = bench.run(question, settings).bundles[bench.budgets[-1]]
+        direct = retrieve(
+            bench.store, question.question, namespaces=[question.sample_id],
+            reference_time=bench.request(question, bench.budgets[-1]).reference_time,
+            token_budget=bench.budgets[-1], config=settings, encoder=bench.encoder, log=False,
+        ).bundle
+        compared += 1
+        if direct.to_json() != shared.to_json():
+            different.append(question.key)
+    return {"compared": compared, "identical": compared - len(different), "different": different}
 
 
 def question_metrics(
@@ -341,6 +378,9 @@ def run_relevance(
     if repack_check_questions and len(bench.budgets) > 1:
         sample = evenly_spaced(questions["main"], repack_check_questions)
         results["repack_check"] = repack_check(bench, sample, arm_settings(arms[0]))
+    if repack_check_questions and bench.share_pools:
+        sample = evenly_spaced(questions["main"], repack_check_questions)
+        results["shared_pool_check"] = shared_pool_check(bench, sample, arm_settings(arms[-1]))
     return results
 
 
