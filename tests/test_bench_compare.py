@@ -39,6 +39,12 @@ def test_a_split_keeps_its_conversations_questions():
     assert tune["n"] == 2 and tune["budgets"]["4000"]["overall"]["wins"] == 1
     confirm = compare.compare_runs(a, "pipeline", b, "pipeline", split="confirm")  # c2
     assert confirm["n"] == 1 and confirm["budgets"]["4000"]["by_category"] == {"2": {"n": 1, "a": 1.0, "b": 0.0}}
+    # a run that asked the tune split only pairs with the tune questions of a run over all
+    tune_only = _results("pipeline", {"c1#1": (1, False, True), "c3#1": (2, False, False)})
+    tune_only["dataset"] = {"split": {"name": "tune"}}
+    assert compare.compare_runs(a, "pipeline", tune_only, "pipeline", split="tune")["n"] == 2
+    with pytest.raises(ValueError, match="asked the tune split only"):
+        compare.compare_runs(a, "pipeline", tune_only, "pipeline", split="confirm")
 
 
 def test_refuses_unpaired_runs_and_unknown_arms():

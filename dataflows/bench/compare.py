@@ -32,8 +32,15 @@ def budgets_of(rows: Mapping[str, Mapping[str, Any]]) -> list[int]:
     return sorted(int(name.split("@")[1]) for name in first if name.startswith("all_packed@"))
 
 
-def _in_split(rows: dict[str, Mapping[str, Any]], split: str) -> dict[str, Mapping[str, Any]]:
-    """The rows of the split's conversations; a key is "sample_id#index"."""
+def _in_split(results: Mapping[str, Any], rows: dict[str, Mapping[str, Any]], split: str,
+              where: str) -> dict[str, Mapping[str, Any]]:
+    """The rows of the split's conversations; a key is "sample_id#index". A run that asked one
+    split already holds only its questions; a run over all conversations is split here."""
+    asked = results.get("dataset", {}).get("split", {}).get("name", "all")
+    if split == "all" or asked == split:
+        return rows
+    if asked != "all":
+        raise ValueError(f"{where} asked the {asked} split only; it has no {split} questions")
     chosen = set(split_sample_ids({key.split("#")[0] for key in rows}, split))
     return {key: row for key, row in rows.items() if key.split("#")[0] in chosen}
 
@@ -44,7 +51,7 @@ def compare_runs(
     """a minus b on all-evidence-packed per budget (paired bootstrap), overall and per category,
     on the questions of `split` (of the conversations both runs asked)."""
     rows_a, rows_b = _rows(a, arm_a, part, "run a"), _rows(b, arm_b, part, "run b")
-    rows_a, rows_b = _in_split(rows_a, split), _in_split(rows_b, split)
+    rows_a, rows_b = _in_split(a, rows_a, split, "run a"), _in_split(b, rows_b, split, "run b")
     if not rows_a:
         raise ValueError(f"run a has no {part} questions for arm {arm_a!r}")
     if set(rows_a) != set(rows_b):
