@@ -13,7 +13,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from rms_retrieval.dataflows.locomo import LocomoDataset, conversation_objects, load_locomo
-from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import IngestReport
 
 
@@ -61,6 +61,21 @@ def read_jsonl(path: Path) -> list[MemoryObject]:
 def locomo_objects(dataset: LocomoDataset) -> list[MemoryObject]:
     """Every conversation's speaker entities and turns, conversation by conversation."""
     return [obj for conversation in dataset.conversations for obj in conversation_objects(conversation)]
+
+
+def plain_turns(dataset: LocomoDataset) -> list[MemoryObject]:
+    """Every dialogue turn as the plain TURN object a user of `rms ingest` would write: content
+    "Speaker: text", session id and position, event time, `metadata["speaker"]`. No ENTITY
+    objects: the store spots the speakers' names in the content, as it would for any user."""
+    return [obj for obj in locomo_objects(dataset) if obj.node_type is NodeType.TURN]
+
+
+def write_jsonl(objects: list[MemoryObject], path: Path) -> int:
+    """`objects` as JSON Lines that `read_jsonl` (and `rms ingest`) reads back; the count written."""
+    staged = path.with_name(path.name + ".tmp")
+    staged.write_text("".join(obj.model_dump_json() + "\n" for obj in objects), encoding="utf-8")
+    staged.replace(path)
+    return len(objects)
 
 
 def ingest_locomo(path: Path, store_path: str, *, progress: bool = True) -> tuple[IngestReport, LocomoDataset]:

@@ -100,7 +100,8 @@ class _Inputs:
     _INTEGERS = ("update_wording", "stated_us", "updated_us", "path_mask", "path_count")
 
     def __init__(self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings) -> None:
-        window = analysis.temporal_window if analysis.intent is QueryIntent.TEMPORAL else None
+        dated = analysis.intent is QueryIntent.TEMPORAL or settings.scoring.temporal_any_intent
+        window = analysis.temporal_window if dated else None
         weights = settings.scoring.epistemic_weights
         boosts = settings.scoring.node_type_boosts
         nan = math.nan

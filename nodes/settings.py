@@ -141,6 +141,14 @@ class ScoringSettings(BaseModel):
     )
     node_type_boosts: dict[NodeType, float] = Field(default_factory=dict)
     temporal_boost: float = Field(default=0.5, ge=0.0, le=10.0)
+    # True: the question's own dates count whatever intent wins. On LoCoMo's confirm split this
+    # packed all evidence for 0.812 of the questions at 4K against 0.801 (+0.011, paired 95%
+    # interval [+0.004, +0.019], 8 wins, 0 losses), 0.897 against 0.893 at 8K.
+    temporal_any_intent: bool = Field(
+        default=True,
+        description="Temporal affinity reads the question's date window whatever its intent, not only "
+                    "under TEMPORAL (entity-first ordering makes most dated questions ENTITY_LOOKUP).",
+    )
     current_update_multiplier: float = Field(default=1.30, ge=1.0, le=4.0)
     relevance_floor: float = Field(default=0.2, ge=0.0, le=1.0)
 
@@ -193,7 +201,10 @@ class PackingSettings(BaseModel):
 
     item_format: Literal["dated_groups", "reader", "plain"] = "dated_groups"
     tier_order: Literal["tiered", "score"] = "tiered"
-    density_exponent: float = Field(default=0.25, ge=0.0, le=1.0)
+    # 0: inside a tier, score order decides (RFC 8 names the signal-to-token ratio; 0.25 was the
+    # default before issue 15). On LoCoMo's confirm split 0 packed all evidence for 0.816 of the
+    # questions at 4K against 0.801 (+0.015, paired 95% interval [+0.004, +0.025]), identical at 8K.
+    density_exponent: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
 class RetrievalSettings(BaseModel):

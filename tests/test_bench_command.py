@@ -98,3 +98,31 @@ def test_a_leak_or_a_difference_fails_the_command(capsys):
 def test_machine_info():
     info = command.machine_info()
     assert info["cores"] >= 1 and info["python"].startswith("3.") and "torch" in info["versions"]
+
+
+def test_bench_locomo_through_the_generic_jsonl_path_on_one_split(demo_file, tmp_path, capsys):
+    store, out = tmp_path / "store", tmp_path / "out"
+    code = main([
+        "bench", "locomo", "--data", str(demo_file), "--store", str(store), "--out", str(out),
+        "--arms", "pipeline", "--budgets", "400", "--ingest", "jsonl", "--split", "confirm", "--skip-adversarial",
+        "--latency-queries", "0", "--node-time-queries", "0", "--isolation-queries", "0",
+        "--determinism-queries", "0", "--no-progress",
+    ])
+    assert code == 0
+    results = json.loads((out / command.RESULTS_FILE).read_text())
+    assert results["store"]["ingest"]["path"] == "jsonl"
+    # no declared speakers: every entity is one the store spotted in the turns' content
+    assert results["store"]["ingest"]["entities_added"] > 0
+    assert results["dataset"]["split"] == {"name": "confirm", "conversations": ["demo-twin"]}
+    asked = {row["question"].split("#")[0] for row in results["relevance"]["per_question"]["pipeline"]["main"]}
+    assert asked == {"demo-twin"}
+    lines = (out / command.JSONL_FILE).read_text().splitlines()
+    assert all(json.loads(line)["node_type"] == "TURN" for line in lines)
+
+
+def test_bench_locomo_jsonl_writes_what_rms_ingest_reads(demo_file, tmp_path, capsys):
+    path = tmp_path / "turns.jsonl"
+    assert main(["bench", "locomo-jsonl", "--data", str(demo_file), "--out", str(path)]) == 0
+    assert "rms ingest" in capsys.readouterr().out
+    assert main(["ingest", str(path), "--store", str(tmp_path / "store")]) == 0
+    assert f"added {len(path.read_text().splitlines())} objects" in capsys.readouterr().out

@@ -87,3 +87,51 @@ def test_ranked_list_is_the_ranked_candidates_frame(bench, corpus):
 def test_rejects_bad_budgets(bench):
     with pytest.raises(ValueError, match="budgets"):
         locomo_bench.LocomoBench(bench.store, load_demo().dataset, bench.encoder, [0])
+
+
+def test_split_is_by_conversation_alternating_in_sample_id_order():
+    ids = ["conv-30", "conv-26", "conv-42", "conv-41", "conv-43"]
+    assert locomo_bench.split_sample_ids(ids, "tune") == ["conv-26", "conv-41", "conv-43"]
+    assert locomo_bench.split_sample_ids(ids, "confirm") == ["conv-30", "conv-42"]
+    assert locomo_bench.split_sample_ids(ids, "all") == sorted(ids)
+    with pytest.raises(ValueError, match="unknown split 'train'"):
+        locomo_bench.split_sample_ids(ids, "train")
+
+
+def test_locomo_split_is_the_documented_one():
+    from pathlib import Path
+
+    from rms_retrieval.dataflows.locomo import load_locomo
+
+    path = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
+    if not path.exists():
+        pytest.skip("LoCoMo is not at ../shared/data/locomo10.json")
+    dataset = load_locomo(path)
+    tune = locomo_bench.benchmark_questions(dataset, split="tune")
+    confirm = locomo_bench.benchmark_questions(dataset, split="confirm")
+    assert sorted({q.sample_id for q in tune["main"]}) == ["conv-26", "conv-41", "conv-43", "conv-47", "conv-49"]
+    assert sorted({q.sample_id for q in confirm["main"]}) == ["conv-30", "conv-42", "conv-44", "conv-48", "conv-50"]
+    everything = locomo_bench.benchmark_questions(dataset)
+    for part in ("main", "adversarial"):
+        assert len(tune[part]) + len(confirm[part]) == len(everything[part])
+    assert (len(tune["main"]), len(confirm["main"])) == (786, 750)
+
+
+def test_benchmark_questions_keep_only_the_split(corpus):
+    only = corpus.dataset.conversations[0].sample_id
+    assert locomo_bench.split_sample_ids([only], "tune") == [only]
+    assert len(locomo_bench.benchmark_questions(corpus.dataset, split="tune")["main"]) == 5
+    assert locomo_bench.benchmark_questions(corpus.dataset, split="confirm")["main"] == []
+
+
+def test_shared_pools_give_the_bundles_of_full_runs(bench, corpus):
+    shared = locomo_bench.LocomoBench(bench.store, corpus.dataset, bench.encoder, BUDGETS, share_pools=True)
+    questions = locomo_bench.benchmark_questions(corpus.dataset)
+    arms = ["pipeline", "score_order", "session_lift_1"]
+    results = locomo_bench.run_relevance(shared, questions, arms, progress=False, repack_check_questions=3)
+    assert results["shared_pool_check"] == {"compared": 3, "identical": 3, "different": []}
+    assert len(shared._pools) == len(questions["main"])  # one pool per question, shared by all three arms
+    plain = locomo_bench.run_relevance(bench, questions, arms, progress=False, repack_check_questions=0)
+    assert plain["per_question"] == results["per_question"]
+    assert locomo_bench.pool_fingerprint(locomo_bench.arm_settings("no_graph")) != locomo_bench.pool_fingerprint(
+        locomo_bench.arm_settings("score_order"))

@@ -37,3 +37,19 @@ def test_locomo_objects_keep_speakers_then_turns_per_conversation():
     assert objects[2].source_ref == "D1:1" and objects[2].content.startswith("Priya: ")
     assert len(objects) == 2 + sum(len(c.turns) for c in corpus.dataset.conversations)
     assert json.loads(objects[2].model_dump_json())["session_id"] == "session_1"
+
+
+def test_plain_turns_round_trip_through_jsonl_without_entities(tmp_path):
+    from rms_retrieval.dataflows.ingest import plain_turns, write_jsonl
+
+    dataset = load_demo().dataset
+    turns = plain_turns(dataset)
+    assert len(turns) == sum(len(c.turns) for c in dataset.conversations)
+    assert {o.node_type for o in turns} == {"TURN"}
+    first = turns[0]
+    assert first.content.startswith("Priya: ") and first.metadata["speaker"] == "Priya"
+    assert first.session_id == "session_1" and first.session_seq == 0 and first.event_time is not None
+    path = tmp_path / "turns.jsonl"
+    assert write_jsonl(turns, path) == len(turns)
+    assert read_jsonl(path) == turns
+    assert not (tmp_path / "turns.jsonl.tmp").exists()

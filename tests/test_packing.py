@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from rms_retrieval.nodes.models import CandidatePool, FilteredPool, QueryAnalysis
-from rms_retrieval.nodes.formatting import format_item
-from rms_retrieval.nodes.packing import packed_bundle, selected_candidates
+from rms_retrieval.nodes.formatting import format_item, group_header
+from rms_retrieval.nodes.packing import SEPARATOR, packed_bundle, selected_candidates
 from rms_retrieval.nodes.scoring import fused_scores__rrf
 from rms_retrieval.nodes.session_context import ranked_candidates
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -61,10 +61,16 @@ def test_dated_groups_put_one_date_line_over_each_day_in_time_order():
 
 
 def test_density_decides_inside_a_tier_when_the_budget_is_tight():
-    long = make_candidate(make_object("long", "word " * 40), VECTOR=(1, 0.9))
+    long = make_candidate(make_object("long", "word " * 12), VECTOR=(1, 0.9))
     short = make_candidate(make_object("short", "brief"), VECTOR=(2, 0.89))
-    bundle = _bundle([long, short], make_request(token_budget=20))
-    assert [i.content for i in bundle.items] == ["brief"]
+    # the long item, its date line and the newline between them fill the budget
+    budget = count_tokens(long.object.content) + count_tokens(group_header(long.object)) + count_tokens(SEPARATOR)
+    request = make_request(token_budget=budget)
+    dense = SETTINGS.model_copy(update={"packing": SETTINGS.packing.model_copy(update={"density_exponent": 0.25})})
+    assert [i.content for i in _bundle([long, short], request, dense).items] == ["brief"]
+    # the default, exponent 0, is score order: the better-scored long item fills the budget
+    assert SETTINGS.packing.density_exponent == 0.0
+    assert [i.content for i in _bundle([long, short], request).items] == ["word " * 12]
 
 
 def test_min_score_compares_the_cosine_under_rank_fusion():

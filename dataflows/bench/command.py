@@ -20,15 +20,17 @@ from typing import Any
 EXIT_FAILED_CHECK = 1
 RESULTS_FILE = "results.json"
 SCALE_RESULTS_FILE = "scale_results.json"
+INGEST_PATHS = ("locomo", "jsonl")
+JSONL_FILE = "locomo-turns.jsonl"
 _VERSIONED = ("torch", "duckdb", "faiss-cpu", "apache-hamilton", "numpy", "pandas", "sentence-transformers",
               "tiktoken", "pydantic")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `bench locomo` and `bench scale` to the `rms` parser."""
-    from rms_retrieval.dataflows.bench import identical, latency_bench
+    from rms_retrieval.dataflows.bench import compare, identical, latency_bench
     from rms_retrieval.dataflows.bench.batch_bench import add_parser as add_batch
-    from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS
+    from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS, SPLITS
     from rms_retrieval.dataflows.bench.store_command import register as register_store_benches
 
     bench = sub.add_parser("bench", help="benchmarks: LoCoMo relevance and operations, scaling")
@@ -43,6 +45,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help=f"arms to run (default all: {', '.join(ARMS)})")
     locomo.add_argument("--budgets", nargs="+", type=int, default=list(DEFAULT_BUDGETS), metavar="TOKENS")
     locomo.add_argument("--limit-questions", type=int, help="evaluate N evenly spaced questions per question set")
+    locomo.add_argument("--ingest", choices=INGEST_PATHS, default="locomo",
+                        help="how an empty --store is built: locomo (ingest-locomo: speaker entities and turns) "
+                             "or jsonl (plain TURN objects written as JSON Lines and read back as rms ingest does)")
+    locomo.add_argument("--share-pools", action="store_true",
+                        help="arms equal in candidate, filtering and intent settings reuse a question's filtered pool "
+                             "(checked against full runs in shared_pool_check); faster, more memory")
+    locomo.add_argument("--skip-adversarial", action="store_true",
+                        help="leave out category 5 (it is never part of the headline), to save time when tuning")
+    locomo.add_argument("--split", choices=SPLITS, default="all",
+                        help="conversations to ask: tune (choose settings here), confirm (prove them here) or all")
     locomo.add_argument("--latency-queries", type=int, default=200, help="queries per bundle size (default 200)")
     locomo.add_argument("--node-time-queries", type=int, default=50)
     locomo.add_argument("--isolation-queries", type=int, default=10_000)
@@ -64,6 +76,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     identical.register(commands)
     latency_bench.register(commands)
     add_batch(commands)
+    compare.register(commands)
+
+    export = commands.add_parser(
+        "locomo-jsonl", help="write LoCoMo's turns as plain TURN MemoryObjects in JSON Lines, for rms ingest")
+    export.add_argument("--data", required=True, help="the LoCoMo JSON file (locomo10.json)")
+    export.add_argument("--out", required=True, help="the JSON Lines file to write")
+    export.set_defaults(run=_cmd_locomo_jsonl)
 
 
 def _threads_option(parser: argparse.ArgumentParser) -> None:
@@ -149,7 +168,20 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(staged, path)
 
 
-def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool) -> dict[str, Any]:
+def _ingest_jsonl(dataset: Any, store_path: str, out: Path, progress: bool) -> Any:
+    """The generic path: plain turns written as JSON Lines, read back and added as `rms ingest` does."""
+    from rms_retrieval.dataflows.ingest import plain_turns, read_jsonl, write_jsonl
+    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    path = out / JSONL_FILE
+    write_jsonl(plain_turns(dataset), path)
+    with MemoryStore.open(store_path, encoder=default_encoder()) as store:
+        return store.add(read_jsonl(path), progress=progress)
+
+
+def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool, ingest_path: str = "locomo",
+                   out: Path | None = None) -> dict[str, Any]:
     """Reuse the store when it holds objects, else build it from the LoCoMo file and time that."""
     from rms_retrieval.dataflows.bench.speed_bench import directory_size_mb, peak_memory_mb
     from rms_retrieval.dataflows.ingest import ingest_locomo
@@ -165,10 +197,13 @@ def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool) ->
         present, namespaces = 0, set()
     ingest: dict[str, Any] | None = None
     if present == 0:
-        report, _ = ingest_locomo(data, store_path, progress=progress)
+        if ingest_path == "jsonl":
+            report = _ingest_jsonl(dataset, store_path, out or Path(store_path), progress)
+        else:
+            report, _ = ingest_locomo(data, store_path, progress=progress)
         turns = sum(len(c.turns) for c in dataset.conversations)
         ingest = {
-            "objects_added": report.objects_added, "entities_added": report.entities_added,
+            "path": ingest_path, "objects_added": report.objects_added, "entities_added": report.entities_added,
             "edges_added": report.edges_added, "turns": turns, "seconds": report.seconds,
             "turns_per_second": turns / report.seconds, "details": report.details,
             "peak_memory_mb_after_ingest": peak_memory_mb(),
@@ -215,15 +250,19 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
         "targets": locomo_bench.TARGETS,
         "configuration_fingerprint": locomo_bench.arm_settings("pipeline").fingerprint(),
     }
-    results["store"] = _prepare_store(data, args.store, dataset, progress)
+    results["store"] = _prepare_store(data, args.store, dataset, progress, args.ingest, out)
     results_path = out / RESULTS_FILE
     encoder = default_encoder()
-    questions = locomo_bench.benchmark_questions(dataset, args.limit_questions)
+    questions = locomo_bench.benchmark_questions(dataset, args.limit_questions, args.split)
+    if args.skip_adversarial:
+        questions["adversarial"] = []
     results["dataset"]["evaluated"] = {part: len(qs) for part, qs in questions.items()}
+    results["dataset"]["split"] = {"name": args.split, "conversations": locomo_bench.split_sample_ids(
+        (c.sample_id for c in dataset.conversations), args.split)}
     with MemoryStore.open(args.store, read_only=True) as store:
         results["store"].update(objects=store.count_objects(), namespaces=store.namespaces(),
                                 state_fingerprint=store.state_fingerprint())
-        bench = locomo_bench.LocomoBench(store, dataset, encoder, args.budgets)
+        bench = locomo_bench.LocomoBench(store, dataset, encoder, args.budgets, share_pools=args.share_pools)
 
         def partial_relevance(relevance: dict[str, Any]) -> None:
             results["relevance"] = relevance
@@ -303,6 +342,15 @@ def _exit_code(speed: dict[str, Any]) -> int:
     for problem in failed:
         print(f"FAILED: {problem}", file=sys.stderr)
     return EXIT_FAILED_CHECK if failed else 0
+
+
+def _cmd_locomo_jsonl(args: argparse.Namespace) -> int:
+    from rms_retrieval.dataflows.ingest import plain_turns, write_jsonl
+    from rms_retrieval.dataflows.locomo import load_locomo
+
+    written = write_jsonl(plain_turns(load_locomo(Path(args.data))), Path(args.out))
+    print(f"wrote {written} TURN objects to {args.out}; add them with: rms ingest {args.out} --store DIR")
+    return 0
 
 
 def _cmd_scale(args: argparse.Namespace) -> int:

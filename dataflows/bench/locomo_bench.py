@@ -16,8 +16,9 @@ the vector path, for the same reason.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 from uuid import UUID
@@ -46,6 +47,11 @@ BASELINE_ARM = "pipeline"
 # Packing reads these upstream nodes and the request; nothing else depends on the budget.
 REPACK_NODES = ("ranked_candidates", "selected_candidates", "filtered_candidates", "merged_candidates",
                 "query_analysis")
+# The stages before scoring read only these settings (checked: no candidate, filtering or query
+# analysis node reads scoring, session or packing), so arms equal in them share a question's
+# pool and query analysis, computed once: the re-packing argument, one stage earlier.
+POOL_SETTINGS = ("candidates", "filtering", "query_intent_order")
+POOL_NODES = ("filtered_candidates", "merged_candidates", "query_analysis")
 RANKED_LIST = (
     "ranked_candidates.pool.object_ids: the scored candidate pool after session context, in "
     "final rank order, before selection and token packing"
@@ -56,6 +62,7 @@ TARGETS = {
 }
 MAIN_CATEGORIES = (1, 2, 3, 4)
 ADVERSARIAL_CATEGORIES = (5,)
+SPLITS = ("tune", "confirm", "all")
 
 
 def _with_candidates(settings: RetrievalSettings, **update: Any) -> dict[str, Any]:
@@ -68,6 +75,10 @@ def _with_scoring(settings: RetrievalSettings, **update: Any) -> dict[str, Any]:
 
 def _with_session(settings: RetrievalSettings, **update: Any) -> dict[str, Any]:
     return {"session": settings.session.model_copy(update=update)}
+
+
+def _with_packing(settings: RetrievalSettings, **update: Any) -> dict[str, Any]:
+    return {"packing": settings.packing.model_copy(update=update)}
 
 
 def _paths(*paths: PathType) -> frozenset[PathType]:
@@ -103,6 +114,11 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     ),
     "no_temporal": _variant(lambda s: _with_scoring(s, temporal_boost=0.0)),
     "no_session": _variant(_no_session),
+    # Levers of issue 15, tried on the tune split and kept as arms so the table can be re-run;
+    # the two adopted ones are now defaults, so their arms give back the earlier behaviour.
+    "score_order": _variant(lambda s: _with_packing(s, tier_order="score")),
+    "density_0.25": _variant(lambda s: _with_packing(s, density_exponent=0.25)),
+    "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False)),
 }
 
 
@@ -157,6 +173,8 @@ class LocomoBench:
         dataset: LocomoDataset,
         encoder: QueryEncoder,
         budgets: Sequence[int] = DEFAULT_BUDGETS,
+        *,
+        share_pools: bool = False,
     ) -> None:
         if not budgets or any(b < 1 for b in budgets):
             raise ValueError(f"budgets must be positive token counts, got {list(budgets)}")
@@ -165,6 +183,8 @@ class LocomoBench:
         self.budgets = tuple(sorted(set(budgets)))
         self._reference = {c.sample_id: reference_time(c) for c in dataset.conversations}
         self._embeddings: dict[str, QueryEmbedding] = {}
+        self._pools: dict[tuple[str, str], dict[str, Any]] = {}
+        self.share_pools = share_pools
 
     def request(self, question: LocomoQuestion, budget: int) -> RetrievalRequest:
         return RetrievalRequest(
@@ -189,11 +209,16 @@ class LocomoBench:
         overrides = {}
         if PathType.VECTOR in settings.candidates.enabled_paths:
             overrides["query_embedding"] = self.embedding(question)
+        pool_key = (question.key, pool_fingerprint(settings))
+        if self.share_pools and pool_key in self._pools:
+            overrides.update(self._pools[pool_key])
         result = retrieve(
             self.store, question.question, namespaces=[question.sample_id],
             reference_time=self._reference[question.sample_id], token_budget=largest, config=settings,
             encoder=self.encoder, extra_nodes=REPACK_NODES, overrides=overrides, log=False,
         )
+        if self.share_pools:
+            self._pools.setdefault(pool_key, {name: result.nodes[name] for name in POOL_NODES})
         bundles = {largest: result.bundle}
         upstream = {name: result.nodes[name] for name in REPACK_NODES}
         for budget in self.budgets[:-1]:
@@ -209,6 +234,28 @@ class LocomoBench:
         """`packed_bundle` at `budget`, its upstream nodes given (they do not read the budget)."""
         inputs = pipeline_inputs(self.store, self.request(question, budget), settings, self.encoder)
         return build_driver(settings).execute([FINAL_NODE], inputs=inputs, overrides=dict(upstream))[FINAL_NODE]
+
+
+def pool_fingerprint(settings: RetrievalSettings) -> str:
+    """What the stages before scoring read of `settings`: equal strings, equal filtered pools."""
+    dumped = settings.model_dump(mode="json")
+    return json.dumps({name: dumped[name] for name in POOL_SETTINGS}, sort_keys=True)
+
+
+def shared_pool_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], settings: RetrievalSettings) -> dict:
+    """Bundles built on a shared pool against full `retrieve()` calls at the largest budget."""
+    compared, different = 0, []
+    for question in questions:
+        shared = bench.run(question, settings).bundles[bench.budgets[-1]]
+        direct = retrieve(
+            bench.store, question.question, namespaces=[question.sample_id],
+            reference_time=bench.request(question, bench.budgets[-1]).reference_time,
+            token_budget=bench.budgets[-1], config=settings, encoder=bench.encoder, log=False,
+        ).bundle
+        compared += 1
+        if direct.to_json() != shared.to_json():
+            different.append(question.key)
+    return {"compared": compared, "identical": compared - len(different), "different": different}
 
 
 def question_metrics(
@@ -246,12 +293,33 @@ def repack_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], settin
     return {"compared": compared, "identical": compared - len(different), "different": different}
 
 
-def benchmark_questions(dataset: LocomoDataset, limit: int | None = None) -> dict[str, list[LocomoQuestion]]:
-    """Categories 1-4 and category 5, each with resolvable evidence, optionally thinned evenly."""
-    return {
-        "main": evenly_spaced(questions_for(dataset, MAIN_CATEGORIES), limit),
-        "adversarial": evenly_spaced(questions_for(dataset, ADVERSARIAL_CATEGORIES), limit),
-    }
+def split_sample_ids(sample_ids: Iterable[str], split: str) -> list[str]:
+    """The conversations of `split`, by conversation: in sorted sample-id order the 1st, 3rd,
+    5th, ... are "tune" and the others "confirm"; "all" is every one.
+
+    Fixed before any setting was tuned: settings are chosen on "tune" and proven on "confirm".
+    On LoCoMo, tune is conv-26, 41, 43, 47, 49 (786 questions of categories 1-4) and confirm is
+    conv-30, 42, 44, 48, 50 (750).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    ordered = sorted(set(sample_ids))
+    if split == "all":
+        return ordered
+    return ordered[0 if split == "tune" else 1 :: 2]
+
+
+def benchmark_questions(
+    dataset: LocomoDataset, limit: int | None = None, split: str = "all"
+) -> dict[str, list[LocomoQuestion]]:
+    """Categories 1-4 and category 5 of the split's conversations, each with resolvable
+    evidence, optionally thinned evenly."""
+    chosen = set(split_sample_ids((c.sample_id for c in dataset.conversations), split))
+
+    def of(categories: Sequence[int]) -> list[LocomoQuestion]:
+        return evenly_spaced([q for q in questions_for(dataset, categories) if q.sample_id in chosen], limit)
+
+    return {"main": of(MAIN_CATEGORIES), "adversarial": of(ADVERSARIAL_CATEGORIES)}
 
 
 def _table(outcomes: Sequence[QuestionOutcome]) -> dict[str, dict[str, float]]:
@@ -310,6 +378,9 @@ def run_relevance(
     if repack_check_questions and len(bench.budgets) > 1:
         sample = evenly_spaced(questions["main"], repack_check_questions)
         results["repack_check"] = repack_check(bench, sample, arm_settings(arms[0]))
+    if repack_check_questions and bench.share_pools:
+        sample = evenly_spaced(questions["main"], repack_check_questions)
+        results["shared_pool_check"] = shared_pool_check(bench, sample, arm_settings(arms[-1]))
     return results
 
 
