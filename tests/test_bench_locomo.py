@@ -127,7 +127,7 @@ def test_benchmark_questions_keep_only_the_split(corpus):
 def test_shared_pools_give_the_bundles_of_full_runs(bench, corpus):
     shared = locomo_bench.LocomoBench(bench.store, corpus.dataset, bench.encoder, BUDGETS, share_pools=True)
     questions = locomo_bench.benchmark_questions(corpus.dataset)
-    arms = ["pipeline", "score_order", "session_lift_1"]
+    arms = ["pipeline", "score_order", "temporal_intent_only"]
     results = locomo_bench.run_relevance(shared, questions, arms, progress=False, repack_check_questions=3)
     assert results["shared_pool_check"] == {"compared": 3, "identical": 3, "different": []}
     assert len(shared._pools) == len(questions["main"])  # one pool per question, shared by all three arms
