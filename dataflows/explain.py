@@ -24,19 +24,9 @@ from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows.node_types import Lineage
 from rms_retrieval.dataflows.pipeline import build_driver, pipeline_lineage
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.nodes.models import (
-    CandidateLimits,
-    CandidatePool,
-    ChannelResult,
-    FilteredPool,
-    MemoryBundle,
-    PathType,
-    QueryAnalysis,
-    RankedCandidates,
-    RetrievalRequest,
-    ScoredPool,
-    Selection,
-)
+from rms_retrieval.nodes.models import (CandidateLimits, CandidatePool, ChannelResult, FilteredPool, MemoryBundle,
+                                        PathType, QueryAnalysis, RankedCandidates, RetrievalRequest, ScoredPool,
+                                        Selection)
 from rms_retrieval.nodes.formatting import format_item
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.tokens import count_tokens

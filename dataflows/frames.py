@@ -15,19 +15,9 @@ from uuid import UUID
 
 import pandas as pd
 
-from rms_retrieval.nodes.models import (
-    CandidatePool,
-    ChannelResult,
-    FilteredPool,
-    MemoryBundle,
-    PathType,
-    QueryAnalysis,
-    QueryEmbedding,
-    RankedCandidates,
-    ScoredPool,
-    Selection,
-    mask_paths,
-)
+from rms_retrieval.nodes.models import (CandidatePool, ChannelResult, FilteredPool, MemoryBundle, PathType,
+                                        QueryAnalysis, QueryEmbedding, RankedCandidates, ScoredPool, Selection,
+                                        mask_paths)
 from rms_retrieval.stores.models import MemoryObject
 
 HIT_COLUMNS = ["object_id", "path", "rank", "raw_score", "score"]

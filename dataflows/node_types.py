@@ -16,21 +16,9 @@ from typing import Any
 import pandas as pd
 
 from rms_retrieval.dataflows import frames
-
-from rms_retrieval.nodes.models import (
-    CandidateLimits,
-    CandidatePool,
-    ChannelResult,
-    FilteredPool,
-    MemoryBundle,
-    PathType,
-    QueryAnalysis,
-    QueryEmbedding,
-    RankedCandidates,
-    ScoredPool,
-    Selection,
-    path_mask,
-)
+from rms_retrieval.nodes.models import (CandidateLimits, CandidatePool, ChannelResult, FilteredPool, MemoryBundle,
+                                        PathType, QueryAnalysis, QueryEmbedding, RankedCandidates, ScoredPool,
+                                        Selection, path_mask)
 
 
 @dataclass(frozen=True)

@@ -23,21 +23,9 @@ from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.lexical import Bm25Index
 from rms_retrieval.stores.manifest import Manifest
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import (
-    Edge,
-    EmbeddingIdentity,
-    EntityRef,
-    GraphIndex,
-    LexicalHit,
-    LexicalIndex,
-    ObjectStore,
-    RecordReader,
-    RetrievalLog,
-    SessionNeighbour,
-    SnapshotSource,
-    VectorHit,
-    VectorIndex,
-)
+from rms_retrieval.stores.protocols import (Edge, EmbeddingIdentity, EntityRef, GraphIndex, LexicalHit, LexicalIndex,
+                                            ObjectStore, RecordReader, RetrievalLog, SessionNeighbour, SnapshotSource,
+                                            VectorHit, VectorIndex)
 from rms_retrieval.stores.segments import LoadedSegment
 from rms_retrieval.stores.store_sql import ParquetRecords
 

@@ -12,20 +12,9 @@ from rms_retrieval.nodes.models import Candidate, ChannelHit, PathType, Retrieva
 from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.claims import Assertion, Quantity
 from rms_retrieval.stores.models import MemoryObject, NodeType
-from rms_retrieval.stores.protocols import (
-    Edge,
-    EmbeddingIdentity,
-    EntityRef,
-    GraphIndex,
-    LexicalHit,
-    LexicalIndex,
-    ObjectStore,
-    QueryEncoder,
-    RetrievalLog,
-    SessionNeighbour,
-    VectorHit,
-    VectorIndex,
-)
+from rms_retrieval.stores.protocols import (Edge, EmbeddingIdentity, EntityRef, GraphIndex, LexicalHit, LexicalIndex,
+                                            ObjectStore, QueryEncoder, RetrievalLog, SessionNeighbour, VectorHit,
+                                            VectorIndex)
 
 BASE_TIME = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
 _IDS = UUID("5b0f2f4e-8b8a-4c4f-9d4e-3f2f6f0e9a11")
