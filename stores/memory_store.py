@@ -26,7 +26,7 @@ from rms_retrieval.stores.embedding import default_encoder
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.manifest import LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import (Edge, EmbeddingIdentity, EntityRef, GraphIndex, IngestReport, LexicalHit,
+from rms_retrieval.stores.protocols import (EmbeddingIdentity, EntityRef, GraphIndex, IngestReport, LexicalHit,
                                             LexicalIndex, ObjectStore, QueryEncoder, RecordReader, RetrievalLog,
                                             SessionNeighbour, SnapshotSource, VectorHit, VectorIndex)
 from rms_retrieval.stores.retrieval_log import RetrievalLogWriter, read_records

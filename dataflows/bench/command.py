@@ -11,7 +11,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -371,10 +371,3 @@ def _cmd_scale(args: argparse.Namespace) -> int:
     _write_json(out / SCALE_RESULTS_FILE, results)
     print(f"wrote {out / SCALE_RESULTS_FILE} and {figure}")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m rms_retrieval.dataflows.bench.command ...` is `rms bench ...`."""
-    from rms_retrieval.dataflows.cli import main as cli_main
-
-    return cli_main(["bench", *(argv if argv is not None else sys.argv[1:])])
