@@ -58,8 +58,12 @@ class CompactReport:
 
 def _closed(path: Path) -> bool:
     """Whether no writer holds `path`'s lock. A writer locks its segment before naming it and never
-    reopens it once released, so a closed segment stays closed: the answer cannot go stale."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    reopens it once released, so a closed segment stays closed: the answer cannot go stale. A
+    file that vanished since it was listed (a writer renamed its `.opening` file) is not closed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -86,7 +90,11 @@ def _remove_dead_leftovers(directory: Path) -> int:
 
 
 def _older_than(path: Path, age_ns: int) -> bool:
-    return time.time_ns() - path.stat().st_mtime_ns > age_ns
+    """False for a file that vanished since it was listed: a writer renamed or removed it."""
+    try:
+        return time.time_ns() - path.stat().st_mtime_ns > age_ns
+    except FileNotFoundError:
+        return False
 
 
 def compact(directory: Path, retention: LogRetention, *, now_ns: int | None = None) -> CompactReport:
