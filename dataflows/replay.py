@@ -150,6 +150,10 @@ def replay_record(store: RetrievalStore, record: Mapping[str, Any]) -> ReplayRep
     if not identical:
         if logged_state != current_state:
             differences.insert(0, f"the index state changed since the request was logged: {logged_state} -> {current_state}")
+        for field, what in (("package_version", "the package version"), ("dag_fingerprint", "the DAG's code")):
+            if payload.get(field) is not None and payload.get(field) != replayed.get(field):
+                differences.insert(0, f"{what} changed since the request was logged: "
+                                      f"{payload[field]} -> {replayed[field]}")
         if replayed.get("embedding_model_version") != payload.get("embedding_model_version"):
             differences.append(f"embedding model {payload.get('embedding_model_version')} -> "
                                f"{replayed.get('embedding_model_version')}")

@@ -9,11 +9,12 @@ from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID, uuid4
 
-from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, STAGE_MODULES, build_driver, pipeline_inputs
 from rms_retrieval.nodes.models import MAX_QUERY_CHARS, MemoryBundle, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.embedding import default_encoder
 from rms_retrieval.stores.protocols import QueryEncoder, RetrievalStore, SnapshotSource
+from rms_retrieval.stores.retrieval_log import code_identity
 
 LOG_VERSION = 1
 # A rejected request's error can quote its input; the record keeps this much of the message.
@@ -101,6 +102,8 @@ def _log_record(
         "configuration": settings.model_dump(mode="json"),
         "configuration_fingerprint": settings.fingerprint(),
         "bundle_sha256": hashlib.sha256(bundle.to_json().encode()).hexdigest() if bundle else None,
+        # Which code answered: replay tells a code change from a settings or a store change.
+        **code_identity(STAGE_MODULES),
     }
     return {"op_type": "RETRIEVAL_REQUEST", "log_version": LOG_VERSION, "request_id": str(request_id),
             "payload": payload}

@@ -103,3 +103,15 @@ def test_unknown_and_failed_requests_cannot_be_replayed(store, demo_store):
     assert failed["payload"]["status"] == "failed"
     with pytest.raises(ReplayError, match="failed when it ran"):
         replay(store, failed["request_id"])
+
+
+def test_a_record_names_the_code_that_answered_and_replay_says_when_it_changed(store, logged):
+    record = copy.deepcopy(find_record(store, logged[0]))
+    payload = record["payload"]
+    assert payload["package_version"] and len(payload["dag_fingerprint"]) == 64
+    current = payload["dag_fingerprint"]
+    payload["dag_fingerprint"] = "f" * 64
+    payload["bundle_sha256"] = "0" * 64
+    report = replay_record(store, record)
+    assert not report.identical
+    assert report.differences[0] == f"the DAG's code changed since the request was logged: {'f' * 64} -> {current}"
