@@ -349,8 +349,7 @@ class ScoredPool:
         return ScoredPool(**fields)
 
 
-# The declared schema of `fused_scores` (and of every scored pool after it): each column's dtype.
-# Every array is one-dimensional with one entry per object; scores are finite, never NaN.
+# The declared schema of `fused_scores` and every later pool: a dtype per column, one entry per object.
 SCORED_POOL_SCHEMA: Mapping[str, type] = {
     "score": np.float64, "semantic_relevance": np.float64, "path_mask": np.int64, "path_count": np.int64,
     **{f.name: np.float64 for f in dataclasses.fields(ScoreFactors)},
