@@ -23,7 +23,7 @@ from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_
 from rms_retrieval.dataflows.retrieval import RetrievalResult, retrieve
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.embedding import default_encoder
+from rms_retrieval.stores.onnx_encoder import default_query_encoder
 from rms_retrieval.stores.protocols import QueryEncoder, RetrievalStore
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def execution_graph(
     fields as for `retrieve()`. Returns the picture and the result, whose `nodes` hold every value."""
     require_bindings()
     settings = config or RetrievalSettings()
-    encoder = encoder or default_encoder()
+    encoder = encoder or default_query_encoder()
     dr = build_driver(settings)
     computed = pipeline_lineage(dr).computed
     result = retrieve(store, question, config=settings, encoder=encoder, extra_nodes=computed, log=False,

@@ -12,7 +12,7 @@ from uuid import UUID, uuid4
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, STAGE_MODULES, build_driver, pipeline_inputs
 from rms_retrieval.nodes.models import MAX_QUERY_CHARS, MemoryBundle, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.embedding import default_encoder
+from rms_retrieval.stores.onnx_encoder import default_query_encoder
 from rms_retrieval.stores.protocols import QueryEncoder, RetrievalStore, SnapshotSource
 from rms_retrieval.stores.retrieval_log import code_identity
 
@@ -147,7 +147,7 @@ def retrieve(
         wanted = list(dict.fromkeys([FINAL_NODE, "query_embedding", *extra_nodes]))
         results = build_driver(settings).execute(
             wanted,
-            inputs=pipeline_inputs(store, request, settings, encoder or default_encoder()),
+            inputs=pipeline_inputs(store, request, settings, encoder or default_query_encoder()),
             overrides=overrides or {},
         )
     except Exception as error:

@@ -106,13 +106,6 @@ class SentenceEncoder(QueryEncoder):
             )
         return validated_vectors(vectors, len(texts), self._dimension)
 
-    def token_counts(self, texts: Sequence[str]) -> list[int]:
-        """Tokens per text as the model reads it: special tokens included, truncated to its maximum."""
-        if not texts:
-            return []
-        features = self._loaded_model().preprocess(list(texts))
-        return [int(count) for count in features["attention_mask"].sum(dim=1)]
-
     def _loaded_model(self) -> Any:
         if self._model is None:
             with _LOAD_LOCK:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 from datetime import datetime, timezone
 
-import numpy as np
 import pytest
 
 from rms_retrieval.dataflows import batch_dag
@@ -61,16 +60,6 @@ def test_batch_results_come_back_in_request_order_with_the_unroutable_ones(store
     assert [r.request_id for r in results] == ["x", "y"]
     assert results[0].error and results[1].error is None and results[1].bundle_sha256
     batch_dag.close_cached_stores()
-
-
-def test_query_vectors_are_bit_identical_to_encoding_each_query_alone(encoder, demo_store):
-    queries = demo_store.corpus.sample_questions + [q.question for q in demo_store.corpus.dataset.questions]
-    queries += ["Where?", "Who moved to Lisbon in June?", "Where?", "x " * 300]
-    together = batch_dag.query_vectors(encoder, queries)
-    alone = np.stack([encoder.encode([query])[0] for query in queries])
-    assert together.dtype == np.float32 and np.array_equal(together, alone)
-    # The reason for the grouping: one padded call does move the last bits.
-    assert not np.array_equal(encoder.encode(queries), alone)
 
 
 def test_a_shard_reuses_the_open_store_and_reopens_it_after_a_commit(demo_store, tmp_path, encoder):

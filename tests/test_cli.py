@@ -127,13 +127,13 @@ def test_a_successful_query_prints_nothing_on_stderr(demo_store, demo_copy):
 
 _BROKEN_ENCODER = """
 import sys
-from rms_retrieval.stores import embedding
+from rms_retrieval.stores import onnx_encoder
 from rms_retrieval.stores.errors import EmbeddingError
 
 def broken(self, texts):
     raise EmbeddingError("the encoder failed (simulated)")
 
-embedding.SentenceEncoder.encode = broken
+onnx_encoder.OnnxQueryEncoder.encode = broken
 from rms_retrieval.dataflows.cli import main
 sys.exit(main(sys.argv[1:]))
 """

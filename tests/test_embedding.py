@@ -100,6 +100,3 @@ def test_default_encoder_is_one_lazily_loaded_model_that_needs_no_environment():
     assert done.stderr == ""
 
 
-def test_token_counts_include_special_tokens_and_stop_at_the_model_maximum(encoder):
-    assert encoder.token_counts([]) == []
-    assert encoder.token_counts(["hello there", "a much longer sentence about things", "x " * 1000]) == [4, 8, 256]

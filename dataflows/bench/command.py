@@ -171,7 +171,7 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
 def _ingest_jsonl(dataset: Any, store_path: str, out: Path, progress: bool) -> Any:
     """The generic path: plain turns written as JSON Lines, read back and added as `rms ingest` does."""
     from rms_retrieval.dataflows.ingest import plain_turns, read_jsonl, write_jsonl
-    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores.embedding import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     path = out / JSONL_FILE
@@ -220,8 +220,8 @@ def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool, in
 def _cmd_locomo(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.bench import locomo_bench, plots, speed_bench
     from rms_retrieval.dataflows.locomo import load_locomo
-    from rms_retrieval.dataflows.retrieval import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.onnx_encoder import default_query_encoder
 
     for name in ("latency_queries", "node_time_queries", "isolation_queries", "determinism_queries",
                  "determinism_repeats"):
@@ -252,7 +252,7 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
     }
     results["store"] = _prepare_store(data, args.store, dataset, progress, args.ingest, out)
     results_path = out / RESULTS_FILE
-    encoder = default_encoder()
+    encoder = default_query_encoder()
     questions = locomo_bench.benchmark_questions(dataset, args.limit_questions, args.split)
     if args.skip_adversarial:
         questions["adversarial"] = []

@@ -218,7 +218,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rms_retrieval.dataflows.locomo import load_locomo
-    from rms_retrieval.dataflows.retrieval import default_encoder
+    from rms_retrieval.stores.onnx_encoder import default_query_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     for name in ("questions", "node_queries"):
@@ -226,7 +226,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     dataset = load_locomo(args.data)
     with MemoryStore.open(args.store, read_only=True) as store:
-        report = run_latency(store, dataset, default_encoder(), questions=args.questions, peers=not args.no_peers,
+        report = run_latency(store, dataset, default_query_encoder(), questions=args.questions, peers=not args.no_peers,
                              node_queries=args.node_queries)
     for line in summary_lines(report):
         print(line)

@@ -1,0 +1,127 @@
+"""The ONNX Runtime query encoder: the same vectors as sentence-transformers, a cache it checks
+before trusting, and a query process that never imports the torch stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rms_retrieval.stores import onnx_encoder
+from rms_retrieval.stores.onnx_encoder import MAX_TOKENS, OnnxQueryEncoder, default_query_encoder
+from rms_retrieval.stores.protocols import QueryEncoder
+
+TEXTS = [
+    "When did Caroline go to the LGBTQ support group?",
+    "x",
+    "Tomás moved to Lisbon in June 2023 🎉 — after the Ünïcødé festival.",
+    "   leading and trailing spaces   ",
+    "word " * 400,  # longer than the model reads: cut at MAX_TOKENS as sentence-transformers cuts it
+    "Melanie: I ran a charity race for mental health last Saturday, it was so rewarding!",
+]
+
+
+@pytest.fixture(scope="module")
+def query_encoder() -> OnnxQueryEncoder:
+    encoder = default_query_encoder()
+    encoder.encode(["warm"])  # exports into the user cache once, on a machine that never had it
+    return encoder
+
+
+@pytest.fixture
+def good_cache(query_encoder, tmp_path):
+    """A private cache directory holding a copy of the graph and its checksum."""
+    source = query_encoder.graph_path()
+    for path in (source, onnx_encoder._checksum_path(source)):
+        shutil.copy(path, tmp_path / path.name)
+    return tmp_path
+
+
+def test_vectors_agree_with_sentence_transformers_and_share_its_identity(query_encoder, encoder):
+    ours, theirs = query_encoder.encode(TEXTS), encoder.encode(TEXTS)
+    assert isinstance(query_encoder, QueryEncoder) and query_encoder.identity == encoder.identity
+    assert ours.dtype == np.float32 and ours.shape == (len(TEXTS), 384)
+    assert (1.0 - np.sum(ours * theirs, axis=1)).max() < 1e-6
+    assert np.abs(ours - theirs).max() < 1e-5
+
+
+def test_a_long_text_is_cut_where_the_model_stops_reading(query_encoder):
+    tokenizer, _ = query_encoder._loaded()
+    assert len(tokenizer.encode("word " * 400).ids) == MAX_TOKENS
+    np.testing.assert_array_equal(query_encoder.encode(["word " * 400]), query_encoder.encode(["word " * 1000]))
+
+
+def test_a_batch_is_bit_identical_to_each_text_alone(query_encoder):
+    alone = np.stack([query_encoder.encode([text])[0] for text in TEXTS])
+    np.testing.assert_array_equal(query_encoder.encode(TEXTS), alone)
+    assert query_encoder.encode([]).shape == (0, 384)
+
+
+def test_vectors_agree_on_locomo_questions(query_encoder, encoder, locomo_path):
+    from rms_retrieval.dataflows.locomo import load_locomo
+
+    questions = [q.question for q in load_locomo(locomo_path).questions][::10]
+    gap = 1.0 - np.sum(query_encoder.encode(questions) * encoder.encode(questions), axis=1)
+    assert len(questions) > 150 and gap.max() < 1e-6
+
+
+def test_a_cached_graph_is_used_without_exporting_again(good_cache, monkeypatch, query_encoder):
+    def no_export(path):
+        raise AssertionError("exported although a good graph was cached")
+
+    monkeypatch.setattr(onnx_encoder, "export_graph", no_export)
+    cached = OnnxQueryEncoder(cache_dir=good_cache)
+    np.testing.assert_array_equal(cached.encode(TEXTS[:2]), query_encoder.encode(TEXTS[:2]))
+
+
+def test_a_damaged_cached_graph_is_exported_again_not_trusted(good_cache, query_encoder):
+    graph = good_cache / query_encoder.graph_path().name
+    data = bytearray(graph.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4096] = bytes(4096)  # the rows of a few tokens' embeddings: it still loads
+    graph.write_bytes(bytes(data))
+    repaired = OnnxQueryEncoder(cache_dir=good_cache)
+    np.testing.assert_array_equal(repaired.encode(TEXTS[:2]), query_encoder.encode(TEXTS[:2]))
+    assert graph.read_bytes() == query_encoder.graph_path().read_bytes()
+
+
+def test_an_unwritable_cache_keeps_the_export_in_memory(tmp_path, query_encoder):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    in_memory = OnnxQueryEncoder(cache_dir=blocked / "cache")
+    np.testing.assert_array_equal(in_memory.encode(TEXTS[:2]), query_encoder.encode(TEXTS[:2]))
+    assert blocked.read_text() == "not a directory"
+
+
+def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("RMS_CACHE_DIR", str(tmp_path / "mine"))
+    assert onnx_encoder.cache_directory() == tmp_path / "mine"
+    monkeypatch.delenv("RMS_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert onnx_encoder.cache_directory() == tmp_path / "xdg" / "rms-retrieval"
+
+
+_QUERY_PROCESS = """
+import contextlib, io, json, sys
+from rms_retrieval.dataflows.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as printed:
+    code = main(["query", "--store", sys.argv[1], "--namespace", sys.argv[2], "What is wrong with Tomas's knee?"])
+print(json.dumps({"code": code, "answered": "IT band" in printed.getvalue(),
+                  "heavy": sorted(m for m in ("torch", "transformers", "sentence_transformers", "sklearn") if m in sys.modules)}))
+"""
+
+
+def test_a_cold_query_never_imports_the_torch_stack(query_encoder, demo_copy, demo_store):
+    """What makes a cold `rms query` fast: with the graph cached, answering imports none of
+    torch, transformers, sentence-transformers or scikit-learn, and prints nothing on stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS"))}
+    done = subprocess.run([sys.executable, "-c", _QUERY_PROCESS, str(demo_copy), demo_store.namespace],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == {"code": 0, "answered": True, "heavy": []}
+    assert done.stderr == ""
