@@ -28,9 +28,9 @@ from rms_retrieval.stores.protocols import (Edge, EmbeddingIdentity, EntityRef, 
                                             VectorHit, VectorIndex)
 from rms_retrieval.stores.segments import LoadedSegment
 from rms_retrieval.stores.store_sql import ParquetRecords
+from rms_retrieval.stores.vector_index import exact_top_k
 
 CO_MENTIONED = "CO_MENTIONED"
-_SCORE_CHUNK_ROWS = 512  # a float64 copy small enough to be reused, not page-faulted in, per chunk
 Scope = tuple[str, ...]
 
 
@@ -173,7 +173,9 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         return self.manifest.embedding
 
     def search_vector(self, vector: np.ndarray, namespaces: Sequence[str], limit: int) -> list[VectorHit]:
-        """Exact inner-product top-k over the namespaces' vectors, best first, ties by object id."""
+        """Exact inner-product top-k over the namespaces' vectors, best first, ties by object id.
+        float32 scores from FAISS's per-row kernel (stores/vector_index.py), so a row scores the same
+        bits in any segment at any offset, and each namespace slice of a segment is searched in place."""
         identity = self.manifest.embedding
         if identity is None or limit <= 0:
             return []
@@ -186,10 +188,9 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 bounds = segment.namespace_slices.get(namespace)
                 if bounds is None:
                     continue
-                scores = _inner_products(segment.vectors[bounds[0]:bounds[1]], query)
-                keep = _at_least_kth(scores, limit)
-                score_blocks.append(scores[keep])
-                owners.extend((segment, bounds[0] + int(position)) for position in keep)
+                positions, scores = exact_top_k(segment.vectors[bounds[0]:bounds[1]], query, limit)
+                score_blocks.append(scores)
+                owners.extend((segment, bounds[0] + position) for position in positions.tolist())
         if not score_blocks:
             return []
         scores = np.concatenate(score_blocks)
@@ -298,17 +299,6 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     def quantity_page(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         return self._records.quantity_page(parameters)
-
-
-def _inner_products(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """float32 scores computed in float64, chunk by chunk. A float32 BLAS product sums in an order
-    that depends on where a row sits in its block, so the same row could score differently in a
-    merged and an unmerged segment; in float64 the float32 result no longer depends on it."""
-    query64 = query.astype(np.float64)
-    return np.concatenate([
-        (matrix[start:start + _SCORE_CHUNK_ROWS].astype(np.float64) @ query64).astype(np.float32)
-        for start in range(0, len(matrix), _SCORE_CHUNK_ROWS)
-    ]) if len(matrix) else np.zeros(0, dtype=np.float32)
 
 
 def _at_least_kth(scores: np.ndarray, k: int) -> np.ndarray:
