@@ -86,6 +86,7 @@ def test_scale_builds_and_times_small_stores(tmp_path):
         assert row["objects"] == row["size"] and row["size_mb"] > 0
         assert row["latency"]["pipeline_ms"]["n"] == 3
         assert row["latency"]["items_min"] == min(50, row["size"] // scale["namespaces"])
+        assert row["latency"]["open_seconds"] > 0 and row["latency"]["node_times_ms"]["vector_candidates"]["n"] == 3
     again = speed_bench.scale_store(tmp_path / "stores" / "synthetic-300", 300)
     assert again["objects_added"] == 0
     with pytest.raises(ValueError, match="more than"):
