@@ -50,7 +50,8 @@ def test_latency_reaches_every_bundle_size(store, encoder):
     assert set(report) == {"10", "50"}
     for size, row in report.items():
         assert row["items_min"] == int(size) and row["queries_reaching_size"] == 4
-        assert row["pipeline_ms"]["n"] == row["floor_ms"]["n"] == 4
+        assert row["pipeline_ms"]["n"] == row["floor_ms"]["n"] == row["pipeline_cpu_ms"]["n"] == 4
+        assert 0 < row["pipeline_cpu_ms"]["p50"]
         assert row["pipeline_ms"]["p50"] <= row["pipeline_ms"]["p95"] <= row["pipeline_ms"]["p99"]
         assert row["p50_over_floor_p50"] > 0
 
