@@ -16,7 +16,8 @@ def _unit_vectors(count: int, dimension: int, seed: int) -> np.ndarray:
 
 def _pair_kernel(query: np.ndarray, row: np.ndarray) -> np.float32:
     """FAISS's one-pair inner product: the bits every stored row must score, wherever it sits."""
-    return np.float32(faiss.fvec_inner_product(faiss.swig_ptr(query), faiss.swig_ptr(np.ascontiguousarray(row)), len(row)))
+    row = np.ascontiguousarray(row)
+    return np.float32(faiss.fvec_inner_product(faiss.swig_ptr(query), faiss.swig_ptr(row), len(row)))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -84,7 +85,8 @@ def test_one_segment_and_many_give_bit_identical_hits(tmp_path):
     from rms_retrieval.stores.memory_store import MemoryStore
 
     turns = synthetic_objects(0, 12_000, namespaces=1)
-    with MemoryStore.open(tmp_path / "one", RandomEncoder()) as one, MemoryStore.open(tmp_path / "many", RandomEncoder()) as many:
+    with MemoryStore.open(tmp_path / "one", RandomEncoder()) as one, \
+            MemoryStore.open(tmp_path / "many", RandomEncoder()) as many:
         one.add(turns)
         for start in range(0, len(turns), 1_000):
             many.add(turns[start:start + 1_000])
@@ -92,4 +94,5 @@ def test_one_segment_and_many_give_bit_identical_hits(tmp_path):
         for query in _unit_vectors(4, 384, 7):
             whole = one.search_vector(query, ["synthetic-0"], 12_000)
             assert len(whole) == 12_000 and whole == many.search_vector(query, ["synthetic-0"], 12_000)
-            assert one.search_vector(query, ["synthetic-0"], 50) == many.search_vector(query, ["synthetic-0"], 50) == whole[:50]
+            top = one.search_vector(query, ["synthetic-0"], 50)
+            assert top == many.search_vector(query, ["synthetic-0"], 50) == whole[:50]
