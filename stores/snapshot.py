@@ -3,9 +3,11 @@
 A `StoreSnapshot` implements every store protocol over the verified segments one manifest names.
 Readers never lock: they hold a snapshot, and a newer generation is a new snapshot that shares
 the segments both generations name. Derived structures (the BM25 index, adjacency lists, entity
-catalogs) are built on first use; a racing second build gives the same value. The BM25 index is
-extended from the previous generation's when that one covers the same rows, so a small write
-costs a small update, also after a merge (a merged segment records which segments it replaced).
+catalogs) are built on first use; a racing second build gives the same value. Those of a namespace
+scope read that scope's rows only and pass to the next generation while the segments they came
+from stay live (stores/scope_cache.py). The BM25 index is extended from the previous
+generation's when that one covers the same rows, so a small write costs a small update, also
+after a merge (a merged segment records which segments it replaced).
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import (Edge, EmbeddingIdentity, EntityRef, GraphIndex, LexicalHit, LexicalIndex,
                                             ObjectStore, RecordReader, RetrievalLog, SessionNeighbour, SnapshotSource,
                                             VectorHit, VectorIndex)
+from rms_retrieval.stores.scope_cache import NamespaceRows, Scope, ScopeValues, namespace_rows
 from rms_retrieval.stores.segments import LoadedSegment
 from rms_retrieval.stores.store_sql import ParquetRecords
+from rms_retrieval.stores.vector_index import exact_top_k
 
 CO_MENTIONED = "CO_MENTIONED"
-_SCORE_CHUNK_ROWS = 512  # a float64 copy small enough to be reused, not page-faulted in, per chunk
-Scope = tuple[str, ...]
 
 
 class _Bm25Base:
@@ -79,9 +81,12 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         self._lock = threading.Lock()
         self._bm25: Bm25Index | None = None
         self._bm25_base = None if previous is None else previous._handed_bm25()
-        self._adjacency: dict[Scope, Adjacency] = {}
-        self._catalogs: dict[Scope, list[EntityRef]] = {}
-        self._pinned: dict[Scope, list[MemoryObject]] = {}
+        live = [segment.entry.id for segment in self.segments]
+        handed = previous._namespace_rows if previous is not None else {}
+        self._namespace_rows: dict[str, NamespaceRows] = {key: handed[key] for key in live if key in handed}
+        self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, live)
+        self._catalogs = ScopeValues[list[EntityRef]](None if previous is None else previous._catalogs, live)
+        self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, live)
         self._records = ParquetRecords([str(segment.parquet_path) for segment in self.segments], self.state_fingerprint())
 
     # ----- generation facts ----------------------------------------------------------------------
@@ -173,7 +178,9 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         return self.manifest.embedding
 
     def search_vector(self, vector: np.ndarray, namespaces: Sequence[str], limit: int) -> list[VectorHit]:
-        """Exact inner-product top-k over the namespaces' vectors, best first, ties by object id."""
+        """Exact inner-product top-k over the namespaces' vectors, best first, ties by object id.
+        float32 scores from FAISS's per-row kernel (stores/vector_index.py), so a row scores the same
+        bits in any segment at any offset, and each namespace slice of a segment is searched in place."""
         identity = self.manifest.embedding
         if identity is None or limit <= 0:
             return []
@@ -186,10 +193,9 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 bounds = segment.namespace_slices.get(namespace)
                 if bounds is None:
                     continue
-                scores = _inner_products(segment.vectors[bounds[0]:bounds[1]], query)
-                keep = _at_least_kth(scores, limit)
-                score_blocks.append(scores[keep])
-                owners.extend((segment, bounds[0] + int(position)) for position in keep)
+                positions, scores = exact_top_k(segment.vectors[bounds[0]:bounds[1]], query, limit)
+                score_blocks.append(scores)
+                owners.extend((segment, bounds[0] + position) for position in positions.tolist())
         if not score_blocks:
             return []
         scores = np.concatenate(score_blocks)
@@ -200,11 +206,25 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     # ----- GraphIndex ------------------------------------------------------------------------------
 
+    def _split(self) -> list[tuple[LoadedSegment, NamespaceRows]]:
+        """Every live segment with its rows split by namespace (split once per segment, not per generation)."""
+        split = []
+        for segment in self.segments:
+            rows = self._namespace_rows.get(segment.entry.id)
+            if rows is None:
+                rows = self._namespace_rows[segment.entry.id] = namespace_rows(segment)
+            split.append((segment, rows))
+        return split
+
+    def _sources(self, scope: Scope, kind: Callable[[NamespaceRows], Mapping[str, tuple]]) -> tuple[str, ...]:
+        """The ids of the live segments holding rows of `kind` in `scope`, in segment order."""
+        return tuple(segment.entry.id for segment, rows in self._split() if any(name in kind(rows) for name in scope))
+
     def stored_entities(self, namespaces: Iterable[str]) -> list[MemoryObject]:
         """The ENTITY objects of the namespaces, by id (what the entity-graph step of an add needs)."""
-        wanted = set(namespaces)
-        found = [segment.object_at(row) for segment in self.segments for row in segment.entity_rows
-                 if segment.namespace_of_row[row] in wanted]
+        wanted = sorted(set(namespaces))
+        found = [segment.object_at(row) for segment, rows in self._split()
+                 for namespace in wanted for row in rows.entity_rows.get(namespace, ())]
         return sorted(found, key=lambda entity: entity.id)
 
     def co_mention_counts(self, namespaces: Iterable[str]) -> CoMentionCounts:
@@ -221,25 +241,28 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def entity_catalog(self, namespaces: Sequence[str]) -> list[EntityRef]:
         """Every entity name and alias in the namespaces, by namespace, alias, then id."""
         key = tuple(sorted(set(namespaces)))
-        if key not in self._catalogs:
+
+        def build() -> list[EntityRef]:
             refs = {EntityRef(entity.id, entity.namespace, entity.entity_canonical_name or "", name)
                     for entity in self.stored_entities(key) for name in entity_names(entity)}
-            self._catalogs[key] = sorted(refs, key=lambda ref: (ref.namespace, ref.alias.lower(), ref.alias, ref.object_id))
-        return list(self._catalogs[key])
+            return sorted(refs, key=lambda ref: (ref.namespace, ref.alias.lower(), ref.alias, ref.object_id))
+
+        return list(self._catalogs.get(key, self._sources(key, lambda rows: rows.entity_rows), build))
 
     def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
         """The graph of one namespace scope; edges never cross namespaces, and a later segment's
         edge replaces an earlier one with the same id (a re-weighted CO_MENTIONED edge)."""
         key = tuple(sorted(set(namespaces)))
-        if key not in self._adjacency:
-            wanted = set(key)
+
+        def build() -> Adjacency:
             latest: dict[int, Edge] = {}
-            for segment in self.segments:
-                for stored in segment.edges:
-                    if stored.namespace in wanted:
-                        latest[stored.edge.edge_id] = stored.edge
-            self._adjacency[key] = Adjacency(list(latest.values()))
-        return self._adjacency[key]
+            for _, rows in self._split():
+                for namespace in key:
+                    for edge in rows.edges.get(namespace, ()):
+                        latest[edge.edge_id] = edge
+            return Adjacency(list(latest.values()))
+
+        return self._adjacency.get(key, self._sources(key, lambda rows: rows.edges), build)
 
     # ----- ObjectStore -----------------------------------------------------------------------------
 
@@ -257,12 +280,13 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
         """Pinned objects (MemoryObject.is_pinned) of the namespaces, by id."""
         key = tuple(sorted(set(namespaces)))
-        if key not in self._pinned:
-            wanted = set(key)
-            pinned = [segment.object_at(row) for segment in self.segments for row in segment.pinned_rows
-                      if segment.namespace_of_row[row] in wanted]
-            self._pinned[key] = sorted(pinned, key=lambda memory: memory.id)
-        return list(self._pinned[key])
+
+        def build() -> list[MemoryObject]:
+            pinned = [segment.object_at(row) for segment, rows in self._split()
+                      for namespace in key for row in rows.pinned_rows.get(namespace, ())]
+            return sorted(pinned, key=lambda memory: memory.id)
+
+        return list(self._pinned.get(key, self._sources(key, lambda rows: rows.pinned_rows), build))
 
     def session_neighbours(self, triggers: Sequence[UUID], window: int) -> list[SessionNeighbour]:
         """Objects within `window` positions of each trigger in its own session, by trigger, offset, id."""
@@ -298,17 +322,6 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     def quantity_page(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         return self._records.quantity_page(parameters)
-
-
-def _inner_products(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """float32 scores computed in float64, chunk by chunk. A float32 BLAS product sums in an order
-    that depends on where a row sits in its block, so the same row could score differently in a
-    merged and an unmerged segment; in float64 the float32 result no longer depends on it."""
-    query64 = query.astype(np.float64)
-    return np.concatenate([
-        (matrix[start:start + _SCORE_CHUNK_ROWS].astype(np.float64) @ query64).astype(np.float32)
-        for start in range(0, len(matrix), _SCORE_CHUNK_ROWS)
-    ]) if len(matrix) else np.zeros(0, dtype=np.float32)
 
 
 def _at_least_kth(scores: np.ndarray, k: int) -> np.ndarray:

@@ -50,7 +50,8 @@ def test_latency_reaches_every_bundle_size(store, encoder):
     assert set(report) == {"10", "50"}
     for size, row in report.items():
         assert row["items_min"] == int(size) and row["queries_reaching_size"] == 4
-        assert row["pipeline_ms"]["n"] == row["floor_ms"]["n"] == 4
+        assert row["pipeline_ms"]["n"] == row["floor_ms"]["n"] == row["pipeline_cpu_ms"]["n"] == 4
+        assert 0 < row["pipeline_cpu_ms"]["p50"]
         assert row["pipeline_ms"]["p50"] <= row["pipeline_ms"]["p95"] <= row["pipeline_ms"]["p99"]
         assert row["p50_over_floor_p50"] > 0
 
@@ -86,6 +87,7 @@ def test_scale_builds_and_times_small_stores(tmp_path):
         assert row["objects"] == row["size"] and row["size_mb"] > 0
         assert row["latency"]["pipeline_ms"]["n"] == 3
         assert row["latency"]["items_min"] == min(50, row["size"] // scale["namespaces"])
+        assert row["latency"]["open_seconds"] > 0 and row["latency"]["node_times_ms"]["vector_candidates"]["n"] == 3
     again = speed_bench.scale_store(tmp_path / "stores" / "synthetic-300", 300)
     assert again["objects_added"] == 0
     with pytest.raises(ValueError, match="more than"):

@@ -1,5 +1,8 @@
+"""Exact float32 search: brute-force equality, scores independent of where a row sits, ties at the cut."""
+
 from __future__ import annotations
 
+import faiss
 import numpy as np
 import pytest
 
@@ -11,47 +14,85 @@ def _unit_vectors(count: int, dimension: int, seed: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
+def _pair_kernel(query: np.ndarray, row: np.ndarray) -> np.float32:
+    """FAISS's one-pair inner product: the bits every stored row must score, wherever it sits."""
+    row = np.ascontiguousarray(row)
+    return np.float32(faiss.fvec_inner_product(faiss.swig_ptr(query), faiss.swig_ptr(row), len(row)))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_filtered_search_equals_brute_force(seed):
+def test_top_k_equals_brute_force_by_the_pair_kernel(seed):
     vectors = _unit_vectors(500, 32, seed)
-    ids = np.arange(1000, 1500, dtype=np.int64)
-    index = vector_index.with_vectors(vector_index.new_index(32), vectors, ids)
-    allowed = np.random.default_rng(seed + 10).choice(ids, size=120, replace=False)
     query = _unit_vectors(1, 32, seed + 20)[0]
-
-    found_ids, found_scores = vector_index.search(index, query, allowed, 10)
-
-    mask = np.isin(ids, allowed)
-    scores = vectors[mask] @ query
-    expected = ids[mask][np.lexsort((ids[mask], -scores))][:10]
-    assert found_ids.tolist() == expected.tolist()
-    np.testing.assert_allclose(found_scores, np.sort(scores)[::-1][:10], atol=1e-5)
+    positions, scores = vector_index.exact_top_k(vectors, query, 10)
+    expected = np.array([_pair_kernel(query, row) for row in vectors])
+    order = np.lexsort((np.arange(500), -expected))[:10]
+    assert sorted(positions.tolist()) == sorted(order.tolist())
+    assert scores.tolist() == expected[positions].tolist() == sorted(scores.tolist(), reverse=True)
 
 
-def test_ties_at_the_cut_are_all_returned_in_id_order():
-    vectors = np.tile(_unit_vectors(1, 8, 3), (30, 1))
-    ids = np.arange(30, dtype=np.int64)[::-1].copy()
-    index = vector_index.with_vectors(vector_index.new_index(8), vectors, ids)
-    found_ids, _ = vector_index.search(index, vectors[0], ids, 3)
-    assert found_ids.tolist() == list(range(30))
+def test_a_row_scores_the_same_bits_in_any_matrix_at_any_offset():
+    # 12,000 rows of dimension 384 is past the size at which FAISS's selector-free search turns to
+    # BLAS on a multi-core machine; a 1-row and a 37-row matrix are below it.
+    vectors = _unit_vectors(12_000, 384, 4)
+    query = _unit_vectors(1, 384, 5)[0]
+    probes = [0, 1, 36, 1023, 1024, 5000, 11_999]
+    expected = [_pair_kernel(query, vectors[row]) for row in probes]
+    whole_positions, whole_scores = vector_index.exact_top_k(vectors, query, len(vectors))
+    whole = dict(zip(whole_positions.tolist(), whole_scores.tolist()))
+    assert [whole[row] for row in probes] == expected
+    for row, bits in zip(probes, expected):
+        for start in {max(0, row - 36), row}:
+            window = vectors[start:start + 37]
+            positions, scores = vector_index.exact_top_k(window, query, len(window))
+            assert dict(zip(positions.tolist(), scores.tolist()))[row - start] == bits
+        assert vector_index.exact_top_k(vectors[row:row + 1], query, 1)[1].tolist() == [bits]
 
 
-def test_empty_and_out_of_subset():
-    index = vector_index.new_index(4)
-    assert vector_index.search(index, np.ones(4) / 2, np.array([1, 2]), 5)[0].size == 0
-    grown = vector_index.with_vectors(index, _unit_vectors(3, 4, 0), np.array([7, 8, 9]))
-    assert index.ntotal == 0 and grown.ntotal == 3
-    assert vector_index.search(grown, np.ones(4) / 2, np.array([], dtype=np.int64), 5)[0].size == 0
-    assert vector_index.search(grown, np.ones(4) / 2, np.array([8]), 5)[0].tolist() == [8]
+def test_every_tie_at_the_cut_is_returned():
+    vectors = np.vstack([_unit_vectors(1, 8, 6), np.tile(_unit_vectors(1, 8, 3), (30, 1))])
+    query = vectors[1]
+    positions, scores = vector_index.exact_top_k(vectors, query, 3)
+    assert sorted(positions.tolist()) == list(range(1, 31))  # 30 tie; headroom is 8, so it had to widen
+    assert len(set(scores.tolist())) == 1
+    positions, _ = vector_index.exact_top_k(vectors, vectors[0], 1)
+    assert positions.tolist() == [0]
 
 
-def test_save_and_load_round_trip(tmp_path):
+def test_empty_small_and_mismatched():
+    vectors = _unit_vectors(3, 4, 0)
+    assert vector_index.exact_top_k(vectors[:0], vectors[0], 5)[0].size == 0
+    assert vector_index.exact_top_k(vectors, vectors[0], 0)[0].size == 0
+    assert sorted(vector_index.exact_top_k(vectors, vectors[0], 5)[0].tolist()) == [0, 1, 2]
+    with pytest.raises(ValueError, match="dimension 5 cannot search vectors of dimension 4"):
+        vector_index.exact_top_k(vectors, np.ones(5, dtype=np.float32), 2)
+
+
+def test_format_2_index_round_trip(tmp_path):
     vectors = _unit_vectors(20, 8, 5)
-    index = vector_index.with_vectors(vector_index.new_index(8), vectors, np.arange(20))
+    index = vector_index.with_vectors(vector_index.new_index(8), vectors, np.arange(100, 120))
     vector_index.save_index(index, tmp_path / "v.faiss")
     loaded = vector_index.load_index(tmp_path / "v.faiss")
-    assert loaded.ntotal == 20
-    query = vectors[4]
-    assert vector_index.search(loaded, query, np.arange(20), 3)[0].tolist() == (
-        vector_index.search(index, query, np.arange(20), 3)[0].tolist()
-    )
+    assert loaded.ntotal == 20 and vector_index.new_index(8).ntotal == 0
+    assert faiss.vector_to_array(loaded.id_map).tolist() == list(range(100, 120))
+    np.testing.assert_array_equal(loaded.index.reconstruct_n(0, 20), vectors)
+
+
+def test_one_segment_and_many_give_bit_identical_hits(tmp_path):
+    """12,000 rows as one segment, and as twelve adds merged into 10,000 + 1,000 + 1,000 rows: every
+    hit and every score equal, bit for bit (both layouts cross FAISS's BLAS threshold)."""
+    from rms_retrieval.dataflows.bench.speed_bench import RandomEncoder, synthetic_objects
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    turns = synthetic_objects(0, 12_000, namespaces=1)
+    with MemoryStore.open(tmp_path / "one", RandomEncoder()) as one, \
+            MemoryStore.open(tmp_path / "many", RandomEncoder()) as many:
+        one.add(turns)
+        for start in range(0, len(turns), 1_000):
+            many.add(turns[start:start + 1_000])
+        assert [entry.rows for entry in many.snapshot().manifest.segments] == [10_000, 1_000, 1_000]
+        for query in _unit_vectors(4, 384, 7):
+            whole = one.search_vector(query, ["synthetic-0"], 12_000)
+            assert len(whole) == 12_000 and whole == many.search_vector(query, ["synthetic-0"], 12_000)
+            top = one.search_vector(query, ["synthetic-0"], 50)
+            assert top == many.search_vector(query, ["synthetic-0"], 50) == whole[:50]
