@@ -17,11 +17,12 @@ from typing import Any
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.protocols import EmbeddingIdentity
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
+# Format 3 differs only in its segments' files (stores/segments.py reads both), so it is read as is.
+READABLE_VERSIONS = (3, 4)
 MANIFEST_FILE = "manifest.json"
 SEGMENTS_DIR = "segments"
 LEGACY_DATABASE_FILE = "store.duckdb"
-_HASH_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +80,6 @@ def _body_digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(_HASH_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fsync_path(path: Path) -> None:
     """Flush a file or a directory entry to disk."""
     descriptor = os.open(path, os.O_RDONLY)
@@ -107,10 +100,10 @@ def read_manifest(store: Path) -> Manifest:
         document = json.loads(path.read_text(encoding="utf-8"))
         version = document["format_version"]
         recorded = document.pop("sha256", None)
-        if version == FORMAT_VERSION and recorded != _body_digest(document):
+        if version in READABLE_VERSIONS and recorded != _body_digest(document):
             raise ValueError("its sha256 does not match its content")
-        if version != FORMAT_VERSION:
-            raise StoreError(f"{path} has format version {version!r}, this version reads {FORMAT_VERSION}; "
+        if version not in READABLE_VERSIONS:
+            raise StoreError(f"{path} has format version {version!r}, this version reads {' and '.join(map(str, READABLE_VERSIONS))}; "
                              "upgrade rms-retrieval, or rebuild the store with `rms ingest`")
         embedding = document["embedding"]
         identity = None if embedding is None else EmbeddingIdentity(

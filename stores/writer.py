@@ -18,6 +18,7 @@ from pathlib import Path
 from uuid import UUID
 
 import numpy as np
+import pyarrow as pa
 
 from rms_retrieval.stores.embedding import encode_many
 from rms_retrieval.stores.entity_graph import GraphEdge, GraphUpdate, entity_graph, entity_id
@@ -26,7 +27,7 @@ from rms_retrieval.stores.lexical import TermPostings
 from rms_retrieval.stores.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
-from rms_retrieval.stores.segments import LoadedSegment, StoredEdge, new_segment_id, write_segment
+from rms_retrieval.stores.segments import LoadedSegment, StoredEdge, new_segment_id, write_segment, write_table_segment
 from rms_retrieval.stores.snapshot import StoreSnapshot
 
 # Tiered merging: once this many segments of one size tier (a power of ten of rows) end the
@@ -138,11 +139,12 @@ def merge_run(entries: Sequence[SegmentEntry]) -> int:
 
 
 def write_merged(store: Path, segments: Sequence[LoadedSegment], generation: int) -> LoadedSegment:
-    """One segment holding `segments`' rows, vectors, latest edges and postings, regrouped by namespace."""
-    rows = [memory for segment in segments for memory in segment.objects()]
-    order = sorted(range(len(rows)), key=lambda position: rows[position].namespace)
-    new_row = np.empty(len(rows), dtype=np.int64)
-    new_row[order] = np.arange(len(rows))
+    """One segment holding `segments`' rows, vectors, latest edges and postings, regrouped by namespace.
+    Rows move as Arrow columns (nothing is decoded and encoded again) and postings as arrays."""
+    namespaces = [namespace for segment in segments for namespace in segment.namespace_of_row]
+    order = np.asarray(sorted(range(len(namespaces)), key=namespaces.__getitem__), dtype=np.int64)
+    new_row = np.empty(len(order), dtype=np.int64)
+    new_row[order] = np.arange(len(order))
     joined = TermPostings.concatenate([segment.postings for segment in segments])
     posting_rows = new_row[joined.rows].astype(np.int32)
     by_term = np.lexsort((posting_rows, joined.term_ids))
@@ -150,14 +152,15 @@ def write_merged(store: Path, segments: Sequence[LoadedSegment], generation: int
     lengths[new_row] = joined.lengths
     postings = TermPostings(joined.vocabulary, joined.term_ids[by_term], posting_rows[by_term], joined.tfs[by_term], lengths)
     vectors = np.concatenate([segment.vectors for segment in segments])[order]
+    objects = pa.concat_tables([segment.objects_table() for segment in segments]).take(pa.array(order))
+    objects = objects.set_column(0, "row", pa.array(np.arange(len(order), dtype=np.int64)))
     latest: dict[int, StoredEdge] = {}
     for segment in segments:
         for stored in segment.edges:
             latest[stored.edge.edge_id] = stored
-    return write_segment(
-        store, new_segment_id(generation), [rows[position] for position in order], vectors,
-        [latest[edge_id] for edge_id in sorted(latest)], postings=postings,
-        sources=tuple(segment.entry.id for segment in segments),
+    return write_table_segment(
+        store, new_segment_id(generation), objects, vectors, [latest[edge_id] for edge_id in sorted(latest)],
+        postings, sources=tuple(segment.entry.id for segment in segments),
     )
 
 
