@@ -73,9 +73,9 @@ def test_rms_check_names_a_damaged_file_and_exits_1(tmp_path, capsys):
     _built(tmp_path / "store")
     assert main(["check", "--store", str(tmp_path / "store")]) == 0
     assert "ok: generation 12, 3 segments, 12 objects" in capsys.readouterr().out
-    [vectors] = sorted((tmp_path / "store" / "segments").glob("*/vectors.npy"))[:1]
+    [vectors] = sorted((tmp_path / "store" / "segments").glob("*/index.npz"))[:1]
     data = bytearray(vectors.read_bytes())
-    data[-1] ^= 0x01  # the lowest bit of one float: a different answer if it went unnoticed
+    data[len(data) // 2] ^= 0x01  # one bit of one float (vectors are most of the file): a different answer if unnoticed
     vectors.write_bytes(bytes(data))
     assert main(["check", "--store", str(tmp_path / "store")]) == 1
     assert str(vectors) in capsys.readouterr().out
