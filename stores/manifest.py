@@ -1,7 +1,7 @@
 """`manifest.json`: the one small file that names a store's live generation.
 
-A commit writes the next manifest to `manifest.json.tmp`, fsyncs it, renames it over
-`manifest.json` and fsyncs the directory, so a reader opens either the old generation or the
+A commit writes the next manifest to `manifest.json.tmp`, fsyncs it (and `segments/`), renames it
+over `manifest.json` and fsyncs the directory, so a reader opens either the old generation or the
 new one, never a mix. Everything the manifest names is immutable and carries a sha256.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,12 +124,18 @@ def read_manifest(store: Path) -> Manifest:
 
 
 def write_manifest(store: Path, manifest: Manifest) -> None:
-    """Switch `store` to `manifest` atomically and durably."""
+    """Switch `store` to `manifest` atomically and durably.
+
+    The staged manifest and `segments/` (whose entries name the segments the manifest may name;
+    stores/segments.py renames each one into place without a directory fsync of its own) are
+    fsynced at once, both before the switch; the store directory after it.
+    """
     staged = store / (MANIFEST_FILE + ".tmp")
     with staged.open("w", encoding="utf-8") as handle:
         json.dump(manifest.to_json(), handle, indent=1, sort_keys=True)
         handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    durable_first = [staged, *([store / SEGMENTS_DIR] if (store / SEGMENTS_DIR).is_dir() else [])]
+    with ThreadPoolExecutor(len(durable_first), thread_name_prefix="manifest-fsync") as pool:
+        list(pool.map(fsync_path, durable_first))
     os.replace(staged, store / MANIFEST_FILE)
     fsync_path(store)

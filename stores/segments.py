@@ -25,6 +25,7 @@ import uuid
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import combinations
@@ -112,9 +113,9 @@ def write_table_segment(
     """Write one segment from its objects table (OBJECTS_SCHEMA, rows grouped by namespace, `row`
     counting from 0), vectors, edges and postings; a merge passes its sources' ids as `sources`.
 
-    Each file is serialised in memory, hashed, written and fsynced once; then the staging
-    directory is fsynced, renamed into place and its parent fsynced. Nothing names the segment
-    until a manifest does.
+    Each file is serialised in memory, hashed, written and fsynced once, with the staging
+    directory; then that is renamed into place. Nothing names the segment until a manifest does,
+    and `write_manifest` fsyncs `segments/` before it switches to one that does.
     """
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.shape[0] != objects.num_rows or postings.num_rows != objects.num_rows:
@@ -129,10 +130,12 @@ def write_table_segment(
     staging.mkdir()
     try:
         for name, data in blobs.items():
-            _write_durably(staging / name, data)
-        fsync_path(staging)
-        os.rename(staging, parent / segment_id)
-        fsync_path(parent)
+            (staging / name).write_bytes(data)
+        # The files' data and the staging directory's entries are independent, so their fsyncs
+        # run at once (the journal commits them together); all must finish before the rename.
+        with ThreadPoolExecutor(len(blobs) + 1, thread_name_prefix="segment-fsync") as pool:
+            list(pool.map(fsync_path, [*(staging / name for name in blobs), staging]))
+        os.rename(staging, parent / segment_id)  # made durable by the manifest switch that names it
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -186,13 +189,6 @@ def _parquet_edges(table: pa.Table) -> tuple[StoredEdge, ...]:
         for edge_id, source, target, edge_type, confidence, namespace in zip(
             edges["edge_id"], edges["source"], edges["target"], edges["edge_type"], edges["confidence"], edges["namespace"])
     )
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    with path.open("xb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 class LoadedSegment:
