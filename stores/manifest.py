@@ -1,7 +1,7 @@
 """`manifest.json`: the one small file that names a store's live generation.
 
-A commit writes the next manifest to `manifest.json.tmp`, fsyncs it, renames it over
-`manifest.json` and fsyncs the directory, so a reader opens either the old generation or the
+A commit writes the next manifest to `manifest.json.tmp`, fsyncs it (and `segments/`), renames it
+over `manifest.json` and fsyncs the directory, so a reader opens either the old generation or the
 new one, never a mix. Everything the manifest names is immutable and carries a sha256.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,12 @@ from typing import Any
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.protocols import EmbeddingIdentity
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
+# Format 3 differs only in its segments' files (stores/segments.py reads both), so it is read as is.
+READABLE_VERSIONS = (3, 4)
 MANIFEST_FILE = "manifest.json"
 SEGMENTS_DIR = "segments"
 LEGACY_DATABASE_FILE = "store.duckdb"
-_HASH_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +81,6 @@ def _body_digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(_HASH_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fsync_path(path: Path) -> None:
     """Flush a file or a directory entry to disk."""
     descriptor = os.open(path, os.O_RDONLY)
@@ -107,10 +101,10 @@ def read_manifest(store: Path) -> Manifest:
         document = json.loads(path.read_text(encoding="utf-8"))
         version = document["format_version"]
         recorded = document.pop("sha256", None)
-        if version == FORMAT_VERSION and recorded != _body_digest(document):
+        if version in READABLE_VERSIONS and recorded != _body_digest(document):
             raise ValueError("its sha256 does not match its content")
-        if version != FORMAT_VERSION:
-            raise StoreError(f"{path} has format version {version!r}, this version reads {FORMAT_VERSION}; "
+        if version not in READABLE_VERSIONS:
+            raise StoreError(f"{path} has format version {version!r}, this version reads {' and '.join(map(str, READABLE_VERSIONS))}; "
                              "upgrade rms-retrieval, or rebuild the store with `rms ingest`")
         embedding = document["embedding"]
         identity = None if embedding is None else EmbeddingIdentity(
@@ -130,12 +124,18 @@ def read_manifest(store: Path) -> Manifest:
 
 
 def write_manifest(store: Path, manifest: Manifest) -> None:
-    """Switch `store` to `manifest` atomically and durably."""
+    """Switch `store` to `manifest` atomically and durably.
+
+    The staged manifest and `segments/` (whose entries name the segments the manifest may name;
+    stores/segments.py renames each one into place without a directory fsync of its own) are
+    fsynced at once, both before the switch; the store directory after it.
+    """
     staged = store / (MANIFEST_FILE + ".tmp")
     with staged.open("w", encoding="utf-8") as handle:
         json.dump(manifest.to_json(), handle, indent=1, sort_keys=True)
         handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    durable_first = [staged, *([store / SEGMENTS_DIR] if (store / SEGMENTS_DIR).is_dir() else [])]
+    with ThreadPoolExecutor(len(durable_first), thread_name_prefix="manifest-fsync") as pool:
+        list(pool.map(fsync_path, durable_first))
     os.replace(staged, store / MANIFEST_FILE)
     fsync_path(store)

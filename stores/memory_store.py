@@ -43,12 +43,14 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
     """One store directory behind every store protocol; each call reads the live generation."""
 
     def __init__(
-        self, path: Path, encoder: QueryEncoder | None, *, read_only: bool, write_timeout: float
+        self, path: Path, encoder: QueryEncoder | None, *, read_only: bool, write_timeout: float,
+        retired_grace: float = writer.RETIRED_GRACE_SECONDS,
     ) -> None:
         self.path = path
         self._encoder = encoder
         self._read_only = read_only
         self._write_timeout = write_timeout
+        self._garbage = writer.GarbageCollector(path, retired_grace)
         self._reload_lock = threading.Lock()
         self._add_lock = threading.Lock()
         self._log_lock = threading.Lock()
@@ -66,9 +68,12 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         create: bool = True,
         read_only: bool = False,
         write_timeout: float = DEFAULT_WRITE_TIMEOUT_SECONDS,
+        retired_grace: float = writer.RETIRED_GRACE_SECONDS,
     ) -> MemoryStore:
         """Open the store at `path`, creating an empty one when allowed. Opening never writes an
-        existing store; `write_timeout` is how long an add waits for another process's write."""
+        existing store; `write_timeout` is how long an add waits for another process's write;
+        `retired_grace` how long this process's writes keep a merged-away segment's files for
+        readers still answering from an older generation."""
         path = Path(path)
         if not (path / MANIFEST_FILE).exists() and not (path / LEGACY_DATABASE_FILE).exists() and create and not read_only:
             if path.exists() and not path.is_dir():
@@ -77,7 +82,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             with WriteLock(path, write_timeout):
                 if not (path / MANIFEST_FILE).exists():
                     write_manifest(path, Manifest(0, None))
-        return cls(path, encoder, read_only=read_only, write_timeout=write_timeout)
+        return cls(path, encoder, read_only=read_only, write_timeout=write_timeout, retired_grace=retired_grace)
 
     def close(self) -> None:
         with self._log_lock:
@@ -141,13 +146,14 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         if not objects:
             return IngestReport(0, 0, 0, time.perf_counter() - started, {"generation": self.snapshot().generation})
         encoder = self._checked_encoder(self.snapshot().embedding_identity)
-        with self._add_lock, WriteLock(self.path, self._write_timeout):
+        with self._add_lock, WriteLock(self.path, self._write_timeout) as lock:
             self._refresh()
             snapshot = self._snapshot
             self._checked_encoder(snapshot.embedding_identity)
-            writer.collect_garbage(self.path, snapshot.manifest)
+            self._garbage.collect(snapshot.manifest, writer_died=lock.holder_died)
             prepared = writer.prepare_write(snapshot, objects, encoder, progress=progress)
             manifest, segments = writer.commit(self.path, snapshot, prepared, encoder.identity)
+            self._garbage.committed(manifest, time.time())
             self._install(manifest, segments, self._stat_key())
         return IngestReport(
             objects_added=len(objects),

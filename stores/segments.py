@@ -3,13 +3,16 @@
 Files under `segments/<id>/`:
 - `objects.parquet`: the rows (typed columns for SQL, plus each object's JSON `record`), grouped by
   namespace so that each namespace's vectors are one contiguous slice;
-- `vectors.npy`: float32 unit vectors in row order;
-- `edges.parquet`: the graph edges this write added or re-weighted (a later segment's edge wins
-  over an earlier one with the same edge id);
-- `postings.npz`: the BM25 term postings of the rows (stores/lexical.py).
+- `index.npz`: plain arrays (no pickles) of the float32 unit vectors in row order, the BM25 term
+  postings of the rows (stores/lexical.py) and the graph edges this write added or re-weighted
+  (a later segment's edge wins over an earlier one with the same edge id). One file, not three,
+  because every file of a write costs an fsync.
+Segments written before index.npz have `vectors.npy`, `edges.parquet` and `postings.npz` instead;
+they load the same, and a merge rewrites them in the current form.
 
-`write_segment` builds them in a temporary directory, fsyncs, and renames it into place; only a
-manifest that names the segment makes it live. `load_segment` verifies every file's sha256 first.
+`write_segment` builds them in memory (no DuckDB connection: stores/segment_parquet.py), writes
+them into a temporary directory, fsyncs, and renames it into place; only a manifest that names the
+segment makes it live. `LoadedSegment` verifies every file's sha256 before parsing it.
 """
 
 from __future__ import annotations
@@ -19,31 +22,36 @@ import io
 import os
 import shutil
 import uuid
+import zipfile
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import combinations
 from pathlib import Path
 from uuid import UUID
 
-import duckdb
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
-from rms_retrieval.stores import store_sql
-from rms_retrieval.stores.codec import ROW_COLUMNS, memory_object, object_record, row_values
+from rms_retrieval.stores.codec import memory_object
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.lexical import TermPostings, term_postings
-from rms_retrieval.stores.manifest import SEGMENTS_DIR, SegmentEntry, fsync_path, sha256_file
+from rms_retrieval.stores.manifest import SEGMENTS_DIR, SegmentEntry, fsync_path
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge
+from rms_retrieval.stores.segment_parquet import (LOADED_COLUMNS, OBJECTS_SCHEMA, conformed, loaded_columns, objects_table,
+                                                 parquet_bytes, read_table)
 
 OBJECTS_FILE = "objects.parquet"
+INDEX_FILE = "index.npz"
+SEGMENT_FILES = (OBJECTS_FILE, INDEX_FILE)
+# Segments written before index.npz held vectors, edges and postings in files of their own.
 VECTORS_FILE = "vectors.npy"
 EDGES_FILE = "edges.parquet"
 POSTINGS_FILE = "postings.npz"
-SEGMENT_FILES = (OBJECTS_FILE, VECTORS_FILE, EDGES_FILE, POSTINGS_FILE)
+SEPARATE_FILES = (OBJECTS_FILE, VECTORS_FILE, EDGES_FILE, POSTINGS_FILE)
 TEMPORARY_PREFIX = ".tmp-"
 _DECODED_CACHE_LIMIT = 50_000
 MENTIONS = "MENTIONS"
@@ -79,145 +87,170 @@ def write_segment(
     vectors: np.ndarray,
     edges: Sequence[StoredEdge],
     postings: TermPostings | None = None,
-    sources: tuple[str, ...] = (),
 ) -> LoadedSegment:
-    """Write one segment durably under `segments/<segment_id>/`; return it, loaded, with its entry.
+    """Write one segment of `rows` durably under `segments/<segment_id>/`; return it, loaded.
 
-    `rows` must already be grouped by namespace when `postings` is given (a merge passes the
-    concatenated postings of its sources); otherwise rows are grouped here and analysed.
+    `rows` must already be grouped by namespace when `postings` is given; otherwise rows are
+    grouped here and analysed.
     """
     if postings is None:
         order = _namespace_order(rows)
         rows = [rows[position] for position in order]
         vectors = np.asarray(vectors, dtype=np.float32)[order] if len(order) else vectors
         postings = term_postings([(memory.content, memory.entity_canonical_name) for memory in rows])
+    return write_table_segment(store, segment_id, objects_table(rows), vectors, edges, postings)
+
+
+def write_table_segment(
+    store: Path,
+    segment_id: str,
+    objects: pa.Table,
+    vectors: np.ndarray,
+    edges: Sequence[StoredEdge],
+    postings: TermPostings,
+    sources: tuple[str, ...] = (),
+) -> LoadedSegment:
+    """Write one segment from its objects table (OBJECTS_SCHEMA, rows grouped by namespace, `row`
+    counting from 0), vectors, edges and postings; a merge passes its sources' ids as `sources`.
+
+    Each file is serialised in memory, hashed, written and fsynced once, with the staging
+    directory; then that is renamed into place. Nothing names the segment until a manifest does,
+    and `write_manifest` fsyncs `segments/` before it switches to one that does.
+    """
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    if vectors.shape[0] != len(rows) or postings.num_rows != len(rows):
-        raise StoreError(f"segment {segment_id}: {len(rows)} rows, {vectors.shape[0]} vectors and "
+    if vectors.shape[0] != objects.num_rows or postings.num_rows != objects.num_rows:
+        raise StoreError(f"segment {segment_id}: {objects.num_rows} rows, {vectors.shape[0]} vectors and "
                          f"{postings.num_rows} postings rows disagree; this is a bug, report it")
+    index = io.BytesIO()
+    np.savez(index, vectors=vectors, **postings.to_arrays(), **_edge_arrays(edges))
+    blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: index.getvalue()}
     parent = store / SEGMENTS_DIR
     parent.mkdir(exist_ok=True)
     staging = parent / f"{TEMPORARY_PREFIX}{segment_id}"
     staging.mkdir()
     try:
-        _write_objects(staging / OBJECTS_FILE, rows)
-        with (staging / VECTORS_FILE).open("wb") as handle:
-            np.save(handle, vectors, allow_pickle=False)
-        _write_edges(staging / EDGES_FILE, edges)
-        postings.save(staging / POSTINGS_FILE)
-        for name in SEGMENT_FILES:
-            fsync_path(staging / name)
-        fsync_path(staging)
-        files = {name: sha256_file(staging / name) for name in SEGMENT_FILES}
-        os.rename(staging, parent / segment_id)
-        fsync_path(parent)
+        for name, data in blobs.items():
+            (staging / name).write_bytes(data)
+        # The files' data and the staging directory's entries are independent, so their fsyncs
+        # run at once (the journal commits them together); all must finish before the rename.
+        with ThreadPoolExecutor(len(blobs) + 1, thread_name_prefix="segment-fsync") as pool:
+            list(pool.map(fsync_path, [*(staging / name for name in blobs), staging]))
+        os.rename(staging, parent / segment_id)  # made durable by the manifest switch that names it
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    entry = SegmentEntry(segment_id, len(rows), files, sources)
-    return LoadedSegment.just_written(store, entry, rows, vectors, postings, edges)
+    entry = SegmentEntry(segment_id, objects.num_rows, {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()},
+                         sources)
+    segment = LoadedSegment.__new__(LoadedSegment)
+    segment.entry, segment.directory = entry, segment_directory(store, segment_id)
+    segment._build(store, vectors, postings, loaded_columns(objects), tuple(edges))
+    return segment
 
 
-def _write_objects(path: Path, rows: Sequence[MemoryObject]) -> None:
-    values = [row_values(memory) for memory in rows]
-    frame = pd.DataFrame({name: pd.Series([row[name] for row in values], dtype=object) for name in ROW_COLUMNS})
-    frame.insert(0, "row", np.arange(len(rows), dtype=np.int64))
-    frame["session_seq"] = frame["session_seq"].astype("Int64")
-    frame["confidence"] = frame["confidence"].astype("float64")
-    frame["salience"] = frame["salience"].astype("float64")
-    frame["pinned"] = np.asarray([memory.is_pinned for memory in rows], dtype=bool)
-    _copy_to_parquet(store_sql.OBJECT_ROWS, frame, path)
+def _texts_array(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [text.encode() for text in texts]
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), np.cumsum([len(text) for text in encoded], dtype=np.int64)
 
 
-def _write_edges(path: Path, edges: Sequence[StoredEdge]) -> None:
-    frame = pd.DataFrame(
-        {
-            "edge_id": np.asarray([stored.edge.edge_id for stored in edges], dtype=np.int64),
-            "source": pd.Series([str(stored.edge.source) for stored in edges], dtype=object),
-            "target": pd.Series([str(stored.edge.target) for stored in edges], dtype=object),
-            "edge_type": pd.Series([stored.edge.edge_type for stored in edges], dtype=object),
-            "confidence": np.asarray([stored.edge.confidence for stored in edges], dtype=np.float64),
-            "namespace": pd.Series([stored.namespace for stored in edges], dtype=object),
-        }
+def _texts(blob: np.ndarray, ends: np.ndarray) -> list[str]:
+    data, stops = blob.tobytes(), ends.tolist()
+    return [data[start:stop].decode() for start, stop in zip([0, *stops[:-1]], stops)]
+
+
+def _edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
+    """The edges as plain arrays for index.npz (ids as 16-byte rows, texts as bytes and ends)."""
+    type_bytes, type_ends = _texts_array([stored.edge.edge_type for stored in edges])
+    namespace_bytes, namespace_ends = _texts_array([stored.namespace for stored in edges])
+    ends = np.frombuffer(b"".join(stored.edge.source.bytes + stored.edge.target.bytes for stored in edges), dtype=np.uint8)
+    return {
+        "edge_ids": np.asarray([stored.edge.edge_id for stored in edges], dtype=np.int64),
+        "edge_ends": ends.reshape(len(edges), 32),
+        "edge_confidences": np.asarray([stored.edge.confidence for stored in edges], dtype=np.float64),
+        "edge_type_bytes": type_bytes, "edge_type_ends": type_ends,
+        "edge_namespace_bytes": namespace_bytes, "edge_namespace_ends": namespace_ends,
+    }
+
+
+def _stored_edges(arrays: Mapping[str, np.ndarray]) -> tuple[StoredEdge, ...]:
+    ends = arrays["edge_ends"].tobytes()
+    types = _texts(arrays["edge_type_bytes"], arrays["edge_type_ends"])
+    namespaces = _texts(arrays["edge_namespace_bytes"], arrays["edge_namespace_ends"])
+    return tuple(
+        StoredEdge(Edge(edge_id, UUID(bytes=ends[32 * i:32 * i + 16]), UUID(bytes=ends[32 * i + 16:32 * i + 32]),
+                        types[i], confidence), namespaces[i])
+        for i, (edge_id, confidence) in enumerate(zip(arrays["edge_ids"].tolist(), arrays["edge_confidences"].tolist()))
     )
-    _copy_to_parquet(store_sql.EDGE_ROWS, frame, path)
 
 
-def _copy_to_parquet(query: str, frame: pd.DataFrame, path: Path) -> None:
-    connection = store_sql.connect()
-    try:
-        connection.register("incoming", frame)
-        connection.sql(query).write_parquet(str(path), compression="zstd")
-    finally:
-        connection.close()
+def _parquet_edges(table: pa.Table) -> tuple[StoredEdge, ...]:
+    edges = table.to_pydict()
+    return tuple(
+        StoredEdge(Edge(edge_id, source, target, edge_type, confidence), namespace)
+        for edge_id, source, target, edge_type, confidence, namespace in zip(
+            edges["edge_id"], edges["source"], edges["target"], edges["edge_type"], edges["confidence"], edges["namespace"])
+    )
 
 
 class LoadedSegment:
     """A verified segment held in memory: what readers search. Immutable; shared by snapshots."""
 
     def __init__(self, store: Path, entry: SegmentEntry) -> None:
-        """Load the segment `entry` names, verifying every file's sha256 before it is parsed."""
+        """Load the segment `entry` names from its files' bytes, each verified against its sha256 first."""
         directory = segment_directory(store, entry.id)
         self.entry, self.directory = entry, directory
-        blobs = {name: self._verified_bytes(name) for name in SEGMENT_FILES}
+        separate = VECTORS_FILE in entry.files
+        blobs = {name: self._verified_bytes(name) for name in (SEPARATE_FILES if separate else SEGMENT_FILES)}
         try:
-            vectors = np.load(io.BytesIO(blobs[VECTORS_FILE]), allow_pickle=False)
-            postings = TermPostings.load(directory / POSTINGS_FILE)
-            cursor = store_sql.connect()
-            try:
-                objects = cursor.execute(store_sql.LOAD_OBJECTS, [str(directory / OBJECTS_FILE)]).fetchall()
-                edges = cursor.execute(store_sql.LOAD_EDGES, [str(directory / EDGES_FILE)]).fetchall()
-            finally:
-                cursor.close()
-        except (ValueError, OSError, duckdb.Error) as error:
-            if not directory.exists():  # retired and removed while this reader was loading it
-                raise FileNotFoundError(2, "segment retired while loading", str(directory)) from error
+            columns = loaded_columns(read_table(blobs[OBJECTS_FILE], LOADED_COLUMNS))
+            if separate:
+                vectors = np.load(io.BytesIO(blobs[VECTORS_FILE]), allow_pickle=False)
+                with np.load(io.BytesIO(blobs[POSTINGS_FILE]), allow_pickle=False) as arrays:
+                    postings = TermPostings.from_arrays(arrays, directory / POSTINGS_FILE)
+                edges = _parquet_edges(read_table(blobs[EDGES_FILE]))
+            else:
+                with np.load(io.BytesIO(blobs[INDEX_FILE]), allow_pickle=False) as arrays:
+                    vectors = arrays["vectors"]
+                    postings = TermPostings.from_arrays(arrays, directory / INDEX_FILE)
+                    edges = _stored_edges(arrays)
+        except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile, pa.ArrowException) as error:
             raise StoreError(f"cannot read segment {directory} ({error}); run `rms check --store {store}`") from error
-        self._build(store, vectors, postings, objects, edges)
+        self._build(store, vectors, postings, columns, edges)
 
-    @classmethod
-    def just_written(
-        cls, store: Path, entry: SegmentEntry, rows: Sequence[MemoryObject], vectors: np.ndarray,
-        postings: TermPostings, edges: Sequence[StoredEdge],
-    ) -> LoadedSegment:
-        """The segment a write has just made, from the values it wrote (no need to read them back)."""
-        segment = cls.__new__(cls)
-        segment.entry, segment.directory = entry, segment_directory(store, entry.id)
-        objects = [(memory.id, memory.namespace, memory.owner, memory.scope, memory.session_id, memory.node_type.value,
-                    memory.is_pinned, object_record(memory), memory.session_seq) for memory in rows]
-        edge_rows = [(stored.edge.edge_id, stored.edge.source, stored.edge.target, stored.edge.edge_type,
-                      stored.edge.confidence, stored.namespace) for stored in edges]
-        segment._build(store, np.array(vectors, dtype=np.float32), postings, objects, edge_rows)
-        return segment
-
-    def _build(self, store: Path, vectors: np.ndarray, postings: TermPostings, objects: list, edges: list) -> None:
-        """The in-memory lookups over one segment's rows (columns in store_sql.LOAD_OBJECTS order)."""
+    def _build(self, store: Path, vectors: np.ndarray, postings: TermPostings, columns: Mapping[str, list],
+               edges: tuple[StoredEdge, ...]) -> None:
+        """The in-memory lookups over one segment's rows (`columns`: segment_parquet.LOADED_COLUMNS)."""
         entry = self.entry
         self.vectors, self.postings = vectors, postings
         self.vectors.flags.writeable = False
-        if not (len(objects) == entry.rows == self.vectors.shape[0] == self.postings.num_rows):
-            raise StoreError(f"segment {self.directory} holds {len(objects)} rows, {self.vectors.shape[0]} vectors and "
-                             f"{self.postings.num_rows} postings rows, the manifest says {entry.rows}; "
+        if not (len(columns["id"]) == entry.rows == self.vectors.shape[0] == self.postings.num_rows):
+            raise StoreError(f"segment {self.directory} holds {len(columns['id'])} rows, {self.vectors.shape[0]} vectors "
+                             f"and {self.postings.num_rows} postings rows, the manifest says {entry.rows}; "
                              f"run `rms check --store {store}`")
-        self.ids: list[UUID] = [row[0] for row in objects]
+        self.ids: list[UUID] = columns["id"]
         self.row_of: dict[UUID, int] = {object_id: position for position, object_id in enumerate(self.ids)}
-        self.namespace_of_row: list[str] = [row[1] for row in objects]
-        self._records: list[str] = [row[7] for row in objects]
+        self.namespace_of_row: list[str] = columns["namespace"]
+        self._records: list[str] = columns["record"]
         self.namespace_slices: dict[str, tuple[int, int]] = {}
         for position, namespace in enumerate(self.namespace_of_row):
             start, _ = self.namespace_slices.get(namespace, (position, position))
             self.namespace_slices[namespace] = (start, position + 1)
-        self.pinned_rows = [position for position, row in enumerate(objects) if row[6]]
-        self.entity_rows = [position for position, row in enumerate(objects) if row[5] == NodeType.ENTITY.value]
+        self.pinned_rows = [position for position, pinned in enumerate(columns["pinned"]) if pinned]
+        self.entity_rows = [position for position, node_type in enumerate(columns["node_type"])
+                            if node_type == NodeType.ENTITY.value]
         self.sessions: dict[SessionKey, list[tuple[int, int]]] = defaultdict(list)
-        for position, (_, namespace, owner, scope, session_id, _, _, _, session_seq) in enumerate(objects):
-            if session_id is not None and session_seq is not None:
-                self.sessions[(namespace, owner, scope, session_id)].append((session_seq, position))
-        self.edges = tuple(
-            StoredEdge(Edge(edge_id, source, target, edge_type, confidence), namespace)
-            for edge_id, source, target, edge_type, confidence, namespace in edges
-        )
+        for position, key in enumerate(zip(columns["namespace"], columns["owner"], columns["scope"], columns["session_id"])):
+            session_seq = columns["session_seq"][position]
+            if key[3] is not None and session_seq is not None:
+                self.sessions[key].append((session_seq, position))
+        self.edges = edges
         self._decoded: dict[int, MemoryObject] = {}
+
+    def objects_table(self) -> pa.Table:
+        """This segment's objects file as a table of OBJECTS_SCHEMA, read again and verified."""
+        try:
+            return conformed(read_table(self._verified_bytes(OBJECTS_FILE)), OBJECTS_SCHEMA)
+        except (ValueError, pa.ArrowException) as error:
+            raise StoreError(f"cannot read {self.parquet_path} ({error}); run `rms check`") from error
 
     def _verified_bytes(self, name: str) -> bytes:
         path = self.directory / name

@@ -1,5 +1,5 @@
-"""The SQL of the segment store, in one place: writing segment rows, loading them, and the
-read-only queries aggregation and enumeration run over every live segment's Parquet file.
+"""The SQL of the segment store, in one place: the read-only queries aggregation and enumeration
+run over every live segment's Parquet file (stores/segment_parquet.py writes them).
 
 Every query over segments reads `read_parquet($files)`, the snapshot's file list, bound like any
 other value; no lock is needed because the files never change once a manifest names them.
@@ -40,32 +40,6 @@ def connect() -> duckdb.DuckDBPyConnection:
 
 _root_pid = [0]  # a forked child must not use its parent's database
 
-
-# ----- writing and loading segments ------------------------------------------------------------
-
-OBJECT_ROWS = """
-SELECT row, CAST(id AS UUID) AS id, namespace, owner, scope, session_id, session_seq, node_type, content,
-       entity_canonical_name, epistemic_type, confidence, salience, lifecycle_state,
-       CAST(created_at AS TIMESTAMPTZ) AS created_at, CAST(updated_at AS TIMESTAMPTZ) AS updated_at,
-       CAST(event_time AS TIMESTAMPTZ) AS event_time, CAST(valid_from AS TIMESTAMPTZ) AS valid_from,
-       CAST(valid_to AS TIMESTAMPTZ) AS valid_to, CAST(evidence_refs AS JSON) AS evidence_refs,
-       source_ref, CAST(metadata AS JSON) AS metadata, CAST(assertion AS JSON) AS assertion,
-       CAST(quantity AS JSON) AS quantity,
-       assertion_subject_norm, assertion_predicate_norm, assertion_object_norm, assertion_polarity,
-       CAST(pinned AS BOOLEAN) AS pinned, record
-FROM incoming ORDER BY row
-"""
-EDGE_ROWS = """
-SELECT edge_id, CAST(source AS UUID) AS source, CAST(target AS UUID) AS target, CAST(edge_type AS VARCHAR) AS edge_type,
-       confidence, CAST(namespace AS VARCHAR) AS namespace
-FROM incoming ORDER BY edge_id
-"""
-# Column positions are read by stores/segments.py LoadedSegment.
-LOAD_OBJECTS = """
-SELECT id, namespace, owner, scope, session_id, node_type, pinned, record, session_seq
-FROM read_parquet(?) ORDER BY row
-"""
-LOAD_EDGES = "SELECT edge_id, source, target, edge_type, confidence, namespace FROM read_parquet(?) ORDER BY edge_id"
 
 # ----- enumeration (stores/enumeration.py) -----------------------------------------------------
 

@@ -33,6 +33,7 @@ class WriteLock:
         self._path = store / LOCK_FILE
         self._timeout = timeout
         self._descriptor: int | None = None
+        self.holder_died = False
 
     def __enter__(self) -> WriteLock:
         descriptor = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -48,6 +49,9 @@ class WriteLock:
                     raise StoreBusyError(f"store {self._path.parent} is being written by {holder}; "
                                          f"waited {self._timeout:g} s, try again when it is done") from None
                 time.sleep(_POLL_SECONDS)
+        # A holder empties the file when it lets go, so a name still in it is a writer that died
+        # holding the lock: its write may have left files behind.
+        self.holder_died = bool(os.pread(descriptor, 1, 0))
         holder = json.dumps({"pid": os.getpid(), "since": datetime.now(timezone.utc).isoformat(timespec="seconds")})
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, holder.encode(), 0)

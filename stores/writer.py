@@ -4,12 +4,13 @@ Everything here runs under the write lock (stores/write_lock.py) on the writer's
 was refreshed after the lock was taken, so the entity graph sees every committed entity and
 co-mention without scanning the store. Order of a commit: segment files (fsynced, renamed into
 place), then `manifest.json` (stores/manifest.py). A crash before the manifest switch leaves the
-previous generation live and some unnamed files, which `collect_garbage` removes on the next write.
+previous generation live and some unnamed files, which `GarbageCollector` removes on the next write.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from pathlib import Path
 from uuid import UUID
 
 import numpy as np
+import pyarrow as pa
 
 from rms_retrieval.stores.embedding import encode_many
 from rms_retrieval.stores.entity_graph import GraphEdge, GraphUpdate, entity_graph, entity_id
@@ -26,9 +28,11 @@ from rms_retrieval.stores.lexical import TermPostings
 from rms_retrieval.stores.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
-from rms_retrieval.stores.segments import LoadedSegment, StoredEdge, new_segment_id, write_segment
+from rms_retrieval.stores.segments import LoadedSegment, StoredEdge, new_segment_id, write_segment, write_table_segment
 from rms_retrieval.stores.snapshot import StoreSnapshot
 
+# How long a retired segment's files outlive the write that retired it (GarbageCollector).
+RETIRED_GRACE_SECONDS = 60.0
 # Tiered merging: once this many segments of one size tier (a power of ten of rows) end the
 # list, they become one segment of the next tier. Each row is rewritten once per tier, so a write
 # costs amortised O(size of the write x number of tiers), and a store keeps few segments.
@@ -138,11 +142,12 @@ def merge_run(entries: Sequence[SegmentEntry]) -> int:
 
 
 def write_merged(store: Path, segments: Sequence[LoadedSegment], generation: int) -> LoadedSegment:
-    """One segment holding `segments`' rows, vectors, latest edges and postings, regrouped by namespace."""
-    rows = [memory for segment in segments for memory in segment.objects()]
-    order = sorted(range(len(rows)), key=lambda position: rows[position].namespace)
-    new_row = np.empty(len(rows), dtype=np.int64)
-    new_row[order] = np.arange(len(rows))
+    """One segment holding `segments`' rows, vectors, latest edges and postings, regrouped by namespace.
+    Rows move as Arrow columns (nothing is decoded and encoded again) and postings as arrays."""
+    namespaces = [namespace for segment in segments for namespace in segment.namespace_of_row]
+    order = np.asarray(sorted(range(len(namespaces)), key=namespaces.__getitem__), dtype=np.int64)
+    new_row = np.empty(len(order), dtype=np.int64)
+    new_row[order] = np.arange(len(order))
     joined = TermPostings.concatenate([segment.postings for segment in segments])
     posting_rows = new_row[joined.rows].astype(np.int32)
     by_term = np.lexsort((posting_rows, joined.term_ids))
@@ -150,28 +155,88 @@ def write_merged(store: Path, segments: Sequence[LoadedSegment], generation: int
     lengths[new_row] = joined.lengths
     postings = TermPostings(joined.vocabulary, joined.term_ids[by_term], posting_rows[by_term], joined.tfs[by_term], lengths)
     vectors = np.concatenate([segment.vectors for segment in segments])[order]
+    objects = pa.concat_tables([segment.objects_table() for segment in segments]).take(pa.array(order))
+    objects = objects.set_column(0, "row", pa.array(np.arange(len(order), dtype=np.int64)))
     latest: dict[int, StoredEdge] = {}
     for segment in segments:
         for stored in segment.edges:
             latest[stored.edge.edge_id] = stored
-    return write_segment(
-        store, new_segment_id(generation), [rows[position] for position in order], vectors,
-        [latest[edge_id] for edge_id in sorted(latest)], postings=postings,
-        sources=tuple(segment.entry.id for segment in segments),
+    return write_table_segment(
+        store, new_segment_id(generation), objects, vectors, [latest[edge_id] for edge_id in sorted(latest)],
+        postings, sources=tuple(segment.entry.id for segment in segments),
     )
 
 
-def collect_garbage(store: Path, live: Manifest) -> None:
-    """Remove every segment directory neither `live` nor the generation before it names, and any
-    staging leftovers of a killed write. Runs under the write lock."""
-    keep = set(live.segment_ids) | set(live.retired)
-    (store / (MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
+def _generation_of(segment_id: str) -> int | None:
+    """The generation a segment directory was written for (ids are `g<generation>-<random>`)."""
+    head = segment_id.partition("-")[0]
+    return int(head[1:]) if head[:1] == "g" and head[1:].isdigit() else None
+
+
+class GarbageCollector:
+    """Removes the segment directories no generation needs any more; runs under the write lock.
+
+    Never-named directories (a staging `.tmp-*` directory, or a segment of a generation at or after
+    the live one that the live manifest does not name: a dead write's, or one merged away within
+    the write that committed) go on the next write. A retired segment (named by an older
+    generation) stays `grace` seconds after the write that retired it stamped its directory's
+    mtime, because a reader may still be answering from an older snapshot: aggregation and
+    enumeration read its Parquet files as they go. The open writer remembers what is waiting, so a
+    write lists the directory only when another process wrote, or died writing, since its own
+    last write.
+    """
+
+    def __init__(self, store: Path, grace: float) -> None:
+        self._store, self._grace = store, grace
+        self._waiting: dict[str, float] = {}  # retired segment id -> when it was retired
+        self._known_generation: int | None = None
+
+    def collect(self, live: Manifest, *, writer_died: bool) -> None:
+        """Remove what `live` (the committed generation this write builds on) no longer needs;
+        `writer_died`: the write lock's last holder died holding it."""
+        (self._store / (MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
+        if writer_died or live.generation != self._known_generation:
+            self._waiting = self._listed(live)
+        now = time.time()
+        for segment_id, retired_at in list(self._waiting.items()):
+            if now - retired_at >= self._grace:
+                shutil.rmtree(self._store / SEGMENTS_DIR / segment_id, ignore_errors=True)
+                del self._waiting[segment_id]
+
+    def committed(self, manifest: Manifest, retired_at: float) -> None:
+        """This process committed `manifest`, retiring `manifest.retired` at `retired_at`."""
+        self._waiting.update(dict.fromkeys(manifest.retired, retired_at))
+        self._known_generation = manifest.generation
+
+    def _listed(self, live: Manifest) -> dict[str, float]:
+        """Remove never-named directories now; the retired ones, with their retirement times."""
+        directory = self._store / SEGMENTS_DIR
+        if not directory.exists():
+            return {}
+        named = set(live.segment_ids)
+        waiting = {}
+        for child in directory.iterdir():
+            if child.name in named:
+                continue
+            generation = _generation_of(child.name)
+            if generation is None or generation >= live.generation:
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                try:
+                    waiting[child.name] = child.stat().st_mtime
+                except FileNotFoundError:
+                    continue
+        return waiting
+
+
+def never_named(store: Path, live: Manifest) -> list[str]:
+    """The segment directories of `store` that no committed generation ever named."""
     directory = store / SEGMENTS_DIR
     if not directory.exists():
-        return
-    for child in directory.iterdir():
-        if child.name not in keep:
-            shutil.rmtree(child, ignore_errors=True)
+        return []
+    named = set(live.segment_ids)
+    return sorted(child.name for child in directory.iterdir() if child.name not in named
+                  and ((generation := _generation_of(child.name)) is None or generation >= live.generation))
 
 
 def commit(
@@ -192,6 +257,8 @@ def commit(
             written.append(write_merged(store, sources, generation))
             retired += [segment.entry.id for segment in sources if segment.entry.id in live]
             segments = [*segments[:-run], written[-1]]
+        for segment_id in retired:  # the retirement time GarbageCollector counts the grace from
+            os.utime(store / SEGMENTS_DIR / segment_id)
         manifest = Manifest(generation, identity, tuple(segment.entry for segment in segments), tuple(retired))
         write_manifest(store, manifest)
     except BaseException:

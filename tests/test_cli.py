@@ -62,8 +62,10 @@ def test_unknown_store_and_namespace(capsys, demo_store, demo_copy, tmp_path):
 
 
 def test_a_corrupted_index_file_is_named(capsys, demo_store, demo_copy):
-    [vectors] = demo_copy.glob("segments/*/vectors.npy")
-    vectors.write_bytes(vectors.read_bytes()[:-4] + b"\x00\x00\x80\x3f")  # a last float turned into 1.0
+    [vectors] = demo_copy.glob("segments/*/index.npz")
+    data = bytearray(vectors.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit of one float: the vectors are most of the file
+    vectors.write_bytes(bytes(data))
     code, _, err = _run(capsys, *_query(demo_copy, demo_store.namespace), "Where does Tomas work?")
     assert code == 2 and vectors.name in err and "Traceback" not in err
 

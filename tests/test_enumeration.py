@@ -145,8 +145,8 @@ def test_claims_round_trip_through_a_scan(tmp_path):
 def test_a_store_of_another_format_version_is_named(tmp_path):
     MemoryStore.open(tmp_path / "other").close()
     manifest = tmp_path / "other" / MANIFEST_FILE
-    manifest.write_text(manifest.read_text().replace('"format_version": 3', '"format_version": 99'))
-    with pytest.raises(StoreError, match="format version 99, this version reads 3"):
+    manifest.write_text(manifest.read_text().replace('"format_version": 4', '"format_version": 99'))
+    with pytest.raises(StoreError, match="format version 99, this version reads 3 and 4"):
         MemoryStore.open(tmp_path / "other")
 
 

@@ -143,7 +143,7 @@ def _observable_state(store: MemoryStore, encoder) -> tuple:
     )
 
 
-@pytest.mark.parametrize("failing_step", [(segments, "_write_edges"), (writer, "write_manifest"), (segments, "fsync_path")])
+@pytest.mark.parametrize("failing_step", [(segments, "parquet_bytes"), (writer, "write_manifest"), (segments, "fsync_path")])
 def test_failed_ingest_leaves_the_store_unchanged(store, encoder, monkeypatch, failing_step):
     store.add(THREE_DOCUMENTS)
     before = _observable_state(store, encoder)

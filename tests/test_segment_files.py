@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime, timezone
 from uuid import UUID
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from rms_retrieval.dataflows.bench import store_workers
@@ -70,6 +73,29 @@ def test_a_segment_holds_rows_vectors_edges_and_postings_grouped_by_namespace(tm
 
 def test_a_segment_file_that_differs_from_its_checksum_is_named(tmp_path):
     entry = write_segment(tmp_path, "g1-x", [RICH], np.ones((1, 4), dtype=np.float32), []).entry
-    damaged = SegmentEntry(entry.id, entry.rows, {**entry.files, "edges.parquet": "0" * 64})
-    with pytest.raises(StoreError, match=r"edges\.parquet is damaged"):
+    damaged = SegmentEntry(entry.id, entry.rows, {**entry.files, "index.npz": "0" * 64})
+    with pytest.raises(StoreError, match=r"index\.npz is damaged"):
         LoadedSegment(tmp_path, damaged)
+
+
+def test_a_segment_of_separate_files_loads_as_its_one_index_file_form(tmp_path):
+    """Format-3 segments kept vectors, edges and postings in files of their own."""
+    rows = [RICH, store_workers.turn(0)]
+    edges = [StoredEdge(Edge(1, RICH.id, UUID(int=9), "MENTIONS", 0.9), "a")]
+    written = write_segment(tmp_path, "g1-x", rows, np.eye(2, 8, dtype=np.float32), edges)
+    directory = written.directory
+    np.save(directory / "vectors.npy", written.vectors)
+    np.savez(directory / "postings.npz", **written.postings.to_arrays())
+    edge_columns = {"edge_id": [1], "source": [RICH.id.bytes], "target": [UUID(int=9).bytes], "edge_type": ["MENTIONS"],
+                    "confidence": [0.9], "namespace": ["a"]}
+    types = {"source": pa.uuid(), "target": pa.uuid()}
+    pq.write_table(pa.table({name: pa.array(values, type=types.get(name)) for name, values in edge_columns.items()}),
+                   directory / "edges.parquet")
+    (directory / "index.npz").unlink()
+    files = {name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
+             for name in ("objects.parquet", "vectors.npy", "edges.parquet", "postings.npz")}
+    separate = LoadedSegment(tmp_path, SegmentEntry("g1-x", 2, files))
+    assert (separate.ids, separate.edges, separate.namespace_slices) == (written.ids, written.edges, written.namespace_slices)
+    assert separate.vectors.tobytes() == written.vectors.tobytes() and separate.object_at(0) == RICH
+    assert separate.postings.to_arrays().keys() == written.postings.to_arrays().keys()
+    assert all(np.array_equal(separate.postings.to_arrays()[key], value) for key, value in written.postings.to_arrays().items())

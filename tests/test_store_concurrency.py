@@ -6,14 +6,17 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from rms_retrieval.dataflows.bench import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.stores.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.write_lock import StoreBusyError, WriteLock
+from rms_retrieval.stores.writer import MERGE_FACTOR
 
 QUESTIONS = ("What did Caroline research?", "When did Melanie paint a sunrise?", "Where does Tomas work?",
              "What is Caroline's identity?", "Who went camping?")
@@ -73,8 +76,9 @@ def test_an_open_reader_sees_each_new_generation_on_its_next_request(tmp_path):
 
 
 def test_four_reader_processes_and_one_writer_process(tmp_path):
-    """4 readers check every snapshot they see while a writer adds turns one at a time."""
-    turns = 300
+    """4 readers check, answer, enumerate and explain every snapshot they see while a writer adds
+    1,000 turns one at a time."""
+    turns = 1_000
     path = tmp_path / "store"
     with MemoryStore.open(path, store_workers.encoder()) as store:
         store.add([store_workers.turn(0)])
@@ -88,6 +92,50 @@ def test_four_reader_processes_and_one_writer_process(tmp_path):
     summaries = [json.loads(reader.communicate(timeout=120)[0]) for reader in readers]
     for summary in summaries:
         assert summary["errors"] == [] and summary["problems"] == []
-        assert summary["requests"] > 0 and len(summary["generations"]) > 1
+        assert summary["requests"] > 0 and summary["explained"] > 0 and len(summary["generations"]) > 1
     with MemoryStore.open(path, create=False, read_only=True) as store:
         assert store.count_objects() == turns and store_workers.snapshot_problems(store.snapshot()) == []
+
+
+def test_a_request_on_an_old_generation_still_reads_the_segments_merges_retired(tmp_path):
+    """A reader process enumerates and aggregates its snapshot after a writer process merged its
+    segments away and wrote on: retired segments outlive the grace period, not one more write."""
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        for number in range(MERGE_FACTOR - 1):
+            store.add([store_workers.turn(number)])
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    holder = subprocess.Popen([*WORKER, "hold", str(path), str(ready), str(go)], stdout=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if ready.exists() or holder.poll() is not None:
+                break
+            time.sleep(0.05)
+        before = read_manifest(path)
+        writer = subprocess.run([*WORKER, "write", str(path), str(MERGE_FACTOR - 1), "3"], capture_output=True, text=True,
+                                timeout=300)
+        assert writer.returncode == 0, writer.stderr
+        after = read_manifest(path)
+        assert not set(before.segment_ids) & set(after.segment_ids)  # every segment the reader holds is retired
+    finally:
+        go.touch()
+    summary = json.loads(holder.communicate(timeout=120)[0])
+    assert summary["errors"] == []
+    assert summary["generation"] == MERGE_FACTOR - 1 and summary["scanned"] == list(range(MERGE_FACTOR - 1))
+    assert summary["exclusions"] == {"no_assertion": MERGE_FACTOR - 1}
+
+
+def test_retired_segments_go_once_their_grace_has_passed(tmp_path):
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder(), retired_grace=0.5) as store:
+        for number in range(MERGE_FACTOR):
+            store.add([store_workers.turn(number)])
+        retired = set(store.snapshot().manifest.retired)
+        store.add([store_workers.turn(MERGE_FACTOR)])
+        assert retired <= {child.name for child in (path / "segments").iterdir()}  # within the grace
+        time.sleep(0.6)
+        store.add([store_workers.turn(MERGE_FACTOR + 1)])
+        assert not retired & {child.name for child in (path / "segments").iterdir()}
+    with MemoryStore.open(path, store_workers.encoder(), retired_grace=0) as other_process:  # lists the directory
+        other_process.add([store_workers.turn(MERGE_FACTOR + 2)])
+        assert {child.name for child in (path / "segments").iterdir()} == set(other_process.snapshot().manifest.segment_ids)

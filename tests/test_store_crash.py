@@ -5,9 +5,10 @@ from __future__ import annotations
 import random
 
 from rms_retrieval.dataflows.bench import crash_bench, store_workers
-from rms_retrieval.stores.manifest import SEGMENTS_DIR
+from rms_retrieval.stores.manifest import SEGMENTS_DIR, read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.segments import TEMPORARY_PREFIX
+from rms_retrieval.stores.writer import never_named
 
 
 def test_five_random_kills_leave_a_consistent_store_and_no_leftovers(tmp_path):
@@ -27,12 +28,13 @@ def test_the_next_write_removes_a_dead_writes_files(tmp_path):
         renamed = path / SEGMENTS_DIR / "g00000002-never-named"
         renamed.mkdir()
         (path / "manifest.json.tmp").write_text("{")
+        (path / "write.lock").write_text('{"pid": 1, "since": "2026-01-01T00:00:00+00:00"}')  # as a killed writer leaves it
         before = store.state_fingerprint()
         with MemoryStore.open(path, create=False, read_only=True) as reader:
             assert reader.state_fingerprint() == before  # leftovers are invisible to readers
         store.add([store_workers.turn(1)])
     assert not staged.exists() and not renamed.exists() and not (path / "manifest.json.tmp").exists()
-    assert crash_bench._unnamed_files(path) == []
+    assert never_named(path, read_manifest(path)) == []
 
 
 def test_kill_round_reports_what_it_checked(tmp_path):

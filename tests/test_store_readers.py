@@ -10,12 +10,18 @@ import pytest
 from rms_retrieval.dataflows.bench import store_workers
 from rms_retrieval.dataflows.cli import main
 from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.stores.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.retrieval_log import RetrievalLogWarning
 
 
 def _tree(path) -> dict[str, tuple[int, int]]:
     return {str(item.relative_to(path)): (item.stat().st_mtime_ns, item.stat().st_size) for item in path.rglob("*")}
+
+
+def _live_file(path, name: str):
+    """A file of the live generation's first segment (retired segments stay on disk a while)."""
+    return path / "segments" / read_manifest(path).segments[0].id / name
 
 
 def _built(path, turns: int = 12):
@@ -73,9 +79,27 @@ def test_rms_check_names_a_damaged_file_and_exits_1(tmp_path, capsys):
     _built(tmp_path / "store")
     assert main(["check", "--store", str(tmp_path / "store")]) == 0
     assert "ok: generation 12, 3 segments, 12 objects" in capsys.readouterr().out
-    [vectors] = sorted((tmp_path / "store" / "segments").glob("*/vectors.npy"))[:1]
+    vectors = _live_file(tmp_path / "store", "index.npz")
     data = bytearray(vectors.read_bytes())
-    data[-1] ^= 0x01  # the lowest bit of one float: a different answer if it went unnoticed
+    data[len(data) // 2] ^= 0x01  # one bit of one float (vectors are most of the file): a different answer if unnoticed
     vectors.write_bytes(bytes(data))
     assert main(["check", "--store", str(tmp_path / "store")]) == 1
     assert str(vectors) in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("victim", ["objects.parquet", "index.npz"])
+def test_replay_never_calls_an_answer_from_a_damaged_store_identical(tmp_path, capsys, victim):
+    _built(tmp_path / "store")
+    with MemoryStore.open(tmp_path / "store", create=False) as store:
+        retrieve(store, "which turn was about the river?", namespaces=[store_workers.NAMESPACE],
+                 encoder=store_workers.encoder(), reference_time=store_workers.turn(99).created_at)
+    assert main(["replay", "--store", str(tmp_path / "store"), "--last", "1"]) == 0
+    assert "1 of 1 replayed bundles are identical" in capsys.readouterr().out
+    damaged = _live_file(tmp_path / "store", victim)
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    damaged.write_bytes(bytes(data))
+    code = main(["replay", "--store", str(tmp_path / "store"), "--last", "1"])
+    captured = capsys.readouterr()
+    assert code != 0 and "identical" not in captured.out
+    assert str(damaged) in captured.err and "Traceback" not in captured.err

@@ -31,7 +31,7 @@ def test_merge_run_takes_a_full_tier_at_the_tail_only():
 
 
 def test_one_add_is_one_small_segment_and_merges_keep_few(tmp_path):
-    with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as store:
+    with MemoryStore.open(tmp_path / "store", store_workers.encoder(), retired_grace=0) as store:
         for number in range(120):
             store.add([store_workers.turn(number)])
         sizes = [entry.rows for entry in store.snapshot().manifest.segments]
@@ -48,14 +48,14 @@ def _bundles(store: MemoryStore) -> list[str]:
                      reference_time=when, log=False).bundle.to_json() for question in QUESTIONS]
 
 
-def test_one_batch_and_many_small_batches_give_byte_identical_bundles(tmp_path):
-    turns = [store_workers.turn(number) for number in range(150)]
+def test_one_batch_and_500_small_batches_give_byte_identical_bundles(tmp_path):
+    turns = [store_workers.turn(number) for number in range(500)]
     with MemoryStore.open(tmp_path / "one", store_workers.encoder()) as one, \
             MemoryStore.open(tmp_path / "many", store_workers.encoder()) as many:
         one.add(turns)
-        for start in range(0, len(turns), 1):
-            many.add(turns[start:start + 1])
-        assert len(many.snapshot().segments) > 1
+        for turn in turns:
+            many.add([turn])
+        assert many.snapshot().generation == 500 and len(many.snapshot().segments) > 1
         assert _bundles(one) == _bundles(many)
 
 

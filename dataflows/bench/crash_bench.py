@@ -19,17 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from rms_retrieval.dataflows.bench import store_workers
-from rms_retrieval.stores.manifest import SEGMENTS_DIR, read_manifest
+from rms_retrieval.stores.manifest import read_manifest
+from rms_retrieval.stores.writer import never_named
 
 WORKER = [sys.executable, "-m", "rms_retrieval.dataflows.bench.store_workers"]
-
-
-def _unnamed_files(path: Path) -> list[str]:
-    """Segment directories the live manifest names neither as live nor as just retired."""
-    manifest = read_manifest(path)
-    keep = set(manifest.segment_ids) | set(manifest.retired)
-    directory = path / SEGMENTS_DIR
-    return sorted(child.name for child in directory.iterdir() if child.name not in keep) if directory.exists() else []
 
 
 def kill_round(path: Path, rng: random.Random, *, max_commits: int = 12, max_delay: float = 0.3) -> dict[str, Any]:
@@ -58,11 +51,10 @@ def kill_round(path: Path, rng: random.Random, *, max_commits: int = 12, max_del
         held = snapshot.count_objects()
     if not committed <= held <= committed + 1:
         problems.append(f"the writer reported {committed} commits but the store holds {held} turns")
-    leftovers = _unnamed_files(path)
-    retired_before = set(read_manifest(path).retired)  # kept one more write, for readers still loading
+    leftovers = never_named(path, read_manifest(path))
     with MemoryStore.open(path, store_workers.encoder()) as store:
         store.add([store_workers.turn(held)])
-    left_after_write = sorted(set(_unnamed_files(path)) - retired_before)
+    left_after_write = never_named(path, read_manifest(path))
     if left_after_write:
         problems.append(f"the next write left {left_after_write}")
     return {"held": held + 1, "committed_before_kill": committed, "leftovers_found": len(leftovers), "problems": problems}

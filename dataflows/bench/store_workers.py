@@ -2,7 +2,10 @@
 
 Run as `python -m rms_retrieval.dataflows.bench.store_workers write STORE START COUNT` (adds turns
 START..START+COUNT-1 one per write, printing `committed N` after each) or `... read STORE STOP`
-(checks snapshots in a loop until the file STOP exists, then prints one JSON summary). Every turn lives in one namespace, says
+(checks snapshots, answers, enumerates and explains in a loop until the file STOP exists, then
+prints one JSON summary) or
+`... hold STORE READY GO` (takes one snapshot, touches READY, waits for GO, then enumerates and
+aggregates that old snapshot and prints what it read). Every turn lives in one namespace, says
 the word "turn" and names no entity, so a generation g holds exactly turns 0..g-1: a snapshot is
 consistent when its rows, its BM25 postings and its vectors all hold exactly those turns.
 """
@@ -27,6 +30,8 @@ NAMESPACE = "live"
 DIMENSION = 16
 _WORDS = "garden painting river camping guitar marathon recipe puppy museum violin hiking pottery".split()
 _T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+# Between a reader's requests: four readers that never pause starve the one writer of a 2-core machine.
+PAUSE_SECONDS = 0.05
 
 
 def turn(number: int) -> MemoryObject:
@@ -71,33 +76,71 @@ def write(store_path: Path, start: int, count: int) -> None:
 
 
 def read(store_path: Path, stop: Path, seconds: float = 600.0) -> dict[str, Any]:
-    """Check snapshots (and answer one `retrieve()` per loop) until `stop` exists (at most `seconds`)."""
+    """Check snapshots until `stop` exists (at most `seconds`): each loop checks one snapshot's
+    rows, postings and vectors, answers one `retrieve()` and enumerates it; every tenth loop
+    also explains a turn."""
+    from rms_retrieval.dataflows.explain import explain
     from rms_retrieval.dataflows.retrieval import retrieve
+    from rms_retrieval.stores.enumeration import iter_objects
     from rms_retrieval.stores.memory_store import MemoryStore
 
-    summary: dict[str, Any] = {"requests": 0, "generations": set(), "problems": [], "errors": []}
+    summary: dict[str, Any] = {"requests": 0, "explained": 0, "generations": set(), "problems": [], "errors": []}
     deadline = time.monotonic() + seconds
+    request = {"namespaces": [NAMESPACE], "encoder": encoder(), "reference_time": _T0 + timedelta(days=1)}
     with MemoryStore.open(store_path, create=False, read_only=True) as store:
         while time.monotonic() < deadline and not stop.exists():
             try:
                 snapshot = store.snapshot()
                 summary["problems"] += snapshot_problems(snapshot)
                 summary["generations"].add(snapshot.generation)
-                retrieve(snapshot, "which turn was about the river?", namespaces=[NAMESPACE], encoder=encoder(),
-                         reference_time=_T0 + timedelta(days=1), log=False)
+                retrieve(snapshot, "which turn was about the river?", log=False, **request)
+                scanned = [memory.id.int - 1 for memory in iter_objects(snapshot, namespace=NAMESPACE, batch_size=200)]
+                if scanned != list(range(snapshot.count_objects())):
+                    summary["problems"].append(f"{snapshot.state_fingerprint()}: a scan read {len(scanned)} turns")
+                if summary["requests"] % 10 == 0:
+                    explain(snapshot, "which turn was about the river?", UUID(int=1), **request)
+                    summary["explained"] += 1
                 summary["requests"] += 1
             except Exception as error:  # every failure is reported, none may happen
                 summary["errors"].append(f"{type(error).__name__}: {error}")
+            time.sleep(PAUSE_SECONDS)
     summary["generations"] = sorted(summary["generations"])
     return summary
 
 
+def hold(store_path: Path, ready: Path, go: Path, seconds: float = 120.0) -> dict[str, Any]:
+    """Take one snapshot, touch `ready`, wait for `go`, then enumerate and aggregate that snapshot
+    (a request that outlives the writes after it began)."""
+    from rms_retrieval.stores.aggregation import AssertionQuery, aggregate_assertions
+    from rms_retrieval.stores.enumeration import iter_objects
+    from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.models import NodeType
+
+    summary: dict[str, Any] = {"errors": []}
+    with MemoryStore.open(store_path, create=False, read_only=True) as store:
+        snapshot = store.snapshot()
+        summary.update(generation=snapshot.generation, objects=snapshot.count_objects())
+        ready.touch()
+        deadline = time.monotonic() + seconds
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        try:
+            summary["scanned"] = [memory.id.int - 1 for memory in iter_objects(snapshot, namespace=NAMESPACE, batch_size=7)]
+            aggregation = aggregate_assertions(snapshot, AssertionQuery(namespace=NAMESPACE, node_types=(NodeType.TURN,)))
+            summary["exclusions"] = aggregation.exclusions
+        except Exception as error:  # every failure is reported, none may happen
+            summary["errors"].append(f"{type(error).__name__}: {error}")
+    return summary
+
+
 def main(argv: Sequence[str]) -> int:
-    command, store_path, *numbers = argv
+    command, store_path, *arguments = argv
     if command == "write":
-        write(Path(store_path), int(numbers[0]), int(numbers[1]))
+        write(Path(store_path), int(arguments[0]), int(arguments[1]))
+    elif command == "hold":
+        print(json.dumps(hold(Path(store_path), Path(arguments[0]), Path(arguments[1]))), flush=True)
     else:
-        print(json.dumps(read(Path(store_path), Path(numbers[0]))), flush=True)
+        print(json.dumps(read(Path(store_path), Path(arguments[0]))), flush=True)
     return 0
 
 
