@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -21,14 +23,48 @@ LOG_VERSION = 1
 _LOGGED_ERROR_CHARS = 2000
 
 
+class LazyRecord(Mapping[str, Any]):
+    """A retrieval log record built on first read, once, from values that never change (the
+    request, the settings, the bundle, the snapshot): serialising and hashing the bundle costs
+    the request nothing. The log's writer thread reads it (stores/log_buffer.py), or whoever reads
+    `RetrievalResult.log_record`; with `log=False` usually nobody does."""
+
+    def __init__(self, build: Callable[[], dict[str, Any]]) -> None:
+        self._build: Callable[[], dict[str, Any]] | None = build
+        self._record: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def value(self) -> dict[str, Any]:
+        """The record as a plain dict."""
+        with self._lock:
+            if self._record is None:
+                assert self._build is not None
+                self._record, self._build = self._build(), None  # drop the inputs once built
+            return self._record
+
+    def __getitem__(self, key: str) -> Any:
+        return self.value()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.value())
+
+    def __len__(self) -> int:
+        return len(self.value())
+
+
 @dataclass(frozen=True)
 class RetrievalResult:
     """The bundle, its retrieval log record, and any extra nodes the caller asked for."""
 
     request_id: UUID
     bundle: MemoryBundle
-    log_record: dict[str, Any]
+    record: LazyRecord = field(repr=False)
     nodes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def log_record(self) -> dict[str, Any]:
+        """The RETRIEVAL_REQUEST record (as logged, when logging was on), built on first read."""
+        return self.record.value()
 
 
 def as_request(
@@ -69,7 +105,7 @@ def _log_record(
     request: RetrievalRequest | None,
     query: Any,
     settings: RetrievalSettings,
-    store: RetrievalStore,
+    index_state: str,
     bundle: MemoryBundle | None,
     embedding: QueryEmbedding | None,
     error: BaseException | None,
@@ -98,7 +134,7 @@ def _log_record(
             f"{embedding.identity.model_name}@{embedding.identity.model_hash}" if embedding else None
         ),
         "query_embedding": [float(x) for x in embedding.vector] if embedding is not None else None,
-        "index_state": store.state_fingerprint(),
+        "index_state": index_state,
         "configuration": settings.model_dump(mode="json"),
         "configuration_fingerprint": settings.fingerprint(),
         "bundle_sha256": hashlib.sha256(bundle.to_json().encode()).hexdigest() if bundle else None,
@@ -133,8 +169,10 @@ def retrieve(
     limit, min_score, max_per_source). The question may be at most `MAX_QUERY_CHARS` (8,192)
     characters. `extra_nodes` returns intermediate nodes (e.g. "fused_scores") in
     `RetrievalResult.nodes`; `overrides` replaces node values (replay passes the logged
-    "query_embedding"). Every call writes one retrieval log record to the store, a rejected
-    request included (with the question capped at `MAX_QUERY_CHARS`, its length and hash).
+    "query_embedding"). Every call logs one retrieval record in the store, a rejected request
+    included (with the question capped at `MAX_QUERY_CHARS`, its length and hash); the record is
+    built and written off the request path (stores/log_buffer.py), and `log=False` builds none
+    unless `RetrievalResult.log_record` is read.
     """
     settings = config or RetrievalSettings()
     if isinstance(store, SnapshotSource):
@@ -152,12 +190,14 @@ def retrieve(
         )
     except Exception as error:
         if log:
-            store.log_retrieval(_log_record(request_id, request, query, settings, store, None, None, error))
+            store.log_retrieval(LazyRecord(partial(_log_record, request_id, request, query, settings,
+                                                   store.state_fingerprint(), None, None, error)))
         raise
     bundle: MemoryBundle = results[FINAL_NODE]
     embedding: QueryEmbedding = results["query_embedding"]
-    record = _log_record(request_id, request, request, settings, store, bundle, embedding, None)
+    record = LazyRecord(partial(_log_record, request_id, request, request, settings, store.state_fingerprint(),
+                                bundle, embedding, None))
     if log:
         store.log_retrieval(record)
     extras = {name: results[name] for name in extra_nodes}
-    return RetrievalResult(request_id=request_id, bundle=bundle, log_record=record, nodes=extras)
+    return RetrievalResult(request_id=request_id, bundle=bundle, record=record, nodes=extras)

@@ -138,7 +138,7 @@ def graph_candidates(
     starts = sorted({oid for entity in query_analysis.entities for oid in entity.matched_ids})
     if PathType.GRAPH not in settings.candidates.enabled_paths or limit == 0 or not starts:
         return ChannelResult(path=PathType.GRAPH, limit=limit)
-    entity_ids = {ref.object_id for ref in entity_catalog}
+    entity_ids = [ref.object_id for ref in entity_catalog]
     cfg = settings.candidates
 
     def search() -> ChannelResult:
@@ -190,15 +190,19 @@ def candidate_objects(
     keyword_scan_candidates: ChannelResult,
     object_store: ObjectStore,
 ) -> dict[UUID, MemoryObject]:
-    """The stored objects behind every hit, read in one round trip."""
+    """The stored objects behind every hit, read in one round trip, in id order."""
+    # Keyed by the id's integer, which hashes and compares in C (a UUID does both in Python code);
+    # integers sort as the ids do.
     wanted = {
-        hit.object_id
+        hit.object_id.int: hit.object_id
         for result in (vector_candidates, lexical_candidates, graph_candidates, keyword_scan_candidates)
         for hit in result.hits
-    } - set(pinned_candidates.objects)
+    }
+    for pinned in pinned_candidates.objects:
+        wanted.pop(pinned.int, None)
     objects = dict(pinned_candidates.objects)
     if wanted:
-        objects.update(object_store.get_objects(sorted(wanted)))
+        objects.update(object_store.get_objects([wanted[key] for key in sorted(wanted)]))
     return objects
 
 

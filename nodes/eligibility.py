@@ -24,8 +24,9 @@ _VALIDITY_EXEMPT = frozenset({NodeType.ENTITY, NodeType.PREFERENCE})
 
 def _is_bare_entity(obj: MemoryObject) -> bool:
     """An ENTITY whose text is only its own name: a graph node with nothing to tell a reader."""
-    name = (obj.entity_canonical_name or "").strip().casefold()
-    return obj.node_type is NodeType.ENTITY and obj.content.strip().casefold() == name
+    if obj.node_type is not NodeType.ENTITY:
+        return False
+    return obj.content.strip().casefold() == (obj.entity_canonical_name or "").strip().casefold()
 
 
 def _epistemic_reason(obj: MemoryObject, mode: RetrievalMode, filtering: FilterSettings) -> str | None:
@@ -51,6 +52,8 @@ def _time_reason(obj: MemoryObject, request: RetrievalRequest) -> str | None:
             return "valid_after_time_to"
         if request.time_from and obj.valid_to and obj.valid_to < request.time_from:
             return "valid_before_time_from"
+    if request.event_time_from is None and request.event_time_to is None:
+        return None
     when = obj.stated_time
     if request.event_time_from and when < request.event_time_from:
         return "event_before_event_time_from"

@@ -69,8 +69,9 @@ def walk(
         degree = np.bincount(source[in_frontier[source]], minlength=size)
         degree += np.bincount(target[in_frontier[target] & (target != source)], minlength=size)
         # Each edge read from both ends, in edge-id order: (source, target), then (target, source).
-        node = np.column_stack([source, target]).ravel()
-        other = np.column_stack([target, source]).ravel()
+        node, other = np.empty(2 * len(edges), dtype=np.int64), np.empty(2 * len(edges), dtype=np.int64)
+        node[0::2], node[1::2] = source, target
+        other[0::2], other[1::2] = target, source
         edge = np.repeat(edges, 2)
         reached_before = hops > 0
         keep = in_frontier[node] & ~(visited[other] & ~reached_before[other])
@@ -133,12 +134,20 @@ def _summed(weights: list[tuple[np.ndarray, np.ndarray, np.ndarray]], size: int)
     return total, support
 
 
-def _path(graph: Adjacency, parent_node: np.ndarray, parent_edge: np.ndarray, node: int) -> tuple[int, ...]:
-    path: list[int] = []
-    while parent_edge[node] >= 0:
-        path.append(int(parent_edge[node]))
-        node = int(parent_node[node])
-    return tuple(reversed(path))
+def _paths(parent_node: np.ndarray, parent_edge: np.ndarray, nodes: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """Each node's edges from its start, followed back one hop at a time for all nodes at once."""
+    steps: list[np.ndarray] = []  # steps[k][i]: node i's k-th edge counted back from it, or -1
+    current = nodes
+    while len(current):
+        edge = parent_edge[current]
+        if not (edge >= 0).any():
+            break
+        steps.append(edge)
+        current = np.where(edge >= 0, parent_node[current], current)
+    if not steps:
+        return tuple(() for _ in range(len(nodes)))
+    backwards = np.column_stack(steps[::-1]).tolist()  # start first; -1 where a shorter path has none
+    return tuple(tuple(e for e in row if e >= 0) for row in backwards)
 
 
 def _ranked(
@@ -160,5 +169,5 @@ def _ranked(
         weight=weight[order],
         hops=hops[best],
         support=support[best],
-        edge_paths=tuple(_path(graph, parent_node, parent_edge, i) for i in best.tolist()),
+        edge_paths=_paths(parent_node, parent_edge, best),
     )

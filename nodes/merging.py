@@ -18,14 +18,20 @@ def merged_candidates(
 ) -> CandidatePool:
     """One candidate per object id with its `paths`, `path_count` and each path's rank and raw score."""
     channels = (vector_candidates, lexical_candidates, graph_candidates, pinned_candidates, keyword_scan_candidates)
-    hits: dict[UUID, dict[PathType, ChannelHit]] = {}
+    # Keyed by the id's integer (hashed in C, not in UUID's Python code); integers sort as the
+    # ids' strings do, both being the same 128 bits in fixed-width hex.
+    hits: dict[int, dict[PathType, ChannelHit]] = {}
+    ids: dict[int, UUID] = {}
     for channel in channels:
         for hit in channel.hits:
-            hits.setdefault(hit.object_id, {})[hit.path] = hit
+            key = hit.object_id.int
+            if key not in hits:
+                hits[key], ids[key] = {}, hit.object_id
+            hits[key][hit.path] = hit
     candidates = tuple(
-        Candidate(object=candidate_objects[oid], hits=hits[oid])
-        for oid in sorted(hits, key=str)
-        if oid in candidate_objects  # an object deleted since the search is no candidate
+        Candidate(object=candidate_objects[ids[key]], hits=hits[key])
+        for key in sorted(hits)
+        if ids[key] in candidate_objects  # an object deleted since the search is no candidate
     )
     return CandidatePool(
         candidates=candidates,

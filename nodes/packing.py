@@ -93,7 +93,7 @@ def selected_candidates(ranked_candidates: RankedCandidates, request: RetrievalR
 
 def _context_order(item: _Item) -> tuple:
     obj = item.obj
-    return (obj.stated_time, obj.session_id or "", obj.session_seq or 0, str(obj.id))
+    return (obj.stated_time, obj.session_id or "", obj.session_seq or 0, obj.id.int)
 
 
 def _assemble_context(packed: list[_Item], item_format: str, warning: str | None = None) -> str:
@@ -125,7 +125,7 @@ def _order(items: list[_Item], settings: RetrievalSettings) -> list[_Item]:
     def key(item: _Item) -> tuple:
         tier = item.tier if tiered else min(item.tier, 2)
         density = item.score / (max(item.tokens, 1) ** exponent)
-        return (tier, -density, -item.score, str(item.obj.id))
+        return (tier, -density, -item.score, item.obj.id.int)  # an id's integer sorts as its string
 
     return sorted(items, key=key)
 
@@ -189,7 +189,7 @@ def _metadata(
         "embedding_mismatch": pool.embedding_mismatch,
         "backend_failures": {str(k): v for k, v in sorted(pool.backend_failures.items())},
         "min_score_skipped": selection.min_score_skipped,
-        "excluded": {str(k): v for k, v in sorted(excluded.items(), key=lambda kv: str(kv[0]))},
+        "excluded": {str(k): v for k, v in sorted(excluded.items(), key=lambda kv: kv[0].int)},
         "aggregation_coverage": coverage,
     }
 

@@ -46,16 +46,24 @@ class Adjacency:
         """The node numbers of `nodes` that are in this graph, ascending and once each."""
         number = self._number
         found = np.fromiter((number.get(node.int, -1) for node in nodes), dtype=np.int64)
-        return np.unique(found[found >= 0])
+        return _ascending_once(found[found >= 0], len(self.nodes))
 
     def incident_edges(self, numbers: np.ndarray, min_confidence: float) -> np.ndarray:
         """Positions (edge-id order) of the edges touching node `numbers` with at least `min_confidence`."""
         if not len(numbers):
             return np.arange(0)
         slices = [self.incident[self.indptr[i]:self.indptr[i + 1]] for i in numbers.tolist()]
-        found = np.unique(np.concatenate(slices))
+        found = _ascending_once(np.concatenate(slices), len(self.edges))
         return found[self.confidence[found] >= min_confidence]
 
     def touching(self, nodes: Iterable[UUID], min_confidence: float) -> list[Edge]:
         """Edges with an endpoint in `nodes` and at least `min_confidence`, by edge id, once each."""
         return [self.edges[i] for i in self.incident_edges(self.numbers(nodes), min_confidence).tolist()]
+
+
+def _ascending_once(positions: np.ndarray, size: int) -> np.ndarray:
+    """`np.unique(positions)` for positions below `size`, through a mask: numpy 2.4's hashing
+    `unique` took 2 ms for the 9,000 edge positions around a LoCoMo speaker, the mask 0.07 ms."""
+    seen = np.zeros(size, dtype=bool)
+    seen[positions] = True
+    return np.flatnonzero(seen)

@@ -29,7 +29,8 @@ from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import (EmbeddingIdentity, EntityRef, GraphIndex, IngestReport, LexicalHit,
                                             LexicalIndex, ObjectStore, QueryEncoder, RecordReader, RetrievalLog,
                                             SessionNeighbour, SnapshotSource, VectorHit, VectorIndex)
-from rms_retrieval.stores.retrieval_log import RetrievalLogWriter, read_records
+from rms_retrieval.stores.log_buffer import BufferedLogWriter
+from rms_retrieval.stores.retrieval_log import read_records
 from rms_retrieval.stores.segments import LoadedSegment
 from rms_retrieval.stores.snapshot import StoreSnapshot
 from rms_retrieval.stores.write_lock import DEFAULT_WRITE_TIMEOUT_SECONDS, WriteLock
@@ -54,7 +55,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         self._reload_lock = threading.Lock()
         self._add_lock = threading.Lock()
         self._log_lock = threading.Lock()
-        self._log_writer: RetrievalLogWriter | None = None
+        self._log_writer: BufferedLogWriter | None = None
         self._manifest_key: tuple[int, int, int] | None = None
         self._snapshot = StoreSnapshot(Manifest(0, None), (), self.log_retrieval)
         self._refresh()
@@ -228,10 +229,11 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
     # ----- RetrievalLog (stores/retrieval_log.py) ---------------------------------------------------
 
     def log_retrieval(self, record: Mapping[str, Any]) -> None:
-        """Append one retrieval record to this process's log file; no write lock, fail-open."""
+        """Queue one retrieval record for this process's log file (written by a background thread,
+        stores/log_buffer.py); no write lock, fail-open."""
         with self._log_lock:
             if self._log_writer is None:
-                self._log_writer = RetrievalLogWriter(self.path / LOG_DIRECTORY)
+                self._log_writer = BufferedLogWriter(self.path / LOG_DIRECTORY)
             self._log_writer.append(record)
 
     def retrieval_log(self, limit: int | None = None) -> list[dict[str, Any]]:

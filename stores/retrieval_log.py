@@ -11,7 +11,8 @@ Layout, under the log directory:
   compaction killed before deleting its inputs shows no record twice, and the next one deletes them.
 
 Each record is written with one `write` and no fsync (a process crash loses nothing written; a
-power cut may lose the latest records). A torn or unparsable line is skipped by every reader.
+power cut may lose the latest records). `retrieve()` does not write on the request path: the store
+queues its records in a `BufferedLogWriter` (stores/log_buffer.py), whose thread writes them here. A torn or unparsable line is skipped by every reader.
 The query embedding is stored as base64 little-endian float32 and read back as a list of floats.
 """
 
@@ -27,6 +28,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from enum import Enum
@@ -118,7 +120,7 @@ def _decode_embedding(record: dict[str, Any]) -> dict[str, Any]:
 
 def encode_line(record: Mapping[str, Any], logged_at_ns: int) -> bytes:
     """One segment line for `record`."""
-    body = json.dumps(_encode_embedding(record), sort_keys=True, default=json_default, separators=(",", ":"))
+    body = json.dumps(_encode_embedding(dict(record)), sort_keys=True, default=json_default, separators=(",", ":"))
     return b'{"logged_at_ns":%d,"record":%s}\n' % (logged_at_ns, body.encode())
 
 
@@ -131,6 +133,28 @@ def parse_line(line: bytes) -> tuple[int, dict[str, Any]] | None:
     if not isinstance(entry, dict) or not isinstance(entry.get("logged_at_ns"), int) or not isinstance(entry.get("record"), dict):
         return None
     return entry["logged_at_ns"], entry["record"]
+
+
+# Every log writer of this process (this module's and stores/log_buffer.py's: each has `directory`,
+# `flush()` and `after_fork_in_child()`), so that a forked child renews their locks (a parent's
+# thread may hold one at the fork) and a reader here flushes queued records first.
+LIVE_WRITERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _renew_locks_in_child() -> None:
+    for writer in list(LIVE_WRITERS):
+        writer.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_renew_locks_in_child)
+
+
+def flush_queued(directory: Path) -> None:
+    """Write the records this process's writers still hold for `directory`, so a process reads its own."""
+    wanted = Path(directory).absolute()
+    for writer in list(LIVE_WRITERS):
+        if writer.directory.absolute() == wanted:
+            writer.flush()
 
 
 class RetrievalLogWriter:
@@ -152,16 +176,18 @@ class RetrievalLogWriter:
         self._path: Path | None = None
         self._size = 0
         self._warned = False
+        LIVE_WRITERS.add(self)
 
     @property
     def path(self) -> Path | None:
         """The segment being written, if one is open."""
         return self._path
 
-    def append(self, record: Mapping[str, Any]) -> bool:
-        """Write one record; False (after one warning per writer) if the log cannot be written."""
+    def append(self, record: Mapping[str, Any], *, logged_at_ns: int | None = None) -> bool:
+        """Write one record, stamped `logged_at_ns` (default: now); False (after one warning per
+        writer) if the log cannot be written."""
         with self._lock:
-            line = encode_line(record, time.time_ns())
+            line = encode_line(record, time.time_ns() if logged_at_ns is None else logged_at_ns)
             try:
                 fd = self._segment(len(line))
                 view = memoryview(line)
@@ -170,17 +196,38 @@ class RetrievalLogWriter:
             except OSError as error:
                 # A partly written line must not be followed by another; start afresh next time.
                 self._release()
-                if not self._warned:
-                    self._warned = True
-                    warnings.warn(
-                        f"the retrieval log under {self.directory} cannot be written ({error}); "
-                        "queries still answer but are not logged",
-                        RetrievalLogWarning,
-                        stacklevel=2,
-                    )
+                self._warn(error)
                 return False
             self._size += len(line)
             return True
+
+    def ready(self) -> bool:
+        """Open a segment now unless one is open; False (after the one warning) if none can be."""
+        with self._lock:
+            try:
+                self._segment(0)
+            except OSError as error:
+                self._release()
+                self._warn(error)
+                return False
+            return True
+
+    def _warn(self, error: OSError) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"the retrieval log under {self.directory} cannot be written ({error}); "
+                "queries still answer but are not logged",
+                RetrievalLogWarning,
+                stacklevel=3,
+            )
+
+    def flush(self) -> None:
+        """Nothing to do: every `append` has been written when it returns."""
+
+    def after_fork_in_child(self) -> None:
+        """A new lock: the parent's may have been held, by a thread the child does not have."""
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Flush to disk and release the segment; a later `append` starts a new one."""
@@ -333,6 +380,7 @@ def read_records(directory: Path, limit: int | None = None) -> list[dict[str, An
     read from the files' ends (O(limit), not O(log))."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be 0 or more, not {limit}")
+    flush_queued(directory)
     if limit is not None:
         newest = records_newest_first(directory)
         try:

@@ -269,7 +269,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def get_objects(self, ids: Iterable[UUID]) -> dict[UUID, MemoryObject]:
         """The stored objects among `ids`, by id; unknown ids are left out."""
         found: dict[UUID, MemoryObject] = {}
-        for object_id in sorted(set(ids)):
+        for object_id in sorted(set(ids), key=lambda object_id: object_id.int):  # UUID order, compared in C
             for segment in self.segments:
                 row = segment.row_of.get(object_id)
                 if row is not None:

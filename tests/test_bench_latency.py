@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
+from datetime import datetime, timezone
 
 import pytest
 
 from rms_retrieval.dataflows.bench import latency_bench
-from rms_retrieval.dataflows.bench.latency_bench import CHANNELS, PEER_MISSING, channel_off, interleaved, run_latency
+from rms_retrieval.dataflows.bench.latency_bench import (CHANNELS, PEER_MISSING, channel_off, interleaved, run_latency,
+                                                        warming_queries)
+from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
 from rms_retrieval.nodes.models import PathType
 from tests.factories import FakeEncoder
 from tests.test_bench_identical import _dataset
@@ -33,15 +36,22 @@ def test_each_channel_switched_off_differs_from_the_defaults_in_that_channel_onl
 def test_interleaving_runs_every_arm_once_per_query_in_rotated_order():
     calls = []
     arms = {name: (lambda q, name=name: calls.append((name, q))) for name in "abc"}
-    seconds = interleaved(arms, [1, 2, 3], warmup=0)
+    seconds = interleaved(arms, [1, 2, 3])
     assert {name: len(v) for name, v in seconds.items()} == {"a": 3, "b": 3, "c": 3}
     assert [name for name, _ in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+
+
+def test_warming_covers_the_first_queries_and_every_namespace_once():
+    queries = [BenchQuery(f"q{i}", (namespace,), datetime(2023, 1, 1, tzinfo=timezone.utc))
+               for i, namespace in enumerate("aabbcab")]
+    assert [q.text for q in warming_queries(queries, first=1)] == ["q0", "q2", "q4"]
+    assert [q.text for q in warming_queries(queries)] == ["q0", "q1", "q2", "q4"]
 
 
 def test_a_run_reports_every_arm_with_ratios_and_the_node_table(store):
     report = run_latency(store, _dataset(), FakeEncoder(), questions=3, node_queries=2)
     arms = set(report["arms_ms"])
-    assert {"pipeline", "pipeline_threads", "floor", "peer_k30", "peer_k200", "no_graph", "no_session_context"} <= arms
+    assert {"pipeline", "pipeline_logged", "pipeline_threads", "floor", "peer_k30", "peer_k200", "no_graph", "no_session_context"} <= arms
     assert report["p50_over_floor"]["floor"] == 1.0 and report["p50_over_peer_k200"]["peer_k200"] == 1.0
     assert "fused_scores" in report["node_times_ms"] and report["notes"] == []
     lines = latency_bench.summary_lines(report)

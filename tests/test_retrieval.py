@@ -146,3 +146,19 @@ def test_the_longest_question_is_documented_and_named_in_the_error(demo_store, d
     with MemoryStore.open(demo_copy, create=False) as store:
         with pytest.raises(ValueError, match="at most 8192 characters"):
             retrieve(store, "x" * (MAX_QUERY_CHARS + 1), namespaces=[demo_store.namespace], log=False)
+
+
+def test_without_the_log_the_bundle_is_serialised_only_when_the_record_is_read(demo_store, demo_copy, monkeypatch):
+    from rms_retrieval.nodes.models import MemoryBundle
+
+    serialised = []
+    to_json = MemoryBundle.to_json
+    monkeypatch.setattr(MemoryBundle, "to_json", lambda self: serialised.append(self) or to_json(self))
+    with MemoryStore.open(demo_copy, create=False) as store:
+        before = len(store.retrieval_log())
+        result = retrieve(store, "Where does Tomas work now?", namespaces=[demo_store.namespace],
+                          reference_time=demo_store.reference_time, token_budget=300, log=False)
+        assert serialised == [] and len(store.retrieval_log()) == before
+        digest = result.log_record["payload"]["bundle_sha256"]
+    assert serialised == [result.bundle] and len(digest) == 64
+    assert result.log_record is result.log_record  # built once

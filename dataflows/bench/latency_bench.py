@@ -4,7 +4,9 @@ One run over the same LoCoMo questions; for each question every arm runs once, i
 rotated from question to question, so all arms see the same machine load:
 
 - `pipeline`: `retrieve()` for a bundle of 50 (`limit=50`, a budget large enough not to bind),
-  without the retrieval log write (`log=False`);
+  without the retrieval log (`log=False`);
+- `pipeline_logged`: the same with the retrieval log on, as an application runs it: the record is
+  queued and written by the store's log thread (stores/log_buffer.py), into the store's `log/`;
 - `pipeline_threads`: the same DAG through Hamilton's `FutureAdapter`, the candidate paths on
   a thread pool;
 - `no_<channel>`: the pipeline with one channel switched off (vector, lexical, graph, pinned,
@@ -16,7 +18,11 @@ rotated from question to question, so all arms see the same machine load:
   with k = 30 and k = 200 per retriever. Its packages are the optional `[peers]` extra; without
   them those arms are skipped with a message.
 
-The per-node table comes from the same questions through a driver with a `NodeTimer`.
+Before timing, every arm answers the first questions and one question of each conversation:
+"warm" means the per-namespace structures a store builds on first use (the adjacency lists, the
+BM25 statistics of the scope, decoded objects) exist, as they do in a process that has served
+that namespace once. The per-node table comes from the same questions through a driver with a
+`NodeTimer`.
 """
 
 from __future__ import annotations
@@ -67,10 +73,12 @@ def _request(query: BenchQuery) -> RetrievalRequest:
                             token_budget=LATENCY_BUDGET, limit=BUNDLE)
 
 
-def pipeline_arm(store: Any, encoder: QueryEncoder, settings: RetrievalSettings) -> Callable[[BenchQuery], Any]:
+def pipeline_arm(
+    store: Any, encoder: QueryEncoder, settings: RetrievalSettings, *, log: bool = False
+) -> Callable[[BenchQuery], Any]:
     def run(query: BenchQuery) -> Any:
         return retrieve(store, query.text, namespaces=query.namespaces, reference_time=query.reference_time,
-                        token_budget=LATENCY_BUDGET, limit=BUNDLE, config=settings, encoder=encoder, log=False).bundle
+                        token_budget=LATENCY_BUDGET, limit=BUNDLE, config=settings, encoder=encoder, log=log).bundle
 
     return run
 
@@ -137,12 +145,24 @@ def peer_arms(dataset: Any, encoder: QueryEncoder, namespaces: Sequence[str]) ->
     return {f"peer_k{k}": arm(k) for k in PEER_KS}
 
 
+def warming_queries(queries: Sequence[BenchQuery], first: int = 3) -> list[BenchQuery]:
+    """The first `first` queries and the first query of every other namespace."""
+    chosen = list(queries[:first])
+    seen = {query.namespaces for query in chosen}
+    for query in queries[first:]:
+        if query.namespaces not in seen:
+            seen.add(query.namespaces)
+            chosen.append(query)
+    return chosen
+
+
 def interleaved(
-    arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: int = 3
+    arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: Sequence[BenchQuery] = ()
 ) -> dict[str, list[float]]:
-    """Seconds per arm and query; each query runs every arm, the order rotated per query."""
+    """Seconds per arm and query, after every arm ran the `warmup` queries; each query runs every
+    arm, the order rotated per query."""
     names = list(arms)
-    for query in queries[:warmup]:
+    for query in warmup:
         for name in names:
             arms[name](query)
     seconds: dict[str, list[float]] = {name: [] for name in names}
@@ -163,6 +183,7 @@ def run_latency(
     queries = locomo_bench_queries(dataset, evenly_spaced(benchmark_questions(dataset)["main"], questions))
     arms: dict[str, Callable[[BenchQuery], Any]] = {
         "pipeline": pipeline_arm(store, encoder, RetrievalSettings()),
+        "pipeline_logged": pipeline_arm(store, encoder, RetrievalSettings(), log=True),
         "pipeline_threads": threaded_arm(store, encoder),
         **{f"no_{channel.value.lower()}": pipeline_arm(store, encoder, channel_off(channel)) for channel in CHANNELS},
         "floor": floor_arm(store, encoder),
@@ -173,7 +194,7 @@ def run_latency(
             arms.update(peer_arms(dataset, encoder, sorted({q.namespaces[0] for q in queries})))
         except ImportError:
             notes.append(PEER_MISSING)
-    seconds = interleaved(arms, queries)
+    seconds = interleaved(arms, queries, warmup=warming_queries(queries))
     table = {name: latency_percentiles(values) for name, values in seconds.items()}
     report: dict[str, Any] = {"questions": len(queries), "bundle": BUNDLE, "arms_ms": table, "notes": notes}
     floor = table["floor"]["p50"]
