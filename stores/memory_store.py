@@ -24,6 +24,7 @@ from rms_retrieval.stores import writer
 from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.embedding import default_encoder
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
+from rms_retrieval.stores.expansion import TurnExpansion, resolved_expansion
 from rms_retrieval.stores.manifest import LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import (EmbeddingIdentity, EntityRef, GraphIndex, IngestReport, LexicalHit,
@@ -43,10 +44,12 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
     """One store directory behind every store protocol; each call reads the live generation."""
 
     def __init__(
-        self, path: Path, encoder: QueryEncoder | None, *, read_only: bool, write_timeout: float
+        self, path: Path, encoder: QueryEncoder | None, *, read_only: bool, write_timeout: float,
+        expansion: TurnExpansion | None = None,
     ) -> None:
         self.path = path
         self._encoder = encoder
+        self._expansion = expansion
         self._read_only = read_only
         self._write_timeout = write_timeout
         self._reload_lock = threading.Lock()
@@ -66,9 +69,11 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         create: bool = True,
         read_only: bool = False,
         write_timeout: float = DEFAULT_WRITE_TIMEOUT_SECONDS,
+        expansion: TurnExpansion | None = None,
     ) -> MemoryStore:
         """Open the store at `path`, creating an empty one when allowed. Opening never writes an
-        existing store; `write_timeout` is how long an add waits for another process's write."""
+        existing store; `write_timeout` is how long an add waits for another process's write;
+        `expansion` is what the first write of an empty store records (stores/expansion.py)."""
         path = Path(path)
         if not (path / MANIFEST_FILE).exists() and not (path / LEGACY_DATABASE_FILE).exists() and create and not read_only:
             if path.exists() and not path.is_dir():
@@ -77,7 +82,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             with WriteLock(path, write_timeout):
                 if not (path / MANIFEST_FILE).exists():
                     write_manifest(path, Manifest(0, None))
-        return cls(path, encoder, read_only=read_only, write_timeout=write_timeout)
+        return cls(path, encoder, read_only=read_only, write_timeout=write_timeout, expansion=expansion)
 
     def close(self) -> None:
         with self._log_lock:
@@ -146,7 +151,8 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             snapshot = self._snapshot
             self._checked_encoder(snapshot.embedding_identity)
             writer.collect_garbage(self.path, snapshot.manifest)
-            prepared = writer.prepare_write(snapshot, objects, encoder, progress=progress)
+            expansion = resolved_expansion(snapshot.manifest.expansion, snapshot.manifest.object_count, self._expansion)
+            prepared = writer.prepare_write(snapshot, objects, encoder, progress=progress, expansion=expansion)
             manifest, segments = writer.commit(self.path, snapshot, prepared, encoder.identity)
             self._install(manifest, segments, self._stat_key())
         return IngestReport(

@@ -119,6 +119,9 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "score_order": _variant(lambda s: _with_packing(s, tier_order="score")),
     "density_0.25": _variant(lambda s: _with_packing(s, density_exponent=0.25)),
     "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False)),
+    "rm3_10": _variant(lambda s: _with_candidates(s, lexical_feedback_terms=10)),
+    "rm3_10_w0.6": _variant(lambda s: _with_candidates(s, lexical_feedback_terms=10, lexical_feedback_weight=0.6)),
+    "rm3_20_d10": _variant(lambda s: _with_candidates(s, lexical_feedback_terms=20, lexical_feedback_docs=10)),
 }
 
 
