@@ -125,3 +125,21 @@ def test_an_unexpanded_store_writes_no_expansion_and_indexes_content(tmp_path):
         assert {hit.object_id for hit in store.search_lexical("lighthouse", ["ns"], 10)} == {rows[1].id}
     assert "expansion" not in json.loads((tmp_path / "manifest.json").read_text())
     assert read_manifest(tmp_path).expansion == OFF
+
+
+def test_rms_ingest_takes_a_named_expansion_and_refuses_a_different_one(capsys, tmp_path):
+    from rms_retrieval.dataflows.cli import main
+
+    path = tmp_path / "turns.jsonl"
+    path.write_text("".join(row.model_dump_json() + "\n" for row in _session()))
+    store = tmp_path / "store"
+    assert main(["ingest", str(path), "--store", str(store), "--expansion", "nope"]) == 2
+    assert "unknown expansion 'nope'" in capsys.readouterr().err
+    assert main(["ingest", str(path), "--store", str(store), "--expansion", "previous", "--engine", "dask"]) == 2
+    assert "--expansion works with the local engine only" in capsys.readouterr().err
+    assert main(["ingest", str(path), "--store", str(store), "--expansion", "previous"]) == 0
+    assert read_manifest(store).expansion == PRESETS["previous"]
+    more = tmp_path / "more.jsonl"
+    more.write_text(_turn("t3", 3, "Bob: bye").model_dump_json() + "\n")
+    assert main(["ingest", str(more), "--store", str(store), "--expansion", "off"]) == 2
+    assert "written with expansion" in capsys.readouterr().err
