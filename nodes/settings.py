@@ -50,7 +50,7 @@ class CandidateSettings(BaseModel):
     keyword_scan_hits_per_term: int = Field(default=50, ge=0, le=10_000)
     # RM3-style pseudo-relevance feedback for BM25 (nodes/feedback.py); 0 terms: off (the RFC has none).
     lexical_feedback_terms: int = Field(default=0, ge=0, le=50)
-    lexical_feedback_docs: int = Field(default=5, ge=1, le=100)
+    lexical_feedback_docs: int = Field(default=10, ge=1, le=100)
     lexical_feedback_weight: float = Field(default=0.3, ge=0.0, le=10.0)
     entity_scan_hits_per_entity: int = Field(default=20, ge=0, le=10_000)
 

@@ -57,9 +57,10 @@ PRESETS: dict[str, TurnExpansion] = {
     "previous-lexical": TurnExpansion(previous=1, vector=False, lexical=True),
     "previous-both": TurnExpansion(previous=1, vector=True, lexical=True),
     "previous-next": TurnExpansion(previous=1, next=1, vector=True, lexical=False),
+    "previous-next-lexical": TurnExpansion(previous=1, next=1, vector=False, lexical=True),
     "previous-next-both": TurnExpansion(previous=1, next=1, vector=True, lexical=True),
 }
-DEFAULT_EXPANSION = OFF
+DEFAULT_EXPANSION = PRESETS["previous-lexical"]
 
 
 def expansion_named(name: str) -> TurnExpansion:

@@ -10,8 +10,8 @@ import pytest
 
 from factories import FakeEncoder, make_object
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.expansion import (OFF, PRESETS, TurnExpansion, expansion_from_json, expansion_named,
-                                            indexed_texts, resolved_expansion)
+from rms_retrieval.stores.expansion import (DEFAULT_EXPANSION, OFF, PRESETS, TurnExpansion, expansion_from_json,
+                                            expansion_named, indexed_texts, resolved_expansion)
 from rms_retrieval.stores.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import NodeType
@@ -79,7 +79,8 @@ def test_a_setting_that_expands_nothing_is_off():
 def test_resolved_expansion_keeps_a_stores_own_and_refuses_another():
     previous = expansion_named("previous")
     assert resolved_expansion(OFF, 0, previous) == previous
-    assert resolved_expansion(OFF, 0, None) == OFF
+    assert resolved_expansion(OFF, 0, None) == DEFAULT_EXPANSION == PRESETS["previous-lexical"]
+    assert resolved_expansion(OFF, 5, None) == OFF  # a store written before expansion existed stays off
     assert resolved_expansion(previous, 5, None) == previous
     assert resolved_expansion(previous, 5, previous) == previous
     with pytest.raises(StoreError, match="written with expansion"):
@@ -119,12 +120,22 @@ def test_a_store_records_its_expansion_and_later_adds_use_it(tmp_path):
 
 
 def test_an_unexpanded_store_writes_no_expansion_and_indexes_content(tmp_path):
-    with MemoryStore.open(tmp_path, RecordingEncoder()) as store:
+    with MemoryStore.open(tmp_path, RecordingEncoder(), expansion=OFF) as store:
         rows = _session()
         store.add(rows)
         assert {hit.object_id for hit in store.search_lexical("lighthouse", ["ns"], 10)} == {rows[1].id}
     assert "expansion" not in json.loads((tmp_path / "manifest.json").read_text())
     assert read_manifest(tmp_path).expansion == OFF
+
+
+def test_a_new_store_gets_the_default_expansion(tmp_path):
+    encoder = RecordingEncoder()
+    with MemoryStore.open(tmp_path, encoder) as store:
+        rows = _session()
+        store.add(rows)
+        assert encoder.texts[:3] == [row.content for row in rows]  # vectors from the content alone
+        assert {hit.object_id for hit in store.search_lexical("lighthouse", ["ns"], 10)} == {rows[1].id, rows[2].id}
+    assert read_manifest(tmp_path).expansion == DEFAULT_EXPANSION
 
 
 def test_rms_ingest_takes_a_named_expansion_and_refuses_a_different_one(capsys, tmp_path):

@@ -40,7 +40,8 @@ def test_lexical_candidates_with_feedback_find_the_turn_that_shares_only_the_top
         make_object("topic", "Bob: Rex barked at the lighthouse keeper"),
         make_object("other", "Cy: pottery class tonight"),
     ])
-    plain = cg.lexical_candidates(store, store, LIMITS, make_request("dog"), RetrievalSettings())
+    off = RetrievalSettings(candidates=CandidateSettings(lexical_feedback_terms=0))
+    plain = cg.lexical_candidates(store, store, LIMITS, make_request("dog"), off)
     assert [hit.object_id for hit in plain.hits] == [oid("q")]
     settings = RetrievalSettings(candidates=CandidateSettings(lexical_feedback_terms=3, lexical_feedback_docs=1))
     widened = cg.lexical_candidates(store, store, LIMITS, make_request("dog"), settings)
