@@ -108,13 +108,14 @@ def indexed_texts(rows: Sequence[MemoryObject], stored: Sequence[Any], expansion
     if expansion.is_off:
         return IndexedTexts([memory.content for memory in rows], documents)
     sessions = _session_turns(rows, stored)
+    positions = {key: {seq: index for index, (seq, _) in enumerate(turns)} for key, turns in sessions.items()}
     vector_texts, lexical_documents = [], []
     for memory, document in zip(rows, documents, strict=True):
         key = _session_key(memory)
         text = memory.content
         if key is not None:
             turns = sessions[key]
-            position = next(index for index, (seq, _) in enumerate(turns) if seq == memory.session_seq)
+            position = positions[key][memory.session_seq]
             before = [content for _, content in turns[max(0, position - expansion.previous) : position]]
             after = [content for _, content in turns[position + 1 : position + 1 + expansion.next]]
             text = "\n".join([*before, memory.content, *after])
