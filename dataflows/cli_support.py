@@ -34,9 +34,10 @@ def parse_time(text: str | None) -> datetime | None:
     return value
 
 
-def open_store(path: str, *, create: bool = False, read_only: bool = False) -> MemoryStore:
+def open_store(path: str, *, create: bool = False, read_only: bool = False, expansion: str | None = None) -> MemoryStore:
     """The store at `path`. `create` opens it for writing with the default encoder; `read_only`
-    is for commands that only read (audits), so nothing is set up, cleaned or logged."""
+    is for commands that only read (audits), so nothing is set up, cleaned or logged;
+    `expansion` names the preset an empty store is built with (stores/expansion.py)."""
     from rms_retrieval.stores.memory_store import MemoryStore
 
     if not create and not Path(path).exists():
@@ -46,7 +47,12 @@ def open_store(path: str, *, create: bool = False, read_only: bool = False) -> M
         from rms_retrieval.stores.embedding import default_encoder
 
         encoder = default_encoder()
-    return MemoryStore.open(path, encoder=encoder, create=create, read_only=read_only)
+    asked = None
+    if expansion is not None:
+        from rms_retrieval.stores.expansion import expansion_named
+
+        asked = expansion_named(expansion)
+    return MemoryStore.open(path, encoder=encoder, create=create, read_only=read_only, expansion=asked)
 
 
 def check_question(question: str) -> str:

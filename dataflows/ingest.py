@@ -13,6 +13,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from rms_retrieval.dataflows.locomo import LocomoDataset, conversation_objects, load_locomo
+from rms_retrieval.stores.expansion import TurnExpansion
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import IngestReport
 
@@ -78,12 +79,15 @@ def write_jsonl(objects: list[MemoryObject], path: Path) -> int:
     return len(objects)
 
 
-def ingest_locomo(path: Path, store_path: str, *, progress: bool = True) -> tuple[IngestReport, LocomoDataset]:
-    """Build (or extend) a store from the LoCoMo file at `path`; one namespace per conversation."""
+def ingest_locomo(
+    path: Path, store_path: str, *, progress: bool = True, expansion: TurnExpansion | None = None
+) -> tuple[IngestReport, LocomoDataset]:
+    """Build (or extend) a store from the LoCoMo file at `path`; one namespace per conversation;
+    `expansion` is what an empty store is built with (stores/expansion.py)."""
     from rms_retrieval.stores.embedding import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     dataset = load_locomo(path)
-    with MemoryStore.open(store_path, encoder=default_encoder()) as store:
+    with MemoryStore.open(store_path, encoder=default_encoder(), expansion=expansion) as store:
         report = store.add(locomo_objects(dataset), progress=progress)
     return report, dataset

@@ -48,6 +48,10 @@ class CandidateSettings(BaseModel):
     aggregation_k_max: int = Field(default=2000, ge=1, le=100_000)
 
     keyword_scan_hits_per_term: int = Field(default=50, ge=0, le=10_000)
+    # RM3-style pseudo-relevance feedback for BM25 (nodes/feedback.py); 0 terms: off (the RFC has none).
+    lexical_feedback_terms: int = Field(default=0, ge=0, le=50)
+    lexical_feedback_docs: int = Field(default=10, ge=1, le=100)
+    lexical_feedback_weight: float = Field(default=0.3, ge=0.0, le=10.0)
     entity_scan_hits_per_entity: int = Field(default=20, ge=0, le=10_000)
 
     @field_serializer("enabled_paths")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.expansion import OFF, TurnExpansion, expansion_from_json
 from rms_retrieval.stores.protocols import EmbeddingIdentity
 
 FORMAT_VERSION = 4
@@ -46,6 +47,7 @@ class Manifest:
     embedding: EmbeddingIdentity | None
     segments: tuple[SegmentEntry, ...] = ()
     retired: tuple[str, ...] = field(default=())
+    expansion: TurnExpansion = OFF
 
     @property
     def segment_ids(self) -> tuple[str, ...]:
@@ -73,6 +75,8 @@ class Manifest:
             ],
             "retired": list(self.retired),
         }
+        if not self.expansion.is_off:  # absent means off, so stores written before expansion read the same
+            body["expansion"] = self.expansion.to_json()
         return {**body, "sha256": _body_digest(body)}
 
 
@@ -115,7 +119,8 @@ def read_manifest(store: Path) -> Manifest:
                          tuple(map(str, entry.get("sources", ()))))
             for entry in document["segments"]
         )
-        return Manifest(int(document["generation"]), identity, segments, tuple(map(str, document.get("retired", []))))
+        return Manifest(int(document["generation"]), identity, segments, tuple(map(str, document.get("retired", []))),
+                        expansion_from_json(document.get("expansion")))
     except StoreError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:

@@ -24,6 +24,7 @@ from rms_retrieval.stores import writer
 from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.embedding import default_encoder
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
+from rms_retrieval.stores.expansion import TurnExpansion, resolved_expansion
 from rms_retrieval.stores.manifest import LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import (EmbeddingIdentity, EntityRef, GraphIndex, IngestReport, LexicalHit,
@@ -45,10 +46,11 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
 
     def __init__(
         self, path: Path, encoder: QueryEncoder | None, *, read_only: bool, write_timeout: float,
-        retired_grace: float = writer.RETIRED_GRACE_SECONDS,
+        retired_grace: float = writer.RETIRED_GRACE_SECONDS, expansion: TurnExpansion | None = None,
     ) -> None:
         self.path = path
         self._encoder = encoder
+        self._expansion = expansion
         self._read_only = read_only
         self._write_timeout = write_timeout
         self._garbage = writer.GarbageCollector(path, retired_grace)
@@ -70,11 +72,13 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         read_only: bool = False,
         write_timeout: float = DEFAULT_WRITE_TIMEOUT_SECONDS,
         retired_grace: float = writer.RETIRED_GRACE_SECONDS,
+        expansion: TurnExpansion | None = None,
     ) -> MemoryStore:
         """Open the store at `path`, creating an empty one when allowed. Opening never writes an
         existing store; `write_timeout` is how long an add waits for another process's write;
         `retired_grace` how long this process's writes keep a merged-away segment's files for
-        readers still answering from an older generation."""
+        readers still answering from an older generation; `expansion` is what the first write of
+        an empty store records (stores/expansion.py)."""
         path = Path(path)
         if not (path / MANIFEST_FILE).exists() and not (path / LEGACY_DATABASE_FILE).exists() and create and not read_only:
             if path.exists() and not path.is_dir():
@@ -83,7 +87,8 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             with WriteLock(path, write_timeout):
                 if not (path / MANIFEST_FILE).exists():
                     write_manifest(path, Manifest(0, None))
-        return cls(path, encoder, read_only=read_only, write_timeout=write_timeout, retired_grace=retired_grace)
+        return cls(path, encoder, read_only=read_only, write_timeout=write_timeout, retired_grace=retired_grace,
+                   expansion=expansion)
 
     def close(self) -> None:
         with self._log_lock:
@@ -152,7 +157,8 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             snapshot = self._snapshot
             self._checked_encoder(snapshot.embedding_identity)
             self._garbage.collect(snapshot.manifest, writer_died=lock.holder_died)
-            prepared = writer.prepare_write(snapshot, objects, encoder, progress=progress)
+            expansion = resolved_expansion(snapshot.manifest.expansion, snapshot.manifest.object_count, self._expansion)
+            prepared = writer.prepare_write(snapshot, objects, encoder, progress=progress, expansion=expansion)
             manifest, segments = writer.commit(self.path, snapshot, prepared, encoder.identity)
             self._garbage.committed(manifest, time.time())
             self._install(manifest, segments, self._stat_key())

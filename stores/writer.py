@@ -24,7 +24,8 @@ import pyarrow as pa
 from rms_retrieval.stores.embedding import encode_many
 from rms_retrieval.stores.entity_graph import GraphEdge, GraphUpdate, entity_graph, entity_id
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.lexical import TermPostings
+from rms_retrieval.stores.expansion import TurnExpansion, indexed_texts
+from rms_retrieval.stores.lexical import TermPostings, term_postings
 from rms_retrieval.stores.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
@@ -48,19 +49,24 @@ class PreparedWrite:
     edges: tuple[StoredEdge, ...]
     graph: GraphUpdate
     embedding_seconds: float
+    postings: TermPostings
+    expansion: TurnExpansion
 
 
 def prepare_write(
-    snapshot: StoreSnapshot, objects: Sequence[MemoryObject], encoder: QueryEncoder, *, progress: bool
+    snapshot: StoreSnapshot, objects: Sequence[MemoryObject], encoder: QueryEncoder, *, progress: bool,
+    expansion: TurnExpansion,
 ) -> PreparedWrite:
     """Rows, vectors and numbered edges for `objects` on top of `snapshot`; nothing is written."""
     _check_new_ids(snapshot, objects)
     namespaces = sorted({memory.namespace for memory in objects})
     graph = entity_graph(objects, snapshot.stored_entities(namespaces), snapshot.co_mention_counts(namespaces))
     graph = _without_id_clashes(graph, snapshot, {memory.id for memory in objects})
-    rows = (*objects, *graph.entities)
+    # grouped by namespace here (stable, as write_segment would) so the postings match the rows
+    rows = tuple(sorted((*objects, *graph.entities), key=lambda memory: memory.namespace))
+    texts = indexed_texts(rows, snapshot.segments, expansion)
     started = time.perf_counter()
-    vectors = encode_many(encoder, [memory.content for memory in rows], progress=progress)
+    vectors = encode_many(encoder, texts.vector, progress=progress)
     embedding_seconds = time.perf_counter() - started
     next_id = snapshot.max_edge_id + 1
     edges: list[StoredEdge] = []
@@ -74,7 +80,7 @@ def prepare_write(
                              "run `rms check` on it")
         edges.append(_stored(edge, existing))
     edges.sort(key=lambda stored: stored.edge.edge_id)
-    return PreparedWrite(rows, vectors, tuple(edges), graph, embedding_seconds)
+    return PreparedWrite(rows, vectors, tuple(edges), graph, embedding_seconds, term_postings(texts.lexical), expansion)
 
 
 def _stored(edge: GraphEdge, edge_id: int) -> StoredEdge:
@@ -249,7 +255,8 @@ def commit(
     live = {segment.entry.id: segment for segment in snapshot.segments}
     written: list[LoadedSegment] = []
     try:
-        written.append(write_segment(store, new_segment_id(generation), prepared.rows, prepared.vectors, prepared.edges))
+        written.append(write_segment(store, new_segment_id(generation), prepared.rows, prepared.vectors, prepared.edges,
+                                     postings=prepared.postings))
         segments = [*snapshot.segments, written[0]]
         retired: list[str] = []
         while run := merge_run([segment.entry for segment in segments]):
@@ -259,7 +266,8 @@ def commit(
             segments = [*segments[:-run], written[-1]]
         for segment_id in retired:  # the retirement time GarbageCollector counts the grace from
             os.utime(store / SEGMENTS_DIR / segment_id)
-        manifest = Manifest(generation, identity, tuple(segment.entry for segment in segments), tuple(retired))
+        manifest = Manifest(generation, identity, tuple(segment.entry for segment in segments), tuple(retired),
+                            prepared.expansion)
         write_manifest(store, manifest)
     except BaseException:
         if _committed_generation(store) != generation:  # a failed write leaves the store as it was

@@ -48,6 +48,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     locomo.add_argument("--ingest", choices=INGEST_PATHS, default="locomo",
                         help="how an empty --store is built: locomo (ingest-locomo: speaker entities and turns) "
                              "or jsonl (plain TURN objects written as JSON Lines and read back as rms ingest does)")
+    locomo.add_argument("--expansion", metavar="NAME",
+                        help="ingest-time expansion an empty --store is built with, a preset of "
+                             "stores/expansion.py (off, previous, ...; default: the store default); "
+                             "a store that holds objects keeps its own")
     locomo.add_argument("--share-pools", action="store_true",
                         help="arms equal in candidate, filtering and intent settings reuse a question's filtered pool "
                              "(checked against full runs in shared_pool_check); faster, more memory")
@@ -168,7 +172,7 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(staged, path)
 
 
-def _ingest_jsonl(dataset: Any, store_path: str, out: Path, progress: bool) -> Any:
+def _ingest_jsonl(dataset: Any, store_path: str, out: Path, progress: bool, expansion: Any = None) -> Any:
     """The generic path: plain turns written as JSON Lines, read back and added as `rms ingest` does."""
     from rms_retrieval.dataflows.ingest import plain_turns, read_jsonl, write_jsonl
     from rms_retrieval.stores.embedding import default_encoder
@@ -176,15 +180,16 @@ def _ingest_jsonl(dataset: Any, store_path: str, out: Path, progress: bool) -> A
 
     path = out / JSONL_FILE
     write_jsonl(plain_turns(dataset), path)
-    with MemoryStore.open(store_path, encoder=default_encoder()) as store:
+    with MemoryStore.open(store_path, encoder=default_encoder(), expansion=expansion) as store:
         return store.add(read_jsonl(path), progress=progress)
 
 
 def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool, ingest_path: str = "locomo",
-                   out: Path | None = None) -> dict[str, Any]:
+                   out: Path | None = None, expansion: str | None = None) -> dict[str, Any]:
     """Reuse the store when it holds objects, else build it from the LoCoMo file and time that."""
     from rms_retrieval.dataflows.bench.speed_bench import directory_size_mb, peak_memory_mb
     from rms_retrieval.dataflows.ingest import ingest_locomo
+    from rms_retrieval.stores.expansion import expansion_named
     from rms_retrieval.stores.manifest import MANIFEST_FILE
     from rms_retrieval.stores.memory_store import MemoryStore
 
@@ -196,11 +201,12 @@ def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool, in
     else:
         present, namespaces = 0, set()
     ingest: dict[str, Any] | None = None
+    asked = None if expansion is None else expansion_named(expansion)
     if present == 0:
         if ingest_path == "jsonl":
-            report = _ingest_jsonl(dataset, store_path, out or Path(store_path), progress)
+            report = _ingest_jsonl(dataset, store_path, out or Path(store_path), progress, asked)
         else:
-            report, _ = ingest_locomo(data, store_path, progress=progress)
+            report, _ = ingest_locomo(data, store_path, progress=progress, expansion=asked)
         turns = sum(len(c.turns) for c in dataset.conversations)
         ingest = {
             "path": ingest_path, "objects_added": report.objects_added, "entities_added": report.entities_added,
@@ -213,8 +219,10 @@ def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool, in
         if not wanted <= namespaces:
             missing = ", ".join(sorted(wanted - namespaces))
             raise ValueError(f"the store at {store_path} lacks the LoCoMo namespaces {missing}; use an empty --store")
+    with MemoryStore.open(store_path, read_only=True) as store:
+        recorded = store.snapshot().manifest.expansion
     return {"path": str(store_path), "built_in_this_run": ingest is not None, "ingest": ingest,
-            "size_mb": directory_size_mb(store_path)}
+            "expansion": recorded.to_json(), "size_mb": directory_size_mb(store_path)}
 
 
 def _cmd_locomo(args: argparse.Namespace) -> int:
@@ -250,7 +258,7 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
         "targets": locomo_bench.TARGETS,
         "configuration_fingerprint": locomo_bench.arm_settings("pipeline").fingerprint(),
     }
-    results["store"] = _prepare_store(data, args.store, dataset, progress, args.ingest, out)
+    results["store"] = _prepare_store(data, args.store, dataset, progress, args.ingest, out, args.expansion)
     results_path = out / RESULTS_FILE
     encoder = default_query_encoder()
     questions = locomo_bench.benchmark_questions(dataset, args.limit_questions, args.split)

@@ -119,6 +119,11 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "score_order": _variant(lambda s: _with_packing(s, tier_order="score")),
     "density_0.25": _variant(lambda s: _with_packing(s, density_exponent=0.25)),
     "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False)),
+    # RM3-style BM25 feedback (nodes/feedback.py, off by default: not proven on confirm):
+    # terms, feedback turns and weight of the second search
+    **{f"rm3_{terms}_d{docs}_w{weight}": _variant(lambda s, t=terms, d=docs, w=weight: _with_candidates(
+        s, lexical_feedback_terms=t, lexical_feedback_docs=d, lexical_feedback_weight=w))
+       for terms, docs, weight in ((10, 5, 0.3), (10, 5, 0.6), (20, 10, 0.3), (20, 10, 0.6), (30, 20, 0.3))},
 }
 
 
