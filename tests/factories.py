@@ -176,3 +176,29 @@ def claim(name, subject, predicate, object_, *, polarity="positive", value=None,
     if value is not None:
         quantity = Quantity(value=value, unit=unit, source_text=source or f"it came to {value} {unit} in all")
     return make_object(name, f"memory {name}", assertion=assertion, quantity=quantity, **fields)
+
+
+def log_record(sequence: int, writer: str = "w") -> dict:
+    """A minimal retrieval-log record, numbered within its writer."""
+    from uuid import uuid4
+
+    return {"request_id": str(uuid4()), "writer": writer, "sequence": sequence, "payload": {"query": f"q{sequence}"}}
+
+
+def append_around_a_fork(writer) -> None:
+    """Record 0 from the parent, record 0 from a forked child (which closes its writer and exits),
+    then record 1 from the parent, and close: a fork must give the child a log segment of its own."""
+    import os
+
+    writer.append(log_record(0, "parent"))
+    child = os.fork()
+    if child == 0:
+        try:
+            writer.append(log_record(0, "child"))
+            writer.close()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    writer.append(log_record(1, "parent"))
+    writer.close()
+

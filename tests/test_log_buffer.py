@@ -8,13 +8,13 @@ import subprocess
 import sys
 import threading
 import warnings
-from uuid import uuid4
 
 import pytest
 
 from rms_retrieval.dataflows.retrieval import LazyRecord
 from rms_retrieval.stores.log_buffer import BufferedLogWriter
 from rms_retrieval.stores.retrieval_log import RetrievalLogWarning, read_records
+from tests.factories import append_around_a_fork, log_record
 
 # A child that appends numbered records through a buffered writer, reporting each, and then exits
 # without closing it (mode "exit"), or appends until killed (mode "forever").
@@ -22,6 +22,7 @@ CHILD = """
 import sys
 from pathlib import Path
 from rms_retrieval.stores.log_buffer import BufferedLogWriter
+
 directory, mode, capacity = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 writer = BufferedLogWriter(directory, capacity=capacity)
 sequence = 0
@@ -31,10 +32,6 @@ while mode == "forever" or sequence < 500:
     print(sequence, flush=True)
     sequence += 1
 """
-
-
-def _record(sequence: int, writer: str = "w") -> dict:
-    return {"request_id": str(uuid4()), "writer": writer, "sequence": sequence, "payload": {"query": f"q{sequence}"}}
 
 
 def _child(directory, mode: str, capacity: int) -> subprocess.Popen:
@@ -49,7 +46,7 @@ def test_a_normal_close_writes_every_record_of_many_threads_in_their_order(tmp_p
     def append_many(name: str) -> None:
         start.wait()
         for sequence in range(250):
-            assert writer.append(_record(sequence, name))
+            assert writer.append(log_record(sequence, name))
 
     threads = [threading.Thread(target=append_many, args=(f"t{index}",)) for index in range(8)]
     for thread in threads:
@@ -71,7 +68,7 @@ def test_records_are_built_and_written_by_the_background_thread(tmp_path):
     def build() -> dict:
         built_on.append(threading.current_thread())
         built.set()
-        return _record(0)
+        return log_record(0)
 
     with BufferedLogWriter(tmp_path) as writer:
         assert writer.append(LazyRecord(build))
@@ -82,22 +79,22 @@ def test_records_are_built_and_written_by_the_background_thread(tmp_path):
 def test_a_process_reads_its_own_queued_records(tmp_path):
     with BufferedLogWriter(tmp_path) as writer:
         for sequence in range(50):
-            writer.append(_record(sequence))
+            writer.append(log_record(sequence))
         assert [r["sequence"] for r in read_records(tmp_path)] == list(range(50))
-        writer.append(_record(50))
+        writer.append(log_record(50))
         assert [r["sequence"] for r in read_records(tmp_path, limit=1)] == [50]
 
 
 def test_a_full_queue_is_written_by_its_caller(tmp_path):
     writer = BufferedLogWriter(tmp_path, capacity=4)
     for sequence in range(4):
-        writer.append(_record(sequence))
+        writer.append(log_record(sequence))
     written = b"".join(path.read_bytes() for path in tmp_path.glob("*.jsonl")).splitlines()
     assert len(written) == 4  # the fourth append found the queue full and wrote it itself
     writer.close()
 
 
-def test_normal_interpreter_exit_writes_every_record(tmp_path):
+def test_normal_interpreter_exit_writes_everylog_record(tmp_path):
     child = _child(tmp_path, "exit", 1_000)
     out, _ = child.communicate()
     assert child.returncode == 0 and len(out.split()) == 500
@@ -124,7 +121,7 @@ def test_an_unwritable_directory_warns_once_on_the_callers_thread(tmp_path):
     writer = BufferedLogWriter(blocked)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert [writer.append(_record(index)) for index in range(3)] == [False, False, False]
+        assert [writer.append(log_record(index)) for index in range(3)] == [False, False, False]
     assert [warning.category for warning in caught] == [RetrievalLogWarning]
     writer.close()
 
@@ -137,7 +134,7 @@ def test_a_record_that_cannot_be_built_is_skipped_with_a_warning(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         writer.append(LazyRecord(broken))
-        writer.append(_record(1))
+        writer.append(log_record(1))
         writer.close()
     assert [r["sequence"] for r in read_records(tmp_path)] == [1]
     assert len(caught) == 1 and "RuntimeError: no bundle" in str(caught[0].message)
@@ -145,17 +142,7 @@ def test_a_record_that_cannot_be_built_is_skipped_with_a_warning(tmp_path):
 
 def test_a_forked_child_writes_its_own_records_only(tmp_path):
     writer = BufferedLogWriter(tmp_path)
-    writer.append(_record(0, "parent"))
-    child = os.fork()
-    if child == 0:
-        try:
-            writer.append(_record(0, "child"))
-            writer.close()
-        finally:
-            os._exit(0)
-    os.waitpid(child, 0)
-    writer.append(_record(1, "parent"))
-    writer.close()
+    append_around_a_fork(writer)
     records = read_records(tmp_path)
     assert [r["sequence"] for r in records if r["writer"] == "parent"] == [0, 1]
     assert [r["sequence"] for r in records if r["writer"] == "child"] == [0]

@@ -28,12 +28,15 @@ from rms_retrieval.stores.retrieval_log import (
     source_fingerprint,
 )
 
+from tests.factories import append_around_a_fork, log_record
+
 
 # A child that appends numbered records, reporting each, until told how many or killed.
 WRITER_SCRIPT = """
 import sys
 from pathlib import Path
 from rms_retrieval.stores.retrieval_log import RetrievalLogWriter
+
 directory, name, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 writer = RetrievalLogWriter(directory, max_segment_bytes=int(sys.argv[4]))
 sequence = 0
@@ -44,10 +47,6 @@ while count < 0 or sequence < count:
     sequence += 1
 writer.close()
 """
-
-
-def _record(sequence: int, writer: str = "w") -> dict:
-    return {"request_id": str(uuid4()), "writer": writer, "sequence": sequence, "payload": {"query": f"q{sequence}"}}
 
 
 def _spawn(directory: Path, name: str, count: int, max_segment_bytes: int = 64 << 20) -> subprocess.Popen:
@@ -99,11 +98,11 @@ def test_a_missing_directory_reads_as_empty(tmp_path):
 def test_close_flushes_everything_and_a_later_append_starts_a_new_segment(tmp_path):
     writer = RetrievalLogWriter(tmp_path)
     for sequence in range(100):
-        writer.append(_record(sequence))
+        writer.append(log_record(sequence))
     first = writer.path
     writer.close()
     assert writer.path is None and len(first.read_bytes().splitlines()) == 100
-    writer.append(_record(100))
+    writer.append(log_record(100))
     assert writer.path != first
     writer.close()
     assert [record["sequence"] for record in read_records(tmp_path)] == list(range(101))
@@ -114,7 +113,7 @@ def test_threads_share_one_writer(tmp_path):
 
     def append_many(name: str) -> None:
         for sequence in range(100):
-            writer.append(_record(sequence, name))
+            writer.append(log_record(sequence, name))
 
     threads = [threading.Thread(target=append_many, args=(f"t{index}",)) for index in range(8)]
     for thread in threads:
@@ -166,8 +165,8 @@ def test_a_sigkilled_writer_leaves_a_readable_log(tmp_path):
 
 def test_torn_and_foreign_lines_are_skipped_by_readers_and_compaction(tmp_path):
     with RetrievalLogWriter(tmp_path) as writer:
-        writer.append(_record(0))
-        writer.append(_record(1))
+        writer.append(log_record(0))
+        writer.append(log_record(1))
         segment = writer.path
     with open(segment, "ab") as handle:
         handle.write(b'{"logged_at_ns": 1, "rec')  # a writer killed mid-line
@@ -183,7 +182,7 @@ def test_last_n_reads_only_the_ends_of_the_files(tmp_path, monkeypatch):
     for name in ("a", "b"):
         with RetrievalLogWriter(tmp_path) as writer:
             for sequence in range(25_000):
-                writer.append(_record(sequence, name))
+                writer.append(log_record(sequence, name))
     total = sum(path.stat().st_size for path in tmp_path.glob("*.jsonl"))
     expected = read_records(tmp_path)[-10:]
     read_bytes = []
@@ -222,7 +221,7 @@ def test_last_n_reads_only_the_ends_of_the_files(tmp_path, monkeypatch):
 def test_last_n_equals_the_tail_of_the_full_read(tmp_path):
     with RetrievalLogWriter(tmp_path, max_segment_bytes=3_000) as writer:
         for sequence in range(300):
-            writer.append(_record(sequence))
+            writer.append(log_record(sequence))
     everything = read_records(tmp_path)
     assert len(list(tmp_path.glob("*.jsonl"))) > 5
     for limit in (0, 1, 7, 299, 300, 1_000):
@@ -237,7 +236,7 @@ def test_an_unwritable_directory_fails_open_with_one_warning(tmp_path):
     writer = RetrievalLogWriter(blocked)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert [writer.append(_record(index)) for index in range(3)] == [False, False, False]
+        assert [writer.append(log_record(index)) for index in range(3)] == [False, False, False]
     assert len(caught) == 1 and issubclass(caught[0].category, RetrievalLogWarning)
     assert "queries still answer" in str(caught[0].message)
     writer.close()
@@ -255,7 +254,7 @@ def test_code_identity_names_the_version_and_the_source():
 def test_newest_first_is_lazy_and_closes_its_files(tmp_path):
     with RetrievalLogWriter(tmp_path, max_segment_bytes=20_000) as writer:
         for sequence in range(500):
-            writer.append(_record(sequence))
+            writer.append(log_record(sequence))
     newest = records_newest_first(tmp_path)
     assert [next(newest)["sequence"] for _ in range(3)] == [499, 498, 497]
     newest.close()
@@ -263,22 +262,11 @@ def test_newest_first_is_lazy_and_closes_its_files(tmp_path):
 
 
 def test_a_forked_child_writes_a_segment_of_its_own(tmp_path):
-    writer = RetrievalLogWriter(tmp_path)
-    writer.append(_record(0, "parent"))
-    parent_segment = writer.path
-    child = os.fork()
-    if child == 0:
-        try:
-            writer.append(_record(0, "child"))
-            writer.close()
-        finally:
-            os._exit(0)
-    os.waitpid(child, 0)
-    writer.append(_record(1, "parent"))
-    writer.close()
-    assert len(list(tmp_path.glob("*.jsonl"))) == 2
+    append_around_a_fork(RetrievalLogWriter(tmp_path))
+    segments = sorted(tmp_path.glob("*.jsonl"))
+    writers = sorted([name for name in ("child", "parent") if f'"{name}"' in path.read_text()] for path in segments)
+    assert writers == [["child"], ["parent"]]  # each process wrote its own segment only
     assert [r["sequence"] for r in read_records(tmp_path) if r["writer"] == "parent"] == [0, 1]
-    assert len(parent_segment.read_bytes().splitlines()) == 2
 
 
 def test_max_segment_bytes_is_validated():
