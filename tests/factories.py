@@ -202,3 +202,40 @@ def append_around_a_fork(writer) -> None:
     writer.append(log_record(1, "parent"))
     writer.close()
 
+
+def appends_to_a_blocked_log(make_writer, tmp_path) -> tuple[list[bool], list]:
+    """Three appends through `make_writer(directory)` where a file stands in the log directory's
+    place; what each append returned and the warnings they raised. The writer is closed."""
+    import warnings
+
+    blocked = tmp_path / "log"
+    blocked.write_text("a file where the log directory should be")
+    writer = make_writer(blocked)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        appended = [writer.append(log_record(index)) for index in range(3)]
+    writer.close()
+    return appended, list(caught)
+
+
+def append_from_threads(writer, threads: int, each: int) -> None:
+    """`threads` real threads, started together, each appending records 0..each-1 under its own
+    writer name ("t0", "t1", ...); every append must succeed. The writer is closed after."""
+    import threading
+
+    start = threading.Barrier(threads)
+    appended: list[bool] = []  # list.append is atomic; an assert inside a thread would not fail the test
+
+    def append_many(name: str) -> None:
+        start.wait()
+        for sequence in range(each):
+            appended.append(bool(writer.append(log_record(sequence, name))))
+
+    workers = [threading.Thread(target=append_many, args=(f"t{index}",)) for index in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    writer.close()
+    assert appended == [True] * (threads * each)
+

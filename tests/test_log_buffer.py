@@ -14,7 +14,7 @@ import pytest
 from rms_retrieval.dataflows.retrieval import LazyRecord
 from rms_retrieval.stores.log_buffer import BufferedLogWriter
 from rms_retrieval.stores.retrieval_log import RetrievalLogWarning, read_records
-from tests.factories import append_around_a_fork, log_record
+from tests.factories import append_around_a_fork, append_from_threads, appends_to_a_blocked_log, log_record
 
 # A child that appends numbered records through a buffered writer, reporting each, and then exits
 # without closing it (mode "exit"), or appends until killed (mode "forever").
@@ -41,19 +41,7 @@ def _child(directory, mode: str, capacity: int) -> subprocess.Popen:
 
 def test_a_normal_close_writes_every_record_of_many_threads_in_their_order(tmp_path):
     writer = BufferedLogWriter(tmp_path, capacity=32)
-    start = threading.Barrier(8)
-
-    def append_many(name: str) -> None:
-        start.wait()
-        for sequence in range(250):
-            assert writer.append(log_record(sequence, name))
-
-    threads = [threading.Thread(target=append_many, args=(f"t{index}",)) for index in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    writer.close()
+    append_from_threads(writer, threads=8, each=250)
     assert writer.path is None
     lines = b"".join(path.read_bytes() for path in tmp_path.glob("*.jsonl")).splitlines()
     assert len(lines) == 2_000  # on disk after close, no reader's flush needed
@@ -116,14 +104,9 @@ def test_a_sigkill_loses_at_most_the_queued_records_and_leaves_a_readable_log(tm
 
 
 def test_an_unwritable_directory_warns_once_on_the_callers_thread(tmp_path):
-    blocked = tmp_path / "log"
-    blocked.write_text("a file where the log directory should be")
-    writer = BufferedLogWriter(blocked)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert [writer.append(log_record(index)) for index in range(3)] == [False, False, False]
+    appended, caught = appends_to_a_blocked_log(BufferedLogWriter, tmp_path)
+    assert appended == [False, False, False]
     assert [warning.category for warning in caught] == [RetrievalLogWarning]
-    writer.close()
 
 
 def test_a_record_that_cannot_be_built_is_skipped_with_a_warning(tmp_path):

@@ -8,8 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import warnings
 from pathlib import Path
 from uuid import uuid4
 
@@ -28,7 +26,7 @@ from rms_retrieval.stores.retrieval_log import (
     source_fingerprint,
 )
 
-from tests.factories import append_around_a_fork, log_record
+from tests.factories import append_around_a_fork, append_from_threads, appends_to_a_blocked_log, log_record
 
 
 # A child that appends numbered records, reporting each, until told how many or killed.
@@ -109,18 +107,7 @@ def test_close_flushes_everything_and_a_later_append_starts_a_new_segment(tmp_pa
 
 
 def test_threads_share_one_writer(tmp_path):
-    writer = RetrievalLogWriter(tmp_path)
-
-    def append_many(name: str) -> None:
-        for sequence in range(100):
-            writer.append(log_record(sequence, name))
-
-    threads = [threading.Thread(target=append_many, args=(f"t{index}",)) for index in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    writer.close()
+    append_from_threads(RetrievalLogWriter(tmp_path), threads=8, each=100)
     records = read_records(tmp_path)
     assert len(records) == 800
     for name in (f"t{index}" for index in range(8)):
@@ -231,15 +218,10 @@ def test_last_n_equals_the_tail_of_the_full_read(tmp_path):
 
 
 def test_an_unwritable_directory_fails_open_with_one_warning(tmp_path):
-    blocked = tmp_path / "log"
-    blocked.write_text("a file where the log directory should be")
-    writer = RetrievalLogWriter(blocked)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert [writer.append(log_record(index)) for index in range(3)] == [False, False, False]
+    appended, caught = appends_to_a_blocked_log(RetrievalLogWriter, tmp_path)
+    assert appended == [False, False, False]
     assert len(caught) == 1 and issubclass(caught[0].category, RetrievalLogWarning)
     assert "queries still answer" in str(caught[0].message)
-    writer.close()
 
 
 def test_code_identity_names_the_version_and_the_source():
