@@ -87,8 +87,7 @@ class OnnxQueryEncoder(QueryEncoder):
         if not texts:
             return np.zeros((0, DEFAULT_DIMENSION), dtype=np.float32)
         tokenizer, session = self._loaded()
-        pooled = [_mean_pooled(session, tokenizer.encode(text).ids) for text in texts]
-        return validated_vectors(np.stack(pooled), len(texts), self.identity.dimension)
+        return _unit_vectors(session, tokenizer, texts)
 
     def graph_path(self) -> Path:
         """The cached ONNX graph for these weights (it may not exist yet)."""
@@ -155,10 +154,15 @@ def _session(model: bytes) -> Any:
     return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
+def _unit_vectors(session: Any, tokenizer: Any, texts: Sequence[str]) -> np.ndarray:
+    """One checked unit vector per text, one ONNX run each."""
+    pooled = np.stack([_mean_pooled(session, tokenizer.encode(text).ids) for text in texts])
+    return validated_vectors(pooled, len(texts), DEFAULT_DIMENSION)
+
+
 def _reproduces(session: Any, tokenizer: Any, probes: np.ndarray) -> bool:
     """Whether the session's vectors for the probe texts are torch's, to within _PROBE_TOLERANCE."""
-    got = np.stack([_mean_pooled(session, tokenizer.encode(text).ids) for text in _PROBES])
-    got /= np.linalg.norm(got, axis=1, keepdims=True)
+    got = _unit_vectors(session, tokenizer, _PROBES)
     return bool((1.0 - np.sum(got * probes, axis=1)).max() <= _PROBE_TOLERANCE)
 
 
