@@ -183,7 +183,8 @@ def _ranking_step(ranked: RankedCandidates, ctx: _Context) -> tuple[str, dict]:
 
 
 _FACTORS = (("epistemic_factor", "epistemic"), ("node_type_factor", "node type"), ("temporal_factor", "temporal"),
-            ("recency_boost_factor", "recency boost"), ("current_update_factor", "current update"))
+            ("speaker_factor", "speaker"), ("recency_boost_factor", "recency boost"),
+            ("current_update_factor", "current update"))
 
 
 def _scores_step(scores: ScoredPool, ctx: _Context) -> tuple[str, dict]:

@@ -27,7 +27,7 @@ SCORE_COLUMNS = [
     "stated_time", "semantic", "semantic_rank", "lexical", "lexical_bm25", "lexical_rank",
     "graph_proximity", "graph_hops", "graph_rank", "recency", "salience", "confidence",
     "epistemic_weight", "epistemic_factor", "node_type_boost", "node_type_factor",
-    "temporal_affinity", "temporal_factor", "recency_boost_factor", "tie_break",
+    "temporal_affinity", "temporal_factor", "speaker_factor", "recency_boost_factor", "tie_break",
     "current_update_factor", "base_score",
 ]
 SESSION_COLUMNS = ["session_trigger", "session_offset", "session_decay"]

@@ -28,6 +28,7 @@ from rms_retrieval.nodes.models import (
 from rms_retrieval.nodes.feedback import feedback_terms, interpolated_hits
 from rms_retrieval.nodes.graph_walk import walk
 from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.entity_graph import SPOKEN_BY
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import (
@@ -174,6 +175,23 @@ def graph_candidates(
         return ChannelResult(path=PathType.GRAPH, hits=hits, limit=limit)
 
     return _guarded(PathType.GRAPH, limit, search)
+
+
+def spoken_by_query_entities(
+    query_analysis: QueryAnalysis, graph_index: GraphIndex, request: RetrievalRequest, settings: RetrievalSettings
+) -> frozenset[int]:
+    """The objects spoken by a person the question names (SPOKEN_BY edges into its matched
+    entities), as id integers: what `scoring.speaker_boost` lifts. Empty while the boost is 0."""
+    starts = {oid for entity in query_analysis.entities for oid in entity.matched_ids}
+    if settings.scoring.speaker_boost == 0 or not starts:
+        return frozenset()
+    try:
+        graph = graph_index.adjacency(request.namespaces)
+        spoken = graph.sources_into(starts, SPOKEN_BY, settings.candidates.graph_min_edge_confidence)
+    except Exception as exc:  # the graph backend failed: no lift, as a failed graph path adds no hits
+        logger.warning("speaker lookup failed (%s: %s); no speaker boost", type(exc).__name__, exc)
+        return frozenset()
+    return frozenset(oid.int for oid in spoken)
 
 
 def pinned_candidates(

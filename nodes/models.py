@@ -304,6 +304,7 @@ class ScoreFactors:
     node_type_factor: np.ndarray
     temporal_affinity: np.ndarray
     temporal_factor: np.ndarray
+    speaker_factor: np.ndarray
     recency_boost_factor: np.ndarray
     tie_break: np.ndarray
     current_update_factor: np.ndarray

@@ -25,6 +25,7 @@ from rms_retrieval.nodes.models import (
     QueryAnalysis,
     RankedCandidates,
     RetrievalRequest,
+    ScoredPool,
     Selection,
     mask_paths,
 )
@@ -110,6 +111,16 @@ def _assemble_context(packed: list[_Item], item_format: str, warning: str | None
             current = header
         lines.append(item.text)
     return SEPARATOR.join(lines)
+
+
+def _tiering_paths(pool: ScoredPool, depth: int | None) -> np.ndarray:
+    """The paths that count for tier 2: every primary path, or with `depth` a vector or lexical
+    hit only within that channel's first `depth` ranks."""
+    if depth is None:
+        return pool.path_count
+    f = pool.factors
+    deep = (f.semantic_rank > depth).astype(np.int64) + (f.lexical_rank > depth).astype(np.int64)
+    return pool.path_count - deep
 
 
 def _tier(path_count: int, obj: MemoryObject) -> int:
@@ -214,12 +225,13 @@ def packed_bundle(
     pool = selected_candidates.pool
     item_format = settings.packing.item_format
     items = []
-    for obj, score, relevance, mask, path_count in zip(
+    tiering = _tiering_paths(pool, settings.packing.tier_path_depth)
+    for obj, score, relevance, mask, path_count, strong in zip(
         pool.objects, pool.score.tolist(), pool.semantic_relevance.tolist(), pool.path_mask.tolist(),
-        pool.path_count.tolist(),
+        pool.path_count.tolist(), tiering.tolist(),
     ):
         text = format_item(obj, item_format)
-        items.append(_Item(obj, score, relevance, mask, path_count, text, count_tokens(text), _tier(path_count, obj)))
+        items.append(_Item(obj, score, relevance, mask, path_count, text, count_tokens(text), _tier(strong, obj)))
     budget = request.token_budget
     separator = count_tokens(SEPARATOR)
     # A count or list question's bundle starts with the coverage warning; when the warning

@@ -106,7 +106,9 @@ class _Inputs:
                "salience", "confidence", "epistemic_weight", "node_type_boost", "temporal_affinity")
     _INTEGERS = ("update_wording", "stated_us", "updated_us", "path_mask")
 
-    def __init__(self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings) -> None:
+    def __init__(
+        self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings, spoken: frozenset[int]
+    ) -> None:
         dated = analysis.intent is QueryIntent.TEMPORAL or settings.scoring.temporal_any_intent
         window = analysis.temporal_window if dated else None
         weights = settings.scoring.epistemic_weights
@@ -142,6 +144,10 @@ class _Inputs:
         # A candidate has one hit per path, so its primary paths are its mask's primary bits.
         self.path_count = np.bitwise_count(self.path_mask & _PRIMARY_BITS).astype(np.int64)
         self.semantic_relevance = np.maximum(np.nan_to_num(self.semantic, nan=0.0), 0.0)
+        boost = settings.scoring.speaker_boost
+        self.speaker_value = np.fromiter(
+            (1.0 + boost if obj.id.int in spoken else 1.0 for obj in self.objects), dtype=float, count=len(self.objects)
+        )
 
     def __len__(self) -> int:
         return len(self.objects)
@@ -180,12 +186,15 @@ def _pool(
 
 @config.when(fusion="rrf")
 def fused_scores__rrf(
-    filtered_candidates: FilteredPool, query_analysis: QueryAnalysis, settings: RetrievalSettings
+    filtered_candidates: FilteredPool,
+    query_analysis: QueryAnalysis,
+    settings: RetrievalSettings,
+    spoken_by_query_entities: frozenset[int] = frozenset(),
 ) -> ScoredPool:
     """Score formula version 2: reciprocal rank fusion with pool-relative factors (RFC 7.2)."""
     fusion = settings.scoring.rank_fusion
     k = fusion.rrf_k
-    inputs = _Inputs(filtered_candidates, query_analysis, settings)
+    inputs = _Inputs(filtered_candidates, query_analysis, settings, spoken_by_query_entities)
     semantic_rank = _competition_ranks(inputs.semantic)
     lexical_rank = _competition_ranks(inputs.lexical)
     graph_rank = _competition_ranks(-inputs.graph_channel_rank)
@@ -198,6 +207,7 @@ def fused_scores__rrf(
     epistemic_factor = _pool_relative(inputs.epistemic_weight, on_channel)
     node_type_factor = _pool_relative(inputs.node_type_boost, on_channel)
     temporal_factor = _pool_relative(temporal_value, on_channel)
+    speaker_factor = _pool_relative(inputs.speaker_value, on_channel)
 
     boost = fusion.rrf_recency_boost if query_analysis.current_state else None
     recency = np.full(len(inputs), np.nan)
@@ -219,7 +229,7 @@ def fused_scores__rrf(
             # Place 0 for the newest time, 1 for the next newest, ...
             tie_break[on_channel] = (len(times) - 1 - np.searchsorted(times, stated)) / len(times)
 
-    score = base_score * epistemic_factor * node_type_factor * temporal_factor
+    score = base_score * epistemic_factor * node_type_factor * temporal_factor * speaker_factor
     score = _rounded(score * np.nan_to_num(recency_boost_factor, nan=1.0))
     # Rounded first, so scores that differ keep their order; the tie-break only splits equals.
     split = ~np.isnan(tie_break) & (score > 0)
@@ -229,7 +239,7 @@ def fused_scores__rrf(
     return _pool(
         inputs, 2, score * current, semantic_rank=semantic_rank, lexical=inputs.lexical, lexical_rank=lexical_rank,
         graph_rank=graph_rank, recency=recency, epistemic_factor=epistemic_factor,
-        node_type_factor=node_type_factor, temporal_factor=temporal_factor,
+        node_type_factor=node_type_factor, temporal_factor=temporal_factor, speaker_factor=speaker_factor,
         recency_boost_factor=recency_boost_factor, tie_break=tie_break, current_update_factor=current,
         base_score=base_score,
     )
@@ -241,10 +251,11 @@ def fused_scores__weighted(
     query_analysis: QueryAnalysis,
     request: RetrievalRequest,
     settings: RetrievalSettings,
+    spoken_by_query_entities: frozenset[int] = frozenset(),
 ) -> ScoredPool:
     """Score formula version 1: the weighted sum of all eight inputs (RFC 7)."""
     w = settings.scoring.weighted
-    inputs = _Inputs(filtered_candidates, query_analysis, settings)
+    inputs = _Inputs(filtered_candidates, query_analysis, settings, spoken_by_query_entities)
     if query_analysis.current_state and len(inputs):
         anchor, clock = inputs.stated_us.max(), inputs.stated_us
     else:
@@ -253,6 +264,9 @@ def fused_scores__weighted(
     lexical = np.nan_to_num(inputs.lexical, nan=0.0)  # the input formula 1 reads: no lexical hit is zero relevance
     recency = _exp(-w.recency_lambda_per_day * _days(anchor, clock))
     temporal_factor = (1.0 + boost * inputs.temporal_affinity) / (1.0 + boost)
+    # Relative to the pool's largest, as formula 2's factors: 1.0 for every row when no candidate
+    # was spoken by a person the question names.
+    speaker_factor = inputs.speaker_value / inputs.speaker_value.max() if len(inputs) else inputs.speaker_value
     additive = (
         w.w_semantic * inputs.semantic_relevance
         + w.w_lexical * lexical
@@ -262,7 +276,7 @@ def fused_scores__weighted(
         + w.w_confidence * inputs.confidence
     )
     score = _rounded(
-        additive * inputs.epistemic_weight * inputs.node_type_boost * temporal_factor
+        additive * inputs.epistemic_weight * inputs.node_type_boost * temporal_factor * speaker_factor
         + w.w_paths * np.minimum(inputs.path_count / SCORED_PATHS, 1.0)
     )
     current = _current_update(inputs, lexical, clock, query_analysis, settings)
@@ -270,6 +284,6 @@ def fused_scores__weighted(
     return _pool(
         inputs, 1, score * current, semantic_rank=none, lexical=lexical, lexical_rank=none, graph_rank=none,
         recency=recency, epistemic_factor=inputs.epistemic_weight, node_type_factor=inputs.node_type_boost,
-        temporal_factor=temporal_factor, recency_boost_factor=none, tie_break=none, current_update_factor=current,
+        temporal_factor=temporal_factor, speaker_factor=speaker_factor, recency_boost_factor=none, tie_break=none, current_update_factor=current,
         base_score=additive,
     )

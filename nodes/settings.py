@@ -30,10 +30,13 @@ class CandidateSettings(BaseModel):
 
     model_config = _FROZEN
 
-    # 150, not the RFC reference's 500: on LoCoMo 500 packed less evidence (0.777 against 0.787
-    # at 4K tokens on a 300-question sample) because the extra candidates crowd the ranking.
-    vector_k: int = Field(default=150, ge=0, le=100_000)
-    lexical_k: int = Field(default=150, ge=0, le=100_000)
+    # 300, not the RFC reference's 500 nor 150 (the default before issue 15's third round): deeper
+    # lists crowd the ranking unless packing.tier_path_depth keeps deep hits out of tier 2 and
+    # scoring.speaker_boost puts the named person's turns first. Proven on LoCoMo's confirm split in
+    # two steps (BENCHMARKS.md, issue 15, third round): all evidence packed at 8K for 0.919 against
+    # 0.897 (200 lists, boost 1), then 0.931 (300 lists, boost 2); 0.859 against 0.843 at 4K.
+    vector_k: int = Field(default=300, ge=0, le=100_000)
+    lexical_k: int = Field(default=300, ge=0, le=100_000)
     graph_max_hops: int = Field(default=2, ge=1, le=3, description="RFC 4.1 hard limit: 3.")
     graph_min_edge_confidence: float = Field(default=0.40, ge=0.0, le=1.0)
     graph_max_candidates: int = Field(default=50, ge=0, le=10_000)
@@ -153,6 +156,13 @@ class ScoringSettings(BaseModel):
         description="Temporal affinity reads the question's date window whatever its intent, not only "
                     "under TEMPORAL (entity-first ordering makes most dated questions ENTITY_LOOKUP).",
     )
+    # 2.0: issue 15's third round (see CandidateSettings.vector_k). When a LoCoMo question names
+    # one of the two speakers, 95% of its evidence turns are that speaker's.
+    speaker_boost: float = Field(
+        default=2.0, ge=0.0, le=10.0,
+        description="A candidate spoken by a person the question names (a SPOKEN_BY edge into one of its "
+                    "entities) has its score multiplied by 1 + speaker_boost, pool-relative as RFC 7.2's factors.",
+    )
     current_update_multiplier: float = Field(default=1.30, ge=1.0, le=4.0)
     relevance_floor: float = Field(default=0.2, ge=0.0, le=1.0)
 
@@ -209,6 +219,14 @@ class PackingSettings(BaseModel):
     # default before issue 15). On LoCoMo's confirm split 0 packed all evidence for 0.816 of the
     # questions at 4K against 0.801 (+0.015, paired 95% interval [+0.004, +0.025]), identical at 8K.
     density_exponent: float = Field(default=0.0, ge=0.0, le=1.0)
+    # 50: a vector or lexical hit counts toward tier 2 ("found by two or more paths", RFC 8) only
+    # within its channel's first 50 ranks, so a turn deep in both lists does not jump every strong
+    # single-path turn; path_count still counts every path. Part of issue 15's third-round change.
+    tier_path_depth: int | None = Field(
+        default=50, ge=1, le=100_000,
+        description="A vector or lexical hit counts toward tier 2 only within this rank of its channel; "
+                    "None: every primary path counts, as RFC 8 words it.",
+    )
 
 
 class RetrievalSettings(BaseModel):

@@ -31,6 +31,7 @@ class Adjacency:
         self.confidence = np.fromiter((e.confidence for e in self.edges), dtype=float, count=count)
         self.edge_id = np.fromiter((e.edge_id for e in self.edges), dtype=np.int64, count=count)
         self.edge_type: tuple[str, ...] = tuple(e.edge_type for e in self.edges)
+        self._edge_types = np.array(self.edge_type, dtype=object)
         positions = np.arange(count)
         loop = self.source == self.target  # a self-loop is incident to its node once
         ends = np.concatenate([self.source, self.target[~loop]])
@@ -55,6 +56,13 @@ class Adjacency:
         slices = [self.incident[self.indptr[i]:self.indptr[i + 1]] for i in numbers.tolist()]
         found = _ascending_once(np.concatenate(slices), len(self.edges))
         return found[self.confidence[found] >= min_confidence]
+
+    def sources_into(self, targets: Iterable[UUID], edge_type: str, min_confidence: float) -> list[UUID]:
+        """The sources of the `edge_type` edges into `targets` with at least `min_confidence`, by id."""
+        numbers = self.numbers(targets)
+        edges = self.incident_edges(numbers, min_confidence)
+        into = np.isin(self.target[edges], numbers) & (self._edge_types[edges] == edge_type)
+        return [self.nodes[i] for i in _ascending_once(self.source[edges[into]], len(self.nodes)).tolist()]
 
     def touching(self, nodes: Iterable[UUID], min_confidence: float) -> list[Edge]:
         """Edges with an endpoint in `nodes` and at least `min_confidence`, by edge id, once each."""

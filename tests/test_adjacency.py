@@ -29,3 +29,13 @@ def test_an_empty_graph_has_no_edges_anywhere():
     adjacency = Adjacency([])
     assert len(adjacency) == 0 and adjacency.touching([A], 0.0) == []
     assert adjacency.indptr.tolist() == [0]
+
+
+def test_sources_into_follows_one_edge_type_into_the_targets_only():
+    D = UUID(int=4)
+    adjacency = Adjacency([Edge(1, C, A, "SPOKEN_BY", 1.0), Edge(2, B, A, "MENTIONS", 0.9),
+                           Edge(3, A, D, "SPOKEN_BY", 1.0), Edge(4, D, A, "SPOKEN_BY", 0.3)])
+    assert adjacency.sources_into([A], "SPOKEN_BY", 0.4) == [C]  # not B (MENTIONS), not D (below 0.4)
+    assert adjacency.sources_into([A], "SPOKEN_BY", 0.0) == [C, D]
+    assert adjacency.sources_into([D], "SPOKEN_BY", 0.0) == [A]  # A points into D, D into A: only A counts
+    assert adjacency.sources_into([UUID(int=9)], "SPOKEN_BY", 0.0) == []

@@ -51,7 +51,7 @@ def test_warming_covers_the_first_queries_and_every_namespace_once():
 def test_a_run_reports_every_arm_with_ratios_and_the_node_table(store):
     report = run_latency(store, _dataset(), FakeEncoder(), questions=3, node_queries=2)
     arms = set(report["arms_ms"])
-    assert {"pipeline", "pipeline_logged", "pipeline_threads", "floor", "peer_k30", "peer_k200", "no_graph", "no_session_context"} <= arms
+    assert {"pipeline", "pipeline_logged", "pipeline_threads", "floor", "peer_k30", "peer_k200", "no_graph", "no_session_context", "round3_off"} <= arms
     assert report["p50_over_floor"]["floor"] == 1.0 and report["p50_over_peer_k200"]["peer_k200"] == 1.0
     assert "fused_scores" in report["node_times_ms"] and report["notes"] == []
     lines = latency_bench.summary_lines(report)

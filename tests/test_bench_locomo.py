@@ -34,6 +34,10 @@ def test_every_arm_builds_distinct_valid_settings():
     assert locomo_bench.settings_changes(locomo_bench.arm_settings("rrf_vector_bm25")) == {
         "candidates.enabled_paths": ["LEXICAL", "VECTOR"], "scoring.temporal_boost": 0.0, "session.window": 0,
     }
+    assert locomo_bench.settings_changes(locomo_bench.arm_settings("round3_off")) == {
+        "candidates.lexical_k": 150, "candidates.vector_k": 150, "packing.tier_path_depth": None,
+        "scoring.speaker_boost": 0.0,
+    }
     no_graph = locomo_bench.arm_settings("no_graph")
     assert PathType.GRAPH not in no_graph.candidates.enabled_paths
     assert no_graph.session == RetrievalSettings().session and no_graph.scoring == RetrievalSettings().scoring

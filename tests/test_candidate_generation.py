@@ -147,3 +147,21 @@ def test_keyword_scans_run_for_count_questions_only_and_ignore_their_limits():
     assert len(result.hits) == 25
     assert {h.detail["scan"] for h in result.hits} == {"hiking"}
     assert all(h.path is PathType.KEYWORD_SCAN for h in result.hits)
+
+
+def _spoken(store: FakeStore, *names: str, boost: float = 1.0) -> frozenset[int]:
+    settings = RetrievalSettings(scoring={"speaker_boost": boost})
+    return cg.spoken_by_query_entities(_analysis(*names), store, make_request(), settings)
+
+
+def test_spoken_by_query_entities_are_the_named_persons_own_turns_not_their_mentions():
+    ann, bob = _entity("Ann"), _entity("Bob")
+    said, about, other = make_object("said", "Ann: hi"), make_object("about", "Bob: Ann is here"), make_object("o", "x")
+    edges = [Edge(1, said.id, ann.id, "SPOKEN_BY", 1.0), Edge(2, about.id, bob.id, "SPOKEN_BY", 1.0),
+             Edge(3, about.id, ann.id, "MENTIONS", 0.9)]
+    store = FakeStore([ann, bob, said, about, other], edges)
+    assert _spoken(store, "Ann") == {said.id.int}
+    assert _spoken(store, "Ann", "Bob") == {said.id.int, about.id.int}
+    assert _spoken(store, "Ann", boost=0.0) == frozenset()  # off: the graph is not read
+    store.fail.add("graph")
+    assert _spoken(store, "Ann") == frozenset()  # a failed graph backend lifts nothing

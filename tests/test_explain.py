@@ -117,7 +117,7 @@ def test_the_steps_run_from_the_bundle_back_to_the_query_analysis(store, demo_st
     assert nodes.index("fused_scores") < nodes.index("filtered_candidates") < nodes.index("merged_candidates")
     assert nodes.index("merged_candidates") < nodes.index("vector_candidates")
     assert nodes.index("graph_candidates") < nodes.index("query_analysis")
-    assert explanation.step("scores").upstream == ("filtered_candidates", "query_analysis", "settings")
+    assert explanation.step("scores").upstream == ("filtered_candidates", "query_analysis", "settings", "spoken_by_query_entities")
     assert explanation.to_dict()["outcome"] == "INCLUDED"
 
 

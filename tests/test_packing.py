@@ -173,3 +173,23 @@ def test_when_the_warning_cannot_fit_nothing_unqualified_is_packed():
 def test_other_questions_have_no_coverage_block():
     bundle = _bundle([make_candidate(make_object("x"), VECTOR=(1, 0.5))])
     assert bundle.retrieval_metadata["aggregation_coverage"] is None
+
+
+def test_tier_path_depth_counts_a_path_for_tier_two_only_near_the_top_of_its_channel():
+    candidates = [
+        make_candidate(make_object("single", "single"), VECTOR=(1, 0.99)),
+        make_candidate(make_object("strong", "strong"), VECTOR=(2, 0.9), LEXICAL=(1, 1.0)),
+        make_candidate(make_object("near", "near"), VECTOR=(3, 0.8), LEXICAL=(2, 0.9)),
+        make_candidate(make_object("vector", "vector"), VECTOR=(4, 0.7)),
+        make_candidate(make_object("deep", "deep"), VECTOR=(5, 0.6), LEXICAL=(4, 0.5)),
+        make_candidate(make_object("lexical", "lexical"), LEXICAL=(3, 0.7)),
+    ]
+    sharp = {"rank_fusion": {"rrf_k": 1, "rrf_tie_break": None}}  # deep (ranks 5 and 4) scores below single
+    every_path = _bundle(candidates, settings=RetrievalSettings(
+        scoring=sharp, packing={"item_format": "plain", "tier_path_depth": None}))
+    assert [(i.content, i.tier) for i in every_path.items][:4] == [
+        ("strong", 2), ("near", 2), ("deep", 2), ("single", 3)]
+    settings = RetrievalSettings(scoring=sharp, packing={"item_format": "plain", "tier_path_depth": 3})
+    bundle = _bundle(candidates, settings=settings)
+    assert [(i.content, i.tier, i.path_count) for i in bundle.items][:4] == [
+        ("strong", 2, 2), ("near", 2, 2), ("single", 3, 1), ("deep", 3, 2)]  # path_count still counts every path

@@ -282,13 +282,13 @@ def test_request_fields_copied():
 
 def test_limits_as_configured_without_aggregation():
     limits = candidate_limits(query_analysis=_analyse("What book is she reading?"), settings=ENTITY_FIRST)
-    assert limits == CandidateLimits(vector_k=150, lexical_k=150, graph_max_candidates=50, widened=False)
+    assert limits == CandidateLimits(vector_k=300, lexical_k=300, graph_max_candidates=50, widened=False)
 
 
 def test_limits_widened_for_count_and_list():
     for query in ("How many books has she read?", "List the books she read"):
         limits = candidate_limits(query_analysis=_analyse(query), settings=ENTITY_FIRST)
-        assert limits == CandidateLimits(vector_k=450, lexical_k=450, graph_max_candidates=150, widened=True)
+        assert limits == CandidateLimits(vector_k=900, lexical_k=900, graph_max_candidates=150, widened=True)
 
 
 def test_widened_limits_capped():

@@ -162,3 +162,23 @@ def test_without_the_log_the_bundle_is_serialised_only_when_the_record_is_read(d
         digest = result.log_record["payload"]["bundle_sha256"]
     assert serialised == [result.bundle] and len(digest) == 64
     assert result.log_record is result.log_record  # built once
+
+
+def test_a_named_speakers_own_turns_are_lifted_through_their_spoken_by_edges(demo_store, demo_copy):
+    from rms_retrieval.nodes.settings import RetrievalSettings
+
+    question, namespace = "What does Tomas like to cook?", demo_store.namespace
+    with MemoryStore.open(demo_copy, create=False) as store:
+        result = retrieve(store, question, namespaces=[namespace], reference_time=demo_store.reference_time,
+                          token_budget=2000, extra_nodes=["spoken_by_query_entities", "fused_scores"], log=False)
+        off = retrieve(store, question, namespaces=[namespace], reference_time=demo_store.reference_time,
+                       token_budget=2000, config=RetrievalSettings(scoring={"speaker_boost": 0.0}),
+                       extra_nodes=["spoken_by_query_entities"], log=False)
+    spoken = {obj.id.int for obj in demo_store.corpus.objects if obj.content.startswith("Tomas: ")}
+    assert spoken and result.nodes["spoken_by_query_entities"] == spoken
+    assert off.nodes["spoken_by_query_entities"] == frozenset()  # boost 0: the graph is not read for it
+    pool = result.nodes["fused_scores"]
+    factor = {obj.id.int in spoken: set() for obj in pool.objects}
+    for obj, value in zip(pool.objects, pool.factors.speaker_factor.tolist()):
+        factor[obj.id.int in spoken].add(value)
+    assert factor == {True: {1.0}, False: {1 / (1 + RetrievalSettings().scoring.speaker_boost)}}

@@ -171,3 +171,23 @@ def test_weights_are_validated_when_the_configuration_is_built(bad, message):
 def test_nested_boosts_reject_non_finite_values():
     with pytest.raises(ValueError, match="TURN"):
         ScoringSettings(node_type_boosts={"TURN": float("nan")})
+
+
+def test_speaker_factor_lifts_the_named_persons_turns_pool_relative():
+    said = make_candidate(make_object("said"), VECTOR=(2, 0.5))
+    other = make_candidate(make_object("other"), VECTOR=(1, 0.9))
+    settings = RetrievalSettings(scoring={"speaker_boost": 1.0, "rank_fusion": {"rrf_tie_break": None}})
+    pool, analysis = _pool(said, other), _analysis()
+    frame = scored_frame(fused_scores__rrf(pool, analysis, settings, frozenset({said.object_id.int})))
+    frame = frame.set_index("object_id")
+    assert frame.loc[str(said.object_id), "speaker_factor"] == 1.0
+    assert frame.loc[str(other.object_id), "speaker_factor"] == 0.5
+    assert frame.index[0] == str(said.object_id)  # rank 2 doubled beats rank 1 halved
+    no_boost = RetrievalSettings(scoring={"speaker_boost": 0.0, "rank_fusion": {"rrf_tie_break": None}})
+    off = scored_frame(fused_scores__rrf(pool, analysis, no_boost, frozenset({said.object_id.int})))
+    assert off["speaker_factor"].tolist() == [1.0, 1.0] and off["object_id"].iloc[0] == str(other.object_id)
+    weighted = RetrievalSettings(scoring={"fusion": "weighted", "speaker_boost": 1.0})
+    frame = scored_frame(fused_scores__weighted(pool, analysis, make_request(), weighted, frozenset({said.object_id.int})))
+    assert frame.set_index("object_id").loc[str(other.object_id), "speaker_factor"] == 0.5
+    nobody = scored_frame(fused_scores__weighted(pool, analysis, make_request(), weighted, frozenset()))
+    assert nobody["speaker_factor"].tolist() == [1.0, 1.0]  # no named speaker in the pool: no factor

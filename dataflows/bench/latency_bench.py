@@ -35,7 +35,7 @@ from typing import Any
 from hamilton import driver
 from hamilton.plugins.h_threadpool import FutureAdapter
 
-from rms_retrieval.dataflows.bench.locomo_bench import benchmark_questions, evenly_spaced
+from rms_retrieval.dataflows.bench.locomo_bench import arm_settings, benchmark_questions, evenly_spaced
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
 from rms_retrieval.dataflows.bench.speed_bench import (
     LATENCY_BUDGET,
@@ -186,6 +186,8 @@ def run_latency(
         "pipeline_logged": pipeline_arm(store, encoder, RetrievalSettings(), log=True),
         "pipeline_threads": threaded_arm(store, encoder),
         **{f"no_{channel.value.lower()}": pipeline_arm(store, encoder, channel_off(channel)) for channel in CHANNELS},
+        # the defaults before issue 15's third round (a shallower pool, no speaker lift), for its cost
+        "round3_off": pipeline_arm(store, encoder, arm_settings("round3_off")),
         "floor": floor_arm(store, encoder),
     }
     notes = []

@@ -119,6 +119,15 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "score_order": _variant(lambda s: _with_packing(s, tier_order="score")),
     "density_0.25": _variant(lambda s: _with_packing(s, density_exponent=0.25)),
     "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False)),
+    # Issue 15's third round, one change of three settings (defaults now): each part and all of it undone
+    "speaker_off": _variant(lambda s: _with_scoring(s, speaker_boost=0.0)),
+    "round3_first_step": _variant(lambda s: _with_scoring(s, speaker_boost=1.0),
+                                  lambda s: _with_candidates(s, vector_k=200, lexical_k=200)),
+    "shallow_lists": _variant(lambda s: _with_candidates(s, vector_k=150, lexical_k=150),
+                              lambda s: _with_packing(s, tier_path_depth=None)),
+    "round3_off": _variant(lambda s: _with_scoring(s, speaker_boost=0.0),
+                           lambda s: _with_candidates(s, vector_k=150, lexical_k=150),
+                           lambda s: _with_packing(s, tier_path_depth=None)),
     # RM3-style BM25 feedback (nodes/feedback.py, off by default: not proven on confirm):
     # terms, feedback turns and weight of the second search
     **{f"rm3_{terms}_d{docs}_w{weight}": _variant(lambda s, t=terms, d=docs, w=weight: _with_candidates(
