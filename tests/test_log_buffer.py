@@ -75,8 +75,13 @@ def test_a_process_reads_its_own_queued_records(tmp_path):
 
 def test_a_full_queue_is_written_by_its_caller(tmp_path):
     writer = BufferedLogWriter(tmp_path, capacity=4)
-    for sequence in range(4):
+    # No writer thread drains the queue here (one that had started could take part of it at any
+    # moment, and the fourth append would then not find it full): only the caller can write it.
+    writer._thread = threading.current_thread()
+    for sequence in range(3):
         writer.append(log_record(sequence))
+    assert not list(tmp_path.glob("*.jsonl")) or not b"".join(p.read_bytes() for p in tmp_path.glob("*.jsonl"))
+    writer.append(log_record(3))
     written = b"".join(path.read_bytes() for path in tmp_path.glob("*.jsonl")).splitlines()
     assert len(written) == 4  # the fourth append found the queue full and wrote it itself
     writer.close()
