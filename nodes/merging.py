@@ -28,11 +28,9 @@ def merged_candidates(
             if key not in hits:
                 hits[key], ids[key] = {}, hit.object_id
             hits[key][hit.path] = hit
-    candidates = tuple(
-        Candidate(object=candidate_objects[ids[key]], hits=hits[key])
-        for key in sorted(hits)
-        if ids[key] in candidate_objects  # an object deleted since the search is no candidate
-    )
+    found = ((candidate_objects.get(ids[key]), hits[key]) for key in sorted(hits))
+    # An object deleted since the search is no candidate.
+    candidates = tuple(Candidate(obj, paths) for obj, paths in found if obj is not None)
     return CandidatePool(
         candidates=candidates,
         backend_failures={c.path: c.failure for c in channels if c.failure},

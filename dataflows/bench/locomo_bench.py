@@ -119,7 +119,8 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "score_order": _variant(lambda s: _with_packing(s, tier_order="score")),
     "density_0.25": _variant(lambda s: _with_packing(s, density_exponent=0.25)),
     "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False)),
-    # Issue 15's third round, one change of three settings (defaults now): each part and all of it undone
+    # Issue 15's third round (defaults now), adopted in two steps: the first step alone, one part
+    # undone, and all of it undone
     "speaker_off": _variant(lambda s: _with_scoring(s, speaker_boost=0.0)),
     "round3_first_step": _variant(lambda s: _with_scoring(s, speaker_boost=1.0),
                                   lambda s: _with_candidates(s, vector_k=200, lexical_k=200)),
