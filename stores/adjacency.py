@@ -32,6 +32,7 @@ class Adjacency:
         self.edge_id = np.fromiter((e.edge_id for e in self.edges), dtype=np.int64, count=count)
         self.edge_type: tuple[str, ...] = tuple(e.edge_type for e in self.edges)
         self._edge_types = np.array(self.edge_type, dtype=object)
+        self._sources: dict[tuple, list[UUID]] = {}  # sources_into's answers: this graph never changes
         positions = np.arange(count)
         loop = self.source == self.target  # a self-loop is incident to its node once
         ends = np.concatenate([self.source, self.target[~loop]])
@@ -60,9 +61,15 @@ class Adjacency:
     def sources_into(self, targets: Iterable[UUID], edge_type: str, min_confidence: float) -> list[UUID]:
         """The sources of the `edge_type` edges into `targets` with at least `min_confidence`, by id."""
         numbers = self.numbers(targets)
-        edges = self.incident_edges(numbers, min_confidence)
-        into = np.isin(self.target[edges], numbers) & (self._edge_types[edges] == edge_type)
-        return [self.nodes[i] for i in _ascending_once(self.source[edges[into]], len(self.nodes)).tolist()]
+        key = (numbers.tobytes(), edge_type, min_confidence)
+        if key not in self._sources:
+            edges = self.incident_edges(numbers, min_confidence)
+            into = np.isin(self.target[edges], numbers) & (self._edge_types[edges] == edge_type)
+            found = _ascending_once(self.source[edges[into]], len(self.nodes)).tolist()
+            if len(self._sources) >= 1024:  # a bound, as many distinct questions name many people
+                self._sources.clear()
+            self._sources[key] = [self.nodes[i] for i in found]
+        return list(self._sources[key])
 
     def touching(self, nodes: Iterable[UUID], min_confidence: float) -> list[Edge]:
         """Edges with an endpoint in `nodes` and at least `min_confidence`, by edge id, once each."""

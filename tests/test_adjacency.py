@@ -39,3 +39,7 @@ def test_sources_into_follows_one_edge_type_into_the_targets_only():
     assert adjacency.sources_into([A], "SPOKEN_BY", 0.0) == [C, D]
     assert adjacency.sources_into([D], "SPOKEN_BY", 0.0) == [A]  # A points into D, D into A: only A counts
     assert adjacency.sources_into([UUID(int=9)], "SPOKEN_BY", 0.0) == []
+    first = adjacency.sources_into([A], "SPOKEN_BY", 0.0)
+    first.append(UUID(int=99))  # an answer is the caller's own list: changing it changes no later answer
+    assert adjacency.sources_into([A], "SPOKEN_BY", 0.0) == [C, D]
+    assert adjacency.sources_into([A], "SPOKEN_BY", 0.4) == [C]  # the confidence is part of the question
