@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
 import numpy as np
@@ -32,17 +32,16 @@ class EmbeddingIdentity:
     dimension: int
 
 
-@dataclass(frozen=True, slots=True)
-class LexicalHit:
-    """One BM25 hit. `score` is min-max normalised within this query; `bm25` is raw and stays internal."""
+class LexicalHit(NamedTuple):
+    """One BM25 hit. `score` is min-max normalised within this query; `bm25` is raw and stays internal.
+    Hits are named tuples (as `nodes.models.ChannelHit`): hundreds are made per request."""
 
     object_id: UUID
     bm25: float
     score: float
 
 
-@dataclass(frozen=True, slots=True)
-class VectorHit:
+class VectorHit(NamedTuple):
     object_id: UUID
     cosine: float
 
