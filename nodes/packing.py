@@ -115,7 +115,8 @@ def _assemble_context(packed: list[_Item], item_format: str, warning: str | None
 
 def _tiering_paths(pool: ScoredPool, depth: int | None) -> np.ndarray:
     """The paths that count for tier 2: every primary path, or with `depth` a vector or lexical
-    hit only within that channel's first `depth` ranks."""
+    hit only within the first `depth` of the pool's hits of that path (the competition ranks the
+    score trace records)."""
     if depth is None:
         return pool.path_count
     f = pool.factors

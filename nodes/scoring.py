@@ -267,7 +267,7 @@ def fused_scores__weighted(
     temporal_factor = (1.0 + boost * inputs.temporal_affinity) / (1.0 + boost)
     # Relative to the pool's largest, as formula 2's factors: 1.0 for every row when no candidate
     # was spoken by a person the question names.
-    speaker_factor = inputs.speaker_value / inputs.speaker_value.max() if len(inputs) else inputs.speaker_value
+    speaker_factor = _pool_relative(inputs.speaker_value, np.ones(len(inputs), dtype=bool))
     additive = (
         w.w_semantic * inputs.semantic_relevance
         + w.w_lexical * lexical
