@@ -220,11 +220,13 @@ class PackingSettings(BaseModel):
     # questions at 4K against 0.801 (+0.015, paired 95% interval [+0.004, +0.025]), identical at 8K.
     density_exponent: float = Field(default=0.0, ge=0.0, le=1.0)
     # 50: a vector or lexical hit counts toward tier 2 ("found by two or more paths", RFC 8) only
-    # within its channel's first 50 ranks, so a turn deep in both lists does not jump every strong
-    # single-path turn; path_count still counts every path. Part of issue 15's third-round change.
+    # within the first 50 of the pool's hits of that path, so a turn deep in both lists does not
+    # jump every strong single-path turn; path_count still counts every path. Part of issue 15's
+    # third-round change.
     tier_path_depth: int | None = Field(
         default=50, ge=1, le=100_000,
-        description="A vector or lexical hit counts toward tier 2 only within this rank of its channel; "
+        description="A vector or lexical hit counts toward tier 2 only within this rank among the pool's "
+                    "hits of its path (the score trace's semantic_rank, lexical_rank); "
                     "None: every primary path counts, as RFC 8 words it.",
     )
 

@@ -100,6 +100,15 @@ def _no_session(base: RetrievalSettings) -> dict[str, Any]:
     return _with_session(base, window=0)
 
 
+def _no_speaker(base: RetrievalSettings) -> dict[str, Any]:
+    return _with_scoring(base, speaker_boost=0.0)
+
+
+def _shallow_lists(base: RetrievalSettings) -> dict[str, Any]:
+    """Lists of 150 with every path counting for tier 2: the candidate defaults before issue 15's third round."""
+    return {**_with_candidates(base, vector_k=150, lexical_k=150), **_with_packing(base, tier_path_depth=None)}
+
+
 ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "pipeline": _variant(),
     "vector_only": _variant(lambda s: _with_candidates(s, enabled_paths=_paths(PathType.VECTOR)), _no_session),
@@ -121,14 +130,11 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False)),
     # Issue 15's third round (defaults now), adopted in two steps: the first step alone, one part
     # undone, and all of it undone
-    "speaker_off": _variant(lambda s: _with_scoring(s, speaker_boost=0.0)),
+    "speaker_off": _variant(_no_speaker),
     "round3_first_step": _variant(lambda s: _with_scoring(s, speaker_boost=1.0),
                                   lambda s: _with_candidates(s, vector_k=200, lexical_k=200)),
-    "shallow_lists": _variant(lambda s: _with_candidates(s, vector_k=150, lexical_k=150),
-                              lambda s: _with_packing(s, tier_path_depth=None)),
-    "round3_off": _variant(lambda s: _with_scoring(s, speaker_boost=0.0),
-                           lambda s: _with_candidates(s, vector_k=150, lexical_k=150),
-                           lambda s: _with_packing(s, tier_path_depth=None)),
+    "shallow_lists": _variant(_shallow_lists),
+    "round3_off": _variant(_no_speaker, _shallow_lists),
     # RM3-style BM25 feedback (nodes/feedback.py, off by default: not proven on confirm):
     # terms, feedback turns and weight of the second search
     **{f"rm3_{terms}_d{docs}_w{weight}": _variant(lambda s, t=terms, d=docs, w=weight: _with_candidates(
