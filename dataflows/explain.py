@@ -348,8 +348,7 @@ def explain(
     result = retrieve(store, question, config=settings, encoder=encoder, extra_nodes=lineage.computed, log=False,
                       **request_fields)
     request = RetrievalRequest.model_validate(result.log_record["payload"]["request"])
-    found = store.get_objects([object_id]).get(object_id)
-    stored = found if found is not None and found.namespace in request.namespaces else None
+    stored = store.get_objects([object_id], request.namespaces).get(object_id)
     ctx = _Context(object_id, request, settings, stored, result.nodes)
     steps = []
     for node in reversed(lineage.nodes):

@@ -123,7 +123,7 @@ def lexical_candidates(
         configured = settings.candidates
         if configured.lexical_feedback_terms and found:
             top = found[: configured.lexical_feedback_docs]
-            contents = object_store.get_objects([hit.object_id for hit in top])
+            contents = object_store.get_objects([hit.object_id for hit in top], request.namespaces)
             terms = feedback_terms(request.query, [(contents[hit.object_id].content, hit.score) for hit in top
                                                    if hit.object_id in contents], configured.lexical_feedback_terms)
             if terms:
@@ -219,6 +219,7 @@ def candidate_objects(
     pinned_candidates: ChannelResult,
     keyword_scan_candidates: ChannelResult,
     object_store: ObjectStore,
+    request: RetrievalRequest,
 ) -> dict[UUID, MemoryObject]:
     """The stored objects behind every hit, read in one round trip, in id order."""
     # Keyed by the id's integer, which hashes and compares in C (a UUID does both in Python code);
@@ -232,7 +233,7 @@ def candidate_objects(
         wanted.pop(pinned.int, None)
     objects = dict(pinned_candidates.objects)
     if wanted:
-        objects.update(object_store.get_objects([wanted[key] for key in sorted(wanted)]))
+        objects.update(object_store.get_objects([wanted[key] for key in sorted(wanted)], request.namespaces))
     return objects
 
 

@@ -33,7 +33,7 @@ _SESSION_BIT = path_mask([PathType.SESSION_CONTEXT])
 
 
 def session_context(
-    fused_scores: ScoredPool, object_store: ObjectStore, settings: RetrievalSettings
+    fused_scores: ScoredPool, object_store: ObjectStore, request: RetrievalRequest, settings: RetrievalSettings
 ) -> list[SessionNeighbour]:
     """Objects within the session window of the top-scored candidates, read from the store."""
     cfg = settings.session
@@ -41,7 +41,7 @@ def session_context(
         return []
     scored = np.flatnonzero(fused_scores.score > 0)[: cfg.top_triggers]
     triggers = [fused_scores.objects[i].id for i in scored.tolist()]
-    return object_store.session_neighbours(triggers, cfg.window) if triggers else []
+    return object_store.session_neighbours(triggers, cfg.window, request.namespaces) if triggers else []
 
 
 def _decay(fusion: str, settings: RetrievalSettings) -> float:

@@ -45,10 +45,12 @@ def check_store(path: Path) -> CheckReport:
         except (StoreError, OSError) as error:
             report.problems.append(str(error))
             continue
-        duplicates = seen.intersection(segment.ids)
+        keys = set(segment.row_of)
+        duplicates = seen.intersection(keys)
         if duplicates:
-            report.problems.append(f"segment {entry.id} repeats object {min(duplicates)}")
-        seen.update(segment.ids)
+            namespace, object_id = min(duplicates, key=lambda key: (key[0], key[1].int))
+            report.problems.append(f"segment {entry.id} repeats object {object_id} of namespace {namespace!r}")
+        seen.update(keys)
         edge_ids.update(stored.edge.edge_id for stored in segment.edges)
         if manifest.embedding is not None and segment.vectors.shape[1:] != (manifest.embedding.dimension,):
             report.problems.append(f"segment {entry.id} holds vectors of shape {segment.vectors.shape[1:]}, "

@@ -28,7 +28,8 @@ from uuid import UUID, uuid5
 from rms_retrieval.stores.entities import NameMatcher, extract_entities
 from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
 
-# Fixed so an extracted entity gets the same id in every store and every run.
+# Fixed, so an extracted entity gets the same id whenever the same memories are written; the
+# namespace's anchor (below) keeps the id out of reach of anyone who knows no id of that namespace.
 ENTITY_ID_NAMESPACE = UUID("6f1d7c1e-3a53-5b8e-9a4e-2f0c6f1b8d35")
 
 MENTIONS = "MENTIONS"
@@ -64,11 +65,14 @@ class GraphUpdate:
 CoMentionKey = tuple[str, UUID, UUID]  # (namespace, smaller entity id, larger entity id)
 
 
-def entity_id(namespace: str, name: str, attempt: int = 0) -> UUID:
-    """The id an extracted entity named `name` gets in `namespace`; a store whose first choice is
-    already taken (by an id a user supplied) asks for attempt 1, 2, ... until one is free."""
+def entity_id(namespace: str, name: str, anchor: UUID, attempt: int = 0) -> UUID:
+    """The id an extracted entity named `name` gets in `namespace`, whose first stored object has
+    the id `anchor` (StoreSnapshot.namespace_anchor). The anchor makes the id unguessable to a
+    writer of another namespace, so that store-made ids reveal nothing across namespaces. A store
+    whose first choice is already taken in the namespace (by an id a user supplied) asks for
+    attempt 1, 2, ... until one is free."""
     suffix = f"\x00{attempt}" if attempt else ""
-    return uuid5(ENTITY_ID_NAMESPACE, f"{namespace}\x00{name.lower()}{suffix}")
+    return uuid5(ENTITY_ID_NAMESPACE, f"{namespace}\x00{anchor}\x00{name.lower()}{suffix}")
 
 
 def co_mention_confidence(objects_mentioning_both: int) -> float:
@@ -107,9 +111,11 @@ def entity_graph(
     batch: Sequence[MemoryObject],
     known_entities: Sequence[MemoryObject],
     existing_co_mentions: Mapping[CoMentionKey, int],
+    anchors: Mapping[str, UUID],
 ) -> GraphUpdate:
     """New entities and edges for `batch`, given the store's ENTITY objects in the batch's
-    namespaces and, per entity pair, how many stored objects already mention both."""
+    namespaces, per entity pair how many stored objects already mention both, and each
+    namespace's anchor (entity_id)."""
     ordered = sorted(batch, key=lambda memory: (memory.namespace, memory.created_at, memory.id))
     namespaces: dict[str, _NamespaceEntities] = defaultdict(_NamespaceEntities)
     for entity in [*known_entities, *ordered]:
@@ -127,7 +133,7 @@ def entity_graph(
         for spotted in extract_entities(memory.content):
             matches = known.named(spotted.name)
             if not matches:
-                new_id = entity_id(memory.namespace, spotted.name)
+                new_id = entity_id(memory.namespace, spotted.name, anchors[memory.namespace])
                 spotted_new[new_id] = (spotted.name, spotted.entity_type)
                 known.add(new_id, [spotted.name], extracted=True)
                 matches = {new_id}

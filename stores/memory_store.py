@@ -202,14 +202,14 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
     def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
         return self.snapshot().adjacency(namespaces)
 
-    def get_objects(self, ids: Iterable[UUID]) -> dict[UUID, MemoryObject]:
-        return self.snapshot().get_objects(ids)
+    def get_objects(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, MemoryObject]:
+        return self.snapshot().get_objects(ids, namespaces)
 
     def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
         return self.snapshot().pinned_objects(namespaces)
 
-    def session_neighbours(self, triggers: Sequence[UUID], window: int) -> list[SessionNeighbour]:
-        return self.snapshot().session_neighbours(triggers, window)
+    def session_neighbours(self, triggers: Sequence[UUID], window: int, namespaces: Sequence[str]) -> list[SessionNeighbour]:
+        return self.snapshot().session_neighbours(triggers, window, namespaces)
 
     def state_fingerprint(self) -> str:
         return self.snapshot().state_fingerprint()

@@ -121,7 +121,10 @@ class GraphIndex(ABC):
 
 class ObjectStore(ABC):
     @abstractmethod
-    def get_objects(self, ids: Iterable[UUID]) -> dict[UUID, MemoryObject]: ...
+    def get_objects(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, MemoryObject]:
+        """The objects of `namespaces` among `ids`, by id; an id only another namespace holds is
+        left out, exactly like an unknown one."""
+        ...
 
     @abstractmethod
     def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
@@ -129,8 +132,8 @@ class ObjectStore(ABC):
         ...
 
     @abstractmethod
-    def session_neighbours(self, triggers: Sequence[UUID], window: int) -> list[SessionNeighbour]:
-        """Objects within `window` positions of each trigger in its own session."""
+    def session_neighbours(self, triggers: Sequence[UUID], window: int, namespaces: Sequence[str]) -> list[SessionNeighbour]:
+        """Objects within `window` positions of each trigger (an object of `namespaces`) in its own session."""
         ...
 
     @abstractmethod

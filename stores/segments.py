@@ -227,8 +227,11 @@ class LoadedSegment:
                              f"and {self.postings.num_rows} postings rows, the manifest says {entry.rows}; "
                              f"run `rms check --store {store}`")
         self.ids: list[UUID] = columns["id"]
-        self.row_of: dict[UUID, int] = {object_id: position for position, object_id in enumerate(self.ids)}
         self.namespace_of_row: list[str] = columns["namespace"]
+        # Keyed by (namespace, id): an id is unique within its namespace only, so that what another
+        # namespace holds is invisible to a writer (stores/README.md, "Isolation").
+        self.row_of: dict[tuple[str, UUID], int] = {
+            key: position for position, key in enumerate(zip(self.namespace_of_row, self.ids))}
         self._records: list[str] = columns["record"]
         self.namespace_slices: dict[str, tuple[int, int]] = {}
         for position, namespace in enumerate(self.namespace_of_row):

@@ -117,8 +117,18 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def namespaces(self) -> list[str]:
         return sorted({namespace for segment in self.segments for namespace in segment.namespace_slices})
 
-    def contains(self, object_id: UUID) -> bool:
-        return any(object_id in segment.row_of for segment in self.segments)
+    def contains(self, namespace: str, object_id: UUID) -> bool:
+        """Whether `namespace` holds `object_id`; what other namespaces hold is never consulted."""
+        return any((namespace, object_id) in segment.row_of for segment in self.segments)
+
+    def namespace_anchor(self, namespace: str) -> UUID | None:
+        """The id of the first object stored in `namespace` (None for a namespace with no rows):
+        the secret part of the ids the store makes there (entity_graph.entity_id)."""
+        for segment in self.segments:
+            span = segment.namespace_slices.get(namespace)
+            if span is not None:
+                return segment.ids[span[0]]
+        return None
 
     # ----- LexicalIndex ----------------------------------------------------------------------------
 
@@ -266,16 +276,25 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     # ----- ObjectStore -----------------------------------------------------------------------------
 
-    def get_objects(self, ids: Iterable[UUID]) -> dict[UUID, MemoryObject]:
-        """The stored objects among `ids`, by id; unknown ids are left out."""
+    def get_objects(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, MemoryObject]:
+        """The objects of `namespaces` among `ids`, by id; ids those namespaces do not hold are left
+        out. Two namespaces may hold one id: the first of `namespaces` in sorted order answers."""
         found: dict[UUID, MemoryObject] = {}
+        scope = sorted(set(namespaces))
         for object_id in sorted(set(ids), key=lambda object_id: object_id.int):  # UUID order, compared in C
-            for segment in self.segments:
-                row = segment.row_of.get(object_id)
-                if row is not None:
-                    found[object_id] = segment.object_at(row)
+            for namespace in scope:
+                memory = self._object(namespace, object_id)
+                if memory is not None:
+                    found[object_id] = memory
                     break
         return found
+
+    def _object(self, namespace: str, object_id: UUID) -> MemoryObject | None:
+        for segment in self.segments:
+            row = segment.row_of.get((namespace, object_id))
+            if row is not None:
+                return segment.object_at(row)
+        return None
 
     def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
         """Pinned objects (MemoryObject.is_pinned) of the namespaces, by id."""
@@ -288,13 +307,13 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
         return list(self._pinned.get(key, self._sources(key, lambda rows: rows.pinned_rows), build))
 
-    def session_neighbours(self, triggers: Sequence[UUID], window: int) -> list[SessionNeighbour]:
+    def session_neighbours(self, triggers: Sequence[UUID], window: int, namespaces: Sequence[str]) -> list[SessionNeighbour]:
         """Objects within `window` positions of each trigger in its own session, by trigger, offset, id."""
         if not triggers or window <= 0:
             return []
         order = {trigger: position for position, trigger in reversed(list(enumerate(triggers)))}
         found: list[SessionNeighbour] = []
-        for trigger, memory in self.get_objects(order).items():
+        for trigger, memory in self.get_objects(order, namespaces).items():
             if memory.session_id is None or memory.session_seq is None:
                 continue
             session = (memory.namespace, memory.owner, memory.scope, memory.session_id)

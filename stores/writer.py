@@ -60,8 +60,9 @@ def prepare_write(
     """Rows, vectors and numbered edges for `objects` on top of `snapshot`; nothing is written."""
     _check_new_ids(snapshot, objects)
     namespaces = sorted({memory.namespace for memory in objects})
-    graph = entity_graph(objects, snapshot.stored_entities(namespaces), snapshot.co_mention_counts(namespaces))
-    graph = _without_id_clashes(graph, snapshot, {memory.id for memory in objects})
+    anchors = namespace_anchors(snapshot, objects)
+    graph = entity_graph(objects, snapshot.stored_entities(namespaces), snapshot.co_mention_counts(namespaces), anchors)
+    graph = _without_id_clashes(graph, snapshot, {(memory.namespace, memory.id) for memory in objects}, anchors)
     # grouped by namespace here (stable, as write_segment would) so the postings match the rows
     rows = tuple(sorted((*objects, *graph.entities), key=lambda memory: memory.namespace))
     texts = indexed_texts(rows, snapshot.segments, expansion)
@@ -87,29 +88,46 @@ def _stored(edge: GraphEdge, edge_id: int) -> StoredEdge:
     return StoredEdge(Edge(edge_id, edge.source, edge.target, edge.edge_type, edge.confidence), edge.namespace)
 
 
-def _check_new_ids(snapshot: StoreSnapshot, objects: Sequence[MemoryObject]) -> None:
-    seen: set[UUID] = set()
+def namespace_anchors(snapshot: StoreSnapshot, objects: Sequence[MemoryObject]) -> dict[str, UUID]:
+    """Each batch namespace's anchor: its first stored object's id, or for a new namespace the id
+    of the batch's first object in it (which the write stores first there)."""
+    anchors: dict[str, UUID] = {}
     for memory in objects:
-        if memory.id in seen:
-            raise StoreError(f"object {memory.id} appears twice in the batch; give each memory its own id")
-        seen.add(memory.id)
-    clashes = sorted(object_id for object_id in seen if snapshot.contains(object_id))
+        if memory.namespace not in anchors:
+            anchors[memory.namespace] = snapshot.namespace_anchor(memory.namespace) or memory.id
+    return anchors
+
+
+def _check_new_ids(snapshot: StoreSnapshot, objects: Sequence[MemoryObject]) -> None:
+    """Ids are unique within a namespace. Only the batch's own namespaces are consulted, so a
+    refusal never tells a writer what another namespace holds."""
+    seen: set[tuple[str, UUID]] = set()
+    for memory in objects:
+        key = (memory.namespace, memory.id)
+        if key in seen:
+            raise StoreError(f"object {memory.id} appears twice in the batch for namespace {memory.namespace!r}; "
+                             "give each memory its own id")
+        seen.add(key)
+    clashes = sorted((key for key in seen if snapshot.contains(*key)), key=lambda key: (key[0], key[1].int))
     if clashes:
-        raise StoreError(f"object {clashes[0]} is already in the store; objects are added once")
+        namespace, object_id = clashes[0]
+        raise StoreError(f"object {object_id} is already in namespace {namespace!r}; objects are added once")
 
 
-def _without_id_clashes(graph: GraphUpdate, snapshot: StoreSnapshot, batch_ids: set[UUID]) -> GraphUpdate:
-    """The update with every new entity whose derived id is taken (by a user-supplied id, in any
-    namespace) moved to the next free derived id, edges included."""
-    taken = set(batch_ids)
+def _without_id_clashes(graph: GraphUpdate, snapshot: StoreSnapshot, batch_keys: set[tuple[str, UUID]],
+                        anchors: dict[str, UUID]) -> GraphUpdate:
+    """The update with every new entity whose derived id is taken in its namespace (by a
+    user-supplied id) moved to the next free derived id, edges included."""
+    taken = set(batch_keys)
     moved: dict[UUID, UUID] = {}
     entities = []
     for entity in graph.entities:
         fresh, attempt = entity.id, 0
-        while fresh in taken or snapshot.contains(fresh):
+        while (entity.namespace, fresh) in taken or snapshot.contains(entity.namespace, fresh):
             attempt += 1
-            fresh = entity_id(entity.namespace, entity.entity_canonical_name or entity.content, attempt)
-        taken.add(fresh)
+            fresh = entity_id(entity.namespace, entity.entity_canonical_name or entity.content,
+                              anchors[entity.namespace], attempt)
+        taken.add((entity.namespace, fresh))
         if fresh != entity.id:
             moved[entity.id] = fresh
             entity = entity.model_copy(update={"id": fresh})

@@ -119,17 +119,19 @@ class FakeStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog
             return n in self.objects and self.objects[n].namespace in namespaces
         return Adjacency([e for e in self.edges if inside(e.source) and inside(e.target)])
 
-    def get_objects(self, ids):
-        return {i: self.objects[i] for i in ids if i in self.objects}
+    def get_objects(self, ids, namespaces):
+        return {i: self.objects[i] for i in ids if i in self.objects and self.objects[i].namespace in namespaces}
 
     def pinned_objects(self, namespaces):
         return sorted((o for o in self.objects.values() if o.namespace in namespaces and o.is_pinned),
                       key=lambda o: str(o.id))
 
-    def session_neighbours(self, triggers, window):
+    def session_neighbours(self, triggers, window, namespaces):
         out = []
         for t in triggers:
             trigger = self.objects[t]
+            if trigger.namespace not in namespaces:
+                continue
             if trigger.session_id is None or trigger.session_seq is None:
                 continue
             for o in self.objects.values():

@@ -60,7 +60,7 @@ def _named_at_ingest(name: str, text: str) -> bool:
     entity = MemoryObject(id=UUID(int=1), namespace="ns", node_type=NodeType.ENTITY, content=f"{name}, a friend",
                           entity_canonical_name=name)
     turn = MemoryObject(id=UUID(int=2), namespace="ns", content=text)
-    update = entity_graph([turn], [entity], {})
+    update = entity_graph([turn], [entity], {}, {"ns": turn.id})
     return any(edge.edge_type == MENTIONS and edge.target == entity.id for edge in update.edges)
 
 

@@ -15,6 +15,8 @@ from rms_retrieval.stores.entity_graph import (
 from rms_retrieval.stores.models import MemoryObject, NodeType
 
 T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+ANCHOR = UUID(int=7)
+ANCHORS = {"a": ANCHOR, "b": ANCHOR}
 
 
 def _turn(number: int, content: str, namespace: str = "a", **extra) -> MemoryObject:
@@ -38,10 +40,11 @@ def test_declared_entities_aliases_speaker_and_extraction():
     mel = _entity(100, "Melanie", aliases=["Mel"])
     first = _turn(2, "I went hiking with mel and Caroline", metadata={"speaker": "Melanie"})
     second = _turn(1, "Caroline's painting is lovely")
-    update = entity_graph([first, second, mel], [], {})
+    update = entity_graph([first, second, mel], [], {}, ANCHORS)
 
-    caroline = entity_id("a", "Caroline")
-    assert caroline == entity_id("a", "caroline") != entity_id("b", "Caroline")
+    caroline = entity_id("a", "Caroline", ANCHOR)
+    assert caroline == entity_id("a", "caroline", ANCHOR) != entity_id("b", "Caroline", ANCHOR)
+    assert caroline != entity_id("a", "Caroline", UUID(int=99))  # another anchor, another id
     [created] = update.entities
     assert created.id == caroline and created.content == "Caroline" and created.entity_canonical_name == "Caroline"
     assert created.metadata == {"entity_type": "OTHER", "extracted": True}
@@ -61,7 +64,7 @@ def test_known_entities_in_the_store_are_reused_and_co_mentions_reweighted():
     mel, caroline = _entity(100, "Melanie", aliases=["Mel"]), _entity(101, "Caroline")
     pair = tuple(sorted((mel.id, caroline.id)))
     turn = _turn(3, "Mel met Caroline again")
-    update = entity_graph([turn], [mel, caroline], {("a", pair[0], pair[1]): 2})
+    update = entity_graph([turn], [mel, caroline], {("a", pair[0], pair[1]): 2}, ANCHORS)
     assert update.entities == ()
     assert update.reweighted == (GraphEdge("a", CO_MENTIONED, pair[0], pair[1], 0.65),)
     assert [(edge.edge_type, edge.target) for edge in update.edges] == sorted(
@@ -71,10 +74,10 @@ def test_known_entities_in_the_store_are_reused_and_co_mentions_reweighted():
 
 def test_whole_words_only_and_namespaces_stay_apart():
     art = _entity(100, "Art")
-    update = entity_graph([_turn(4, "an artist at the party"), _turn(5, "art class", namespace="b")], [art], {})
+    update = entity_graph([_turn(4, "an artist at the party"), _turn(5, "art class", namespace="b")], [art], {}, ANCHORS)
     assert update.edges == () and update.entities == ()
 
 
 def test_output_does_not_depend_on_input_order():
     batch = [_turn(i, f"Caroline met Melanie and Jon at Club {i % 2}") for i in range(6)]
-    assert entity_graph(batch, [], {}) == entity_graph(list(reversed(batch)), [], {})
+    assert entity_graph(batch, [], {}, ANCHORS) == entity_graph(list(reversed(batch)), [], {}, ANCHORS)

@@ -139,7 +139,7 @@ def test_claims_round_trip_through_a_scan(tmp_path):
     with MemoryStore.open(tmp_path / "store", FakeEncoder()) as opened:
         opened.add([memory])
         [found] = scan_objects(opened, namespace="a").objects
-        assert found == memory and opened.get_objects([memory.id])[memory.id] == memory
+        assert found == memory and opened.get_objects([memory.id], ["a"])[memory.id] == memory
 
 
 def test_a_store_of_another_format_version_is_named(tmp_path):

@@ -107,7 +107,7 @@ def test_a_store_records_its_expansion_and_later_adds_use_it(tmp_path):
     assert read_manifest(tmp_path).expansion == PRESETS["previous-both"]
     with MemoryStore.open(tmp_path, encoder) as store:  # no expansion asked: the store's own
         store.add(rows[2:])
-        assert store.get_objects([rows[2].id])[rows[2].id].content == "Ann: great"  # content unchanged
+        assert store.get_objects([rows[2].id], [rows[2].namespace])[rows[2].id].content == "Ann: great"  # content unchanged
         # the third turn, added later, found its previous turn among the stored ones
         assert encoder.texts[-1] == "Bob: yes, at the lighthouse\nAnn: great"
         lighthouse = {hit.object_id for hit in store.search_lexical("lighthouse", ["ns"], 10)}

@@ -82,7 +82,7 @@ def test_lexical_scores_equal_duckdbs_own_match_bm25(store, query):
     corpus = THREE_DOCUMENTS + [_memory(4, "cat cat cat", entity_canonical_name="Cat Stevens")]
     store.add(corpus[:2])
     store.add(corpus[2:])
-    stored = store.get_objects(store.snapshot().segments[0].ids + store.snapshot().segments[1].ids)
+    stored = store.get_objects(store.snapshot().segments[0].ids + store.snapshot().segments[1].ids, ["a"])
     reference = _duckdb_match_bm25(list(stored.values()), query)
     hits = store.search_lexical(query, ["a"], 10)
     assert [hit.object_id for hit in hits] == [row[0] for row in reference]
@@ -96,7 +96,8 @@ def test_round_trip_and_fingerprint(store, encoder):
     )
     report = store.add([rich])
     assert (report.objects_added, report.entities_added) == (1, 1) and report.details["generation"] == 1
-    stored = store.get_objects([rich.id, UUID(int=12345)])
+    stored = store.get_objects([rich.id, UUID(int=12345)], ["a"])
+    assert store.get_objects([rich.id], ["b"]) == {}  # another namespace's id is unknown there
     assert list(stored) == [rich.id] and stored[rich.id] == rich
     assert stored[rich.id].created_at.tzinfo is timezone.utc and stored[rich.id].node_type is NodeType.TURN
     assert store.state_fingerprint() == "g1-o2-e2"  # the turn, the extracted entity; MENTIONS + SPOKEN_BY
@@ -204,10 +205,11 @@ def test_missing_store(tmp_path):
 
 def test_edges_never_cross_namespaces(store):
     store.add([_memory(1, "Caroline met Melanie", namespace="a"), _memory(2, "Caroline met Melanie", namespace="b")])
-    caroline_a, caroline_b = entity_id("a", "Caroline"), entity_id("b", "Caroline")
+    caroline_a, caroline_b = entity_id("a", "Caroline", UUID(int=1)), entity_id("b", "Caroline", UUID(int=2))
     edges_a = store.adjacency(["a"]).touching([caroline_a, caroline_b], 0.4)
     assert {edge.edge_type for edge in edges_a} == {"MENTIONS", "CO_MENTIONED"}
-    assert all(store.get_objects([edge.source, edge.target]).keys() <= {UUID(int=1), caroline_a, entity_id("a", "Melanie")} for edge in edges_a)
+    assert all(store.get_objects([edge.source, edge.target], ["a", "b"]).keys() <= {UUID(int=1), caroline_a, entity_id("a", "Melanie", UUID(int=1))}
+               for edge in edges_a)
     assert [edge.edge_id for edge in edges_a] == sorted(edge.edge_id for edge in edges_a)
     assert store.adjacency(["a"]).touching([UUID(int=2)], 0.0) == []
     assert [edge.confidence for edge in store.adjacency(["b"]).touching([caroline_b], 0.5)] == [0.7]
@@ -227,7 +229,8 @@ def test_session_neighbours_and_pinned(store):
         _memory(15, "other namespace task", namespace="b", node_type=NodeType.TASK),
     ]
     store.add(session + elsewhere)
-    found = store.session_neighbours([UUID(int=3), UUID(int=11)], 1)
+    found = store.session_neighbours([UUID(int=3), UUID(int=11)], 1, ["a"])
+    assert store.session_neighbours([UUID(int=3)], 1, ["b"]) == []
     assert [(item.trigger.int, item.neighbour.id.int, item.offset) for item in found] == [(3, 2, -1), (3, 4, 1)]
     assert [m.id.int for m in store.pinned_objects(["a"])] == [12, 13]
     store.add([_memory(16, "a new pin", salience=1.0)])  # a write refreshes what is pinned

@@ -88,7 +88,7 @@ def test_rms_migrate_keeps_objects_vectors_edges_and_log(tmp_path, capsys):
     assert main(["migrate", "--store", str(tmp_path / "old")]) == 0
     assert "migrated 3 objects, 1 edges and 1 log records" in capsys.readouterr().out
     with MemoryStore.open(tmp_path / "old", FakeEncoder()) as store:
-        assert store.get_objects([memory.id for memory in OBJECTS]) == {memory.id: memory for memory in OBJECTS}
+        assert store.get_objects([memory.id for memory in OBJECTS], sorted({memory.namespace for memory in OBJECTS})) == {memory.id: memory for memory in OBJECTS}
         assert store.state_fingerprint() == "g1-o3-e1" and store.embedding_identity == FakeEncoder().identity
         best = store.search_vector(FakeEncoder().encode(["Ann"])[0], ["a"], 5)[0]
         assert best.object_id == UUID(int=3) and best.cosine == pytest.approx(1.0)

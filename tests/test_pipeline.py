@@ -99,8 +99,8 @@ class _ShuffledStore(FakeStore):
         super().__init__(*args, **kwargs)
         self._random = random.Random(seed)
 
-    def get_objects(self, ids):
-        items = list(super().get_objects(ids).items())
+    def get_objects(self, ids, namespaces):
+        items = list(super().get_objects(ids, namespaces).items())
         self._random.shuffle(items)
         return dict(items)
 
@@ -114,8 +114,8 @@ class _ShuffledStore(FakeStore):
         self._random.shuffle(edges)
         return Adjacency(edges)
 
-    def session_neighbours(self, triggers, window):
-        found = super().session_neighbours(triggers, window)
+    def session_neighbours(self, triggers, window, namespaces):
+        found = super().session_neighbours(triggers, window, namespaces)
         self._random.shuffle(found)
         return found
 

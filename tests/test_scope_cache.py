@@ -38,7 +38,7 @@ def test_a_segment_splits_its_edges_entities_and_pins_by_namespace(tmp_path, enc
     assert sum(len(edges) for edges in rows.edges.values()) == len(segment.edges)
     assert all(segment.namespace_of_row[row] == namespace
                for namespace, found in rows.entity_rows.items() for row in found)
-    assert {segment.ids[row] for row in rows.entity_rows["b"]} == {entity_id("b", "Caroline")}
+    assert {segment.ids[row] for row in rows.entity_rows["b"]} == {entity_id("b", "Caroline", UUID(int=2))}
     assert [segment.ids[row] for row in rows.pinned_rows["b"]] == [UUID(int=3)] and "a" not in rows.pinned_rows
 
 

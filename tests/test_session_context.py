@@ -22,7 +22,7 @@ def _run(candidates, objects, settings=None):
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
     fused = fused_scores__rrf(pool, analysis, settings)
     store = FakeStore(objects)
-    links = session_context(fused, store, settings)
+    links = session_context(fused, store, make_request(namespaces=("ns",)), settings)
     return fused, ranked_candidates(fused, links, pool, make_request(), settings, "rrf")
 
 

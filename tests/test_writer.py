@@ -11,6 +11,7 @@ from rms_retrieval.dataflows.bench import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.stores.entity_graph import entity_id
 from rms_retrieval.stores.manifest import SegmentEntry
+from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.writer import MERGE_FACTOR, merge_run
@@ -59,33 +60,57 @@ def test_one_batch_and_500_small_batches_give_byte_identical_bundles(tmp_path):
         assert _bundles(one) == _bundles(many)
 
 
-def test_a_user_id_equal_to_a_derived_entity_id_never_blocks_another_namespace(tmp_path):
-    """Issue 10 #5: b holds an object with the id a's extracted "Zorro" would get."""
-    squatter = MemoryObject(id=entity_id("a", "Zorro"), namespace="b", content="an unrelated note")
+def test_ids_are_unique_per_namespace_so_another_namespace_is_never_an_oracle(tmp_path):
+    """Issue 21 #2, as a hostile writer of namespace a tries it: every id b holds (its own and the
+    store-made entity ids of what it mentions) is accepted in a, exactly like an id nobody holds."""
+    victim = MemoryObject(id=UUID(int=50), namespace="b", content="Hunter called about the audit")
     with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as store:
-        store.add([squatter])
-        store.add([MemoryObject(id=UUID(int=1), namespace="a", content="Zorro rode through town")])
+        store.add([victim])
+        hunter = [ref.object_id for ref in store.entity_catalog(["b"]) if ref.alias == "Hunter"]
+        assert hunter == [entity_id("b", "Hunter", victim.id)]
+        guesses = [victim.id, *hunter, entity_id("b", "Hunter", UUID(int=1))]
+        for number, guess in enumerate(guesses):
+            store.add([MemoryObject(id=guess, namespace="a", content=f"probe {number}")])
+        assert store.count_objects(["a"]) == len(guesses)
+        assert store.get_objects([victim.id], ["b"])[victim.id] == victim  # b is untouched
+        assert store.get_objects([victim.id], ["a"])[victim.id].content == "probe 0"
+        with pytest.raises(StoreError, match="already in namespace 'a'"):
+            store.add([MemoryObject(id=victim.id, namespace="a", content="twice")])
+
+
+def test_store_made_ids_depend_on_the_namespace_anchor_not_only_on_public_names(tmp_path):
+    with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as store:
+        store.add([MemoryObject(id=UUID(int=7), namespace="b", content="Hunter called")])
+        [hunter] = [ref.object_id for ref in store.entity_catalog(["b"]) if ref.alias == "Hunter"]
+    assert hunter == entity_id("b", "Hunter", UUID(int=7)) != entity_id("b", "Hunter", UUID(int=8))
+
+
+def test_a_user_id_equal_to_a_derived_entity_id_moves_the_entity_to_the_next_free_id(tmp_path):
+    anchor = UUID(int=1)
+    squatter = MemoryObject(id=entity_id("a", "Zorro", anchor), namespace="a", content="an unrelated note")
+    with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as store:
+        store.add([MemoryObject(id=anchor, namespace="a", content="the first note"), squatter])
+        store.add([MemoryObject(id=UUID(int=2), namespace="a", content="Zorro rode through town")])
         [zorro] = [ref for ref in store.entity_catalog(["a"]) if ref.alias == "Zorro"]
-        assert zorro.object_id not in (squatter.id, UUID(int=1)) and zorro.namespace == "a"
-        assert zorro.object_id == entity_id("a", "Zorro", 1)
-        [mention] = store.adjacency(["a"]).touching([UUID(int=1)], 0.0)
+        assert zorro.object_id == entity_id("a", "Zorro", anchor, 1)
+        [mention] = store.adjacency(["a"]).touching([UUID(int=2)], 0.0)
         assert mention.target == zorro.object_id
-        assert store.get_objects([squatter.id])[squatter.id].namespace == "b"
-        store.add([MemoryObject(id=UUID(int=2), namespace="a", content="Zorro again")])  # found by name
+        store.add([MemoryObject(id=UUID(int=3), namespace="a", content="Zorro again")])  # found by name
         assert [ref.object_id for ref in store.entity_catalog(["a"]) if ref.alias == "Zorro"] == [zorro.object_id]
 
 
 def test_a_user_id_in_the_same_batch_is_never_reused(tmp_path):
-    squatter = MemoryObject(id=entity_id("a", "Zorro"), namespace="a", content="a note")
+    first = MemoryObject(namespace="a", content="a note")
+    squatter = MemoryObject(id=entity_id("a", "Zorro", first.id), namespace="a", content="another note")
     with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as store:
-        store.add([squatter, MemoryObject(namespace="a", content="Zorro rode by")])
+        store.add([first, squatter, MemoryObject(namespace="a", content="Zorro rode by")])
         [zorro] = [ref for ref in store.entity_catalog(["a"]) if ref.alias == "Zorro"]
-        assert zorro.object_id == entity_id("a", "Zorro", 1)
+        assert zorro.object_id == entity_id("a", "Zorro", first.id, 1)
 
 
 def test_an_existing_id_is_refused_and_nothing_is_written(tmp_path):
     with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as store:
         store.add([store_workers.turn(0)])
-        with pytest.raises(Exception, match="already in the store"):
+        with pytest.raises(Exception, match="already in namespace"):
             store.add([store_workers.turn(1), store_workers.turn(0)])
         assert store.count_objects() == 1 and store.state_fingerprint() == "g1-o1-e0"

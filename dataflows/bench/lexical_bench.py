@@ -66,10 +66,14 @@ def locomo_corpus(path: Path) -> LexicalCorpus:
     from rms_retrieval.dataflows.ingest import locomo_objects
     from rms_retrieval.dataflows.locomo import load_locomo
     from rms_retrieval.stores.entity_graph import entity_graph
+    from rms_retrieval.stores.writer import namespace_anchors
+    from rms_retrieval.stores.snapshot import StoreSnapshot
+    from rms_retrieval.stores.manifest import Manifest
 
     dataset = load_locomo(path)
     turns = locomo_objects(dataset)
-    objects = [*turns, *entity_graph(turns, [], {}).entities]
+    anchors = namespace_anchors(StoreSnapshot(Manifest(0, None), (), lambda record: None), turns)
+    objects = [*turns, *entity_graph(turns, [], {}, anchors).entities]
     return LexicalCorpus(
         documents=[(obj.content, obj.entity_canonical_name) for obj in objects],
         namespaces=[obj.namespace for obj in objects],

@@ -54,7 +54,7 @@ def snapshot_problems(snapshot: Any) -> list[str]:
     if generation != f"g{objects}":
         problems.append(f"{snapshot.state_fingerprint()}: generation and object count disagree")
     wanted = {UUID(int=number + 1) for number in range(objects)}
-    if set(snapshot.get_objects(wanted)) != wanted:
+    if set(snapshot.get_objects(wanted, [NAMESPACE])) != wanted:
         problems.append(f"{snapshot.state_fingerprint()}: rows are not turns 0..{objects - 1}")
     lexical = {hit.object_id for hit in snapshot.search_lexical("turn", [NAMESPACE], objects + 5)}
     if lexical != wanted:
