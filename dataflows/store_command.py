@@ -12,6 +12,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `check` and `migrate` to the `rms` parser."""
     check = sub.add_parser("check", help="verify every file of a store against its manifest's sha256")
     check.add_argument("--store", required=True)
+    check.add_argument("--repair", action="store_true",
+                       help="rebuild a lost or damaged manifest from the intact segments; damaged segments are set "
+                            "aside under damaged/ and reported")
     check.set_defaults(run=_cmd_check)
 
     migrate = sub.add_parser("migrate", help="upgrade a store of the old format (store.duckdb + FAISS)")
@@ -22,6 +25,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _cmd_check(args: argparse.Namespace) -> int:
     from rms_retrieval.stores.check import check_store
 
+    if args.repair:
+        from rms_retrieval.stores.embedding import default_encoder
+        from rms_retrieval.stores.repair import repair_store
+
+        print(repair_store(Path(args.store), lambda: default_encoder().identity).to_text())
     report = check_store(Path(args.store))
     print(report.to_text())
     return EXIT_DAMAGED if report.problems else 0

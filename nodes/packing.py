@@ -30,7 +30,7 @@ from rms_retrieval.nodes.models import (
     mask_paths,
 )
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.nodes.tokens import count_tokens
+from rms_retrieval.nodes.tokens import count_context_tokens, count_tokens
 from rms_retrieval.stores.models import MemoryObject
 
 SEPARATOR = "\n"
@@ -253,7 +253,7 @@ def packed_bundle(
             if header is not None:
                 headers.add(header)
     context = _assemble_context(packed, item_format, warning if warning_fits else None)
-    while packed and count_tokens(context) > budget:  # BPE merges across lines never add tokens in
+    while packed and count_context_tokens(context) > budget:  # BPE merges across lines never add tokens in
         packed.pop()  # practice; this guard keeps the budget a hard limit if they ever do
         context = _assemble_context(packed, item_format, warning)
     bundle_items = tuple(
@@ -279,7 +279,7 @@ def packed_bundle(
         namespaces=request.namespaces,
         reference_time=request.reference_time,
         token_budget=budget,
-        tokens_used=count_tokens(context) if context else 0,
+        tokens_used=count_context_tokens(context) if context else 0,
         items=bundle_items,
         context=context,
         retrieval_metadata=_metadata(

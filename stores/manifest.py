@@ -100,6 +100,8 @@ def read_manifest(store: Path) -> Manifest:
     if not path.exists():
         if (store / LEGACY_DATABASE_FILE).exists():
             raise StoreError(f"{store} is in the old single-database format; upgrade it with `rms migrate --store {store}`")
+        if holds_segments(store):
+            raise StoreError(missing_manifest_message(store))
         raise StoreError(f"no memory store at {store} ({MANIFEST_FILE} is missing); create it with `rms ingest`")
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
@@ -126,6 +128,19 @@ def read_manifest(store: Path) -> Manifest:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise StoreError(f"cannot read {path} ({type(error).__name__}: {error}); the store's manifest is damaged, "
                          "restore it from a backup or rebuild the store with `rms ingest`") from error
+
+
+def holds_segments(store: Path) -> bool:
+    """Whether `store/segments/` holds anything: such a directory is a store, never "no store"."""
+    try:
+        return any(True for _ in (store / SEGMENTS_DIR).iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def missing_manifest_message(store: Path) -> str:
+    return (f"{store} holds segments but its {MANIFEST_FILE} is missing: the store is damaged, not empty, and nothing "
+            f"will be written over it; rebuild the manifest from its segments with `rms check --store {store} --repair`")
 
 
 def write_manifest(store: Path, manifest: Manifest) -> None:

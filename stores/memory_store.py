@@ -10,6 +10,7 @@ per-process, append-only files under `log/` that never need the write lock.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -25,8 +26,10 @@ from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.embedding import default_encoder
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.expansion import TurnExpansion, resolved_expansion
-from rms_retrieval.stores.manifest import LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, read_manifest, write_manifest
+from rms_retrieval.stores.manifest import (LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, holds_segments,
+                                           missing_manifest_message, read_manifest, write_manifest)
 from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.repair import STORE_FACTS_FILE, write_store_facts
 from rms_retrieval.stores.protocols import (EmbeddingIdentity, EntityRef, GraphIndex, IngestReport, LexicalHit,
                                             LexicalIndex, ObjectStore, QueryEncoder, RecordReader, RetrievalLog,
                                             SessionNeighbour, SnapshotSource, VectorHit, VectorIndex)
@@ -85,6 +88,8 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
                 raise StoreError(f"{path} is a file, not a store directory; choose another path")
             path.mkdir(parents=True, exist_ok=True)
             with WriteLock(path, write_timeout):
+                if holds_segments(path) and not (path / MANIFEST_FILE).exists():
+                    raise StoreError(missing_manifest_message(path))
                 if not (path / MANIFEST_FILE).exists():
                     write_manifest(path, Manifest(0, None))
         return cls(path, encoder, read_only=read_only, write_timeout=write_timeout, retired_grace=retired_grace,
@@ -161,6 +166,10 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             prepared = writer.prepare_write(snapshot, objects, encoder, progress=progress, expansion=expansion)
             manifest, segments = writer.commit(self.path, snapshot, prepared, encoder.identity)
             self._garbage.committed(manifest, time.time())
+            if (manifest.embedding, manifest.expansion) != (snapshot.manifest.embedding, snapshot.manifest.expansion) \
+                    or not (self.path / STORE_FACTS_FILE).exists():
+                with contextlib.suppress(OSError):  # committed already; the next write tries again
+                    write_store_facts(self.path, manifest)
             self._install(manifest, segments, self._stat_key())
         return IngestReport(
             objects_added=len(objects),

@@ -293,7 +293,8 @@ class RetrievalLogWriter:
 def list_segments(directory: Path) -> tuple[list[Path], list[Path]]:
     """(segments to read, replaced segments a compaction left behind), each sorted by name."""
     try:
-        paths = sorted(p for p in directory.iterdir() if p.name.endswith(SEGMENT_SUFFIX) and not p.name.startswith("."))
+        paths = sorted(p for p in directory.iterdir()
+                       if p.name.endswith(SEGMENT_SUFFIX) and not p.name.startswith(".") and p.is_file())
     except (FileNotFoundError, NotADirectoryError):
         return [], []
     replaced: set[str] = set()

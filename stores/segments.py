@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
+import re
 import shutil
 import uuid
 import zipfile
@@ -46,6 +48,9 @@ from rms_retrieval.stores.segment_parquet import (LOADED_COLUMNS, OBJECTS_SCHEMA
 
 OBJECTS_FILE = "objects.parquet"
 INDEX_FILE = "index.npz"
+# The segment's own description (id, rows per namespace, its files' sha256, the segments a merge
+# replaced): what `rms check --repair` rebuilds a lost manifest from. Readers never need it.
+SIDECAR_FILE = "segment.json"
 SEGMENT_FILES = (OBJECTS_FILE, INDEX_FILE)
 # Segments written before index.npz held vectors, edges and postings in files of their own.
 VECTORS_FILE = "vectors.npy"
@@ -73,6 +78,10 @@ def segment_directory(store: Path, segment_id: str) -> Path:
 
 def new_segment_id(generation: int) -> str:
     return f"g{generation:08d}-{uuid.uuid4().hex[:12]}"
+
+
+# What new_segment_id makes; nothing else under segments/ is the store's.
+SEGMENT_NAME = re.compile(r"g[0-9]{8}-[0-9a-f]{12}")
 
 
 def _namespace_order(rows: Sequence[MemoryObject]) -> list[int]:
@@ -124,17 +133,21 @@ def write_table_segment(
     index = io.BytesIO()
     np.savez(index, vectors=vectors, **postings.to_arrays(), **_edge_arrays(edges))
     blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: index.getvalue()}
+    namespaces = Counter(objects.column("namespace").to_pylist())
+    sidecar = sidecar_bytes(segment_id, objects.num_rows, {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()},
+                            sources, dict(sorted(namespaces.items())), vectors.shape[1] if vectors.ndim == 2 else 0)
     parent = store / SEGMENTS_DIR
     parent.mkdir(exist_ok=True)
     staging = parent / f"{TEMPORARY_PREFIX}{segment_id}"
     staging.mkdir()
     try:
-        for name, data in blobs.items():
+        files = {**blobs, SIDECAR_FILE: sidecar}
+        for name, data in files.items():
             (staging / name).write_bytes(data)
         # The files' data and the staging directory's entries are independent, so their fsyncs
         # run at once (the journal commits them together); all must finish before the rename.
-        with ThreadPoolExecutor(len(blobs) + 1, thread_name_prefix="segment-fsync") as pool:
-            list(pool.map(fsync_path, [*(staging / name for name in blobs), staging]))
+        with ThreadPoolExecutor(len(files) + 1, thread_name_prefix="segment-fsync") as pool:
+            list(pool.map(fsync_path, [*(staging / name for name in files), staging]))
         os.rename(staging, parent / segment_id)  # made durable by the manifest switch that names it
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -145,6 +158,13 @@ def write_table_segment(
     segment.entry, segment.directory = entry, segment_directory(store, segment_id)
     segment._build(store, vectors, postings, loaded_columns(objects), tuple(edges))
     return segment
+
+
+def sidecar_bytes(segment_id: str, rows: int, files: Mapping[str, str], sources: Sequence[str],
+                  namespaces: Mapping[str, int], dimension: int) -> bytes:
+    """The segment's description (SIDECAR_FILE), canonical JSON."""
+    return json.dumps({"id": segment_id, "rows": rows, "files": dict(files), "sources": list(sources),
+                       "namespaces": dict(namespaces), "dimension": dimension}, sort_keys=True).encode()
 
 
 def _texts_array(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -29,7 +29,8 @@ from rms_retrieval.stores.lexical import TermPostings, term_postings
 from rms_retrieval.stores.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
-from rms_retrieval.stores.segments import LoadedSegment, StoredEdge, new_segment_id, write_segment, write_table_segment
+from rms_retrieval.stores.segments import (SEGMENT_NAME, TEMPORARY_PREFIX, LoadedSegment, StoredEdge, new_segment_id,
+                                           write_segment, write_table_segment)
 from rms_retrieval.stores.snapshot import StoreSnapshot
 
 # How long a retired segment's files outlive the write that retired it (GarbageCollector).
@@ -191,10 +192,14 @@ def write_merged(store: Path, segments: Sequence[LoadedSegment], generation: int
     )
 
 
-def _generation_of(segment_id: str) -> int | None:
+def store_made(name: str) -> bool:
+    """Whether a name under `segments/` is one the store makes: a segment or its staging directory."""
+    return SEGMENT_NAME.fullmatch(name.removeprefix(TEMPORARY_PREFIX)) is not None
+
+
+def _generation_of(segment_id: str) -> int:
     """The generation a segment directory was written for (ids are `g<generation>-<random>`)."""
-    head = segment_id.partition("-")[0]
-    return int(head[1:]) if head[:1] == "g" and head[1:].isdigit() else None
+    return int(segment_id[1:9])
 
 
 class GarbageCollector:
@@ -240,10 +245,10 @@ class GarbageCollector:
         named = set(live.segment_ids)
         waiting = {}
         for child in directory.iterdir():
-            if child.name in named:
-                continue
-            generation = _generation_of(child.name)
-            if generation is None or generation >= live.generation:
+            if child.name in named or not store_made(child.name):
+                continue  # what the store did not make (an operator's backup, say) is never touched
+            generation = _generation_of(child.name.removeprefix(TEMPORARY_PREFIX))
+            if child.name.startswith(TEMPORARY_PREFIX) or generation >= live.generation:
                 shutil.rmtree(child, ignore_errors=True)
             else:
                 try:
@@ -259,8 +264,8 @@ def never_named(store: Path, live: Manifest) -> list[str]:
     if not directory.exists():
         return []
     named = set(live.segment_ids)
-    return sorted(child.name for child in directory.iterdir() if child.name not in named
-                  and ((generation := _generation_of(child.name)) is None or generation >= live.generation))
+    return sorted(child.name for child in directory.iterdir() if child.name not in named and store_made(child.name)
+                  and (child.name.startswith(TEMPORARY_PREFIX) or _generation_of(child.name) >= live.generation))
 
 
 def commit(

@@ -1,4 +1,4 @@
-from rms_retrieval.nodes.tokens import count_tokens
+from rms_retrieval.nodes.tokens import ITEM_TOKENS, TokenCountCache, count_context_tokens, count_tokens
 
 
 def test_counts_cl100k_base_tokens_offline():
@@ -12,3 +12,16 @@ def test_counts_cl100k_base_tokens_offline():
 
 def test_special_token_text_is_counted_as_text_not_rejected():
     assert count_tokens("<|endoftext|>") == 7
+
+
+def test_packed_contexts_are_not_cached_and_the_item_cache_is_bounded_by_its_text():
+    """Issue 21 #5: every different bundle's context stayed in an lru_cache(200_000)."""
+    before = ITEM_TOKENS.characters
+    for number in range(50):
+        assert count_context_tokens(f"context {number} " + "word " * 2000) == 2004
+    assert ITEM_TOKENS.characters == before
+    small = TokenCountCache(characters=100)
+    for number in range(40):
+        assert small.count(f"item number {number}") == count_context_tokens(f"item number {number}")
+        assert small.characters <= 100
+    assert small.count("x" * 500) == count_context_tokens("x" * 500) and small.characters <= 100
