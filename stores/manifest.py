@@ -126,8 +126,9 @@ def read_manifest(store: Path) -> Manifest:
     except StoreError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise StoreError(f"cannot read {path} ({type(error).__name__}: {error}); the store's manifest is damaged, "
-                         "restore it from a backup or rebuild the store with `rms ingest`") from error
+        raise StoreError(f"cannot read {path} ({type(error).__name__}: {error}); the store's manifest is damaged: "
+                         f"rebuild it from the segments with `rms check --store {store} --repair`, or restore it "
+                         "from a backup") from error
 
 
 def holds_segments(store: Path) -> bool:

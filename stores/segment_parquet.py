@@ -2,11 +2,11 @@
 
 A small write must not pay for a DuckDB connection, so segment files are built as Arrow tables
 with one fixed schema and serialised in memory (the bytes are hashed for the manifest, then
-written and fsynced once). DuckDB reads them for aggregation and enumeration (`read_parquet`):
-ids are Parquet UUIDs, JSON columns carry the JSON logical type and times are UTC microsecond
-timestamps, as DuckDB itself writes them. The schema is fixed so that every file of a store has
-the same column types: DuckDB reads many files with the first file's types, and a text column
-that happened to be all NULL in one write must not become an INTEGER column there.
+written and fsynced once). Aggregation and enumeration query them with DuckDB as Arrow tables
+read from checked bytes: ids are Parquet UUIDs, JSON columns carry the JSON logical type and times
+are UTC microsecond timestamps, as DuckDB itself writes them. The schema is fixed so that every
+file of a store has the same column types and the tables of all segments concatenate: a text
+column that happened to be all NULL in one write must not become an INTEGER column there.
 """
 
 from __future__ import annotations

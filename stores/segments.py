@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import uuid
 import zipfile
 from collections import Counter, defaultdict
@@ -267,6 +268,8 @@ class LoadedSegment:
                 self.sessions[key].append((session_seq, position))
         self.edges = edges
         self._decoded: dict[int, MemoryObject] = {}
+        self._checked: pa.Table | None = None
+        self._table_lock = threading.Lock()
 
     def objects_table(self) -> pa.Table:
         """This segment's objects file as a table of OBJECTS_SCHEMA, read again and verified."""
@@ -275,13 +278,22 @@ class LoadedSegment:
         except (ValueError, pa.ArrowException) as error:
             raise StoreError(f"cannot read {self.parquet_path} ({error}); run `rms check`") from error
 
+    def checked_table(self) -> pa.Table:
+        """`objects_table()`, read and verified once, then held: what aggregation and enumeration
+        query (FileNotFoundError if the file is gone, a StoreError if it is damaged)."""
+        with self._table_lock:
+            if self._checked is None:
+                self._checked = self.objects_table()
+            return self._checked
+
     def _verified_bytes(self, name: str) -> bytes:
         path = self.directory / name
         expected = self.entry.files.get(name)
         data = path.read_bytes()  # FileNotFoundError is the caller's cue that a merge retired it
         if expected is None or hashlib.sha256(data).hexdigest() != expected:
-            raise StoreError(f"{path} is damaged (its sha256 differs from the manifest's); "
-                             f"restore the store from a backup, or rebuild it with `rms ingest`")
+            raise StoreError(f"{path} is damaged (its sha256 differs from the manifest's); set it aside and keep "
+                             f"the rest with `rms check --store {self.directory.parent.parent} --repair`, or restore "
+                             "the store from a backup")
         return data
 
     def object_at(self, position: int) -> MemoryObject:

@@ -18,10 +18,11 @@ from typing import Any
 from uuid import UUID
 
 import numpy as np
+import pyarrow as pa
 
 from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.entity_graph import entity_names
-from rms_retrieval.stores.errors import EmbeddingMismatchError
+from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.lexical import Bm25Index
 from rms_retrieval.stores.manifest import Manifest
 from rms_retrieval.stores.models import MemoryObject
@@ -87,7 +88,8 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, live)
         self._catalogs = ScopeValues[list[EntityRef]](None if previous is None else previous._catalogs, live)
         self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, live)
-        self._records = ParquetRecords([str(segment.parquet_path) for segment in self.segments], self.state_fingerprint())
+        self._rows_table: pa.Table | None = None
+        self._records = ParquetRecords(self._checked_rows, self.state_fingerprint())
 
     # ----- generation facts ----------------------------------------------------------------------
 
@@ -326,6 +328,26 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         return found
 
     # ----- RetrievalLog and RecordReader -----------------------------------------------------------
+
+    def _checked_rows(self) -> pa.Table | None:
+        """Every row of this generation as one table, from segment files checked against their
+        sha256 (each segment's once, shared with later generations); None without rows."""
+        if not self.segments:
+            return None
+        with self._lock:
+            if self._rows_table is None:
+                tables = []
+                for segment in self.segments:
+                    try:
+                        tables.append(segment.checked_table())
+                    except FileNotFoundError as missing:
+                        raise StoreError(
+                            f"this snapshot of {segment.directory.parent.parent} (generation {self.generation}) is older than "
+                            f"the store's retired grace: a later write removed {missing.filename}, which it reads; take a "
+                            "new snapshot (`store.snapshot()`) and read again, or keep snapshots for less than the "
+                            "`retired_grace` the writer opened the store with") from missing
+                self._rows_table = pa.concat_tables(tables)
+            return self._rows_table
 
     def log_retrieval(self, record: Mapping[str, Any]) -> None:
         self._log(record)

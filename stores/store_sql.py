@@ -1,18 +1,20 @@
 """The SQL of the segment store, in one place: the read-only queries aggregation and enumeration
 run over every live segment's Parquet file (stores/segment_parquet.py writes them).
 
-Every query over segments reads `read_parquet($files)`, the snapshot's file list, bound like any
-other value; no lock is needed because the files never change once a manifest names them.
+Every query over segments reads `segment_rows`, the snapshot's rows as one Arrow table built from
+segment files whose bytes were checked against their sha256 (never the files read again unchecked),
+registered on a private cursor; no lock is needed because a snapshot never changes.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from rms_retrieval.stores.codec import memory_object
 from rms_retrieval.stores.models import MemoryObject
@@ -45,7 +47,7 @@ _root_pid = [0]  # a forked child must not use its parent's database
 
 # One row beyond the limit tells whether another page follows.
 SCAN_PAGE = """
-SELECT record FROM read_parquet($files)
+SELECT record FROM segment_rows
 WHERE namespace = $namespace
   AND ($scope IS NULL OR scope = $scope)
   AND node_type = ANY($node_types)
@@ -74,7 +76,7 @@ SELECT *, coalesce(event_time, created_at) AS stated_time,
         WHEN created_at > $knowledge_at THEN 'ingested_after_knowledge_at'
         WHEN $require_quantity AND quantity IS NULL THEN 'quantity_missing'
     END AS exclusion
-FROM read_parquet($files)
+FROM segment_rows
 WHERE namespace = $namespace
   AND ($scope IS NULL OR scope = $scope)
   AND node_type = ANY($node_types)
@@ -129,18 +131,21 @@ LIMIT $batch_size
 
 
 class ParquetRecords(RecordReader):
-    """The RecordReader queries over a fixed list of segment files (one snapshot's)."""
+    """The RecordReader queries over one snapshot's rows: `rows()` gives them as one Arrow table
+    (None for a snapshot without rows), built from checked bytes."""
 
-    def __init__(self, files: Sequence[str], fingerprint: str) -> None:
-        self._files = list(files)
+    def __init__(self, rows: Callable[[], pa.Table | None], fingerprint: str) -> None:
+        self._table = rows
         self._fingerprint = fingerprint
 
     def _rows(self, query: str, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        if not self._files:
+        table = self._table()
+        if table is None:
             return []
         connection = connect()
         try:
-            return connection.execute(query, {**parameters, "files": self._files}).fetchall()
+            connection.register("segment_rows", table)
+            return connection.execute(query, dict(parameters)).fetchall()
         finally:
             connection.close()
 

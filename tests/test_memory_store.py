@@ -195,7 +195,7 @@ def test_damaged_files_are_named(tmp_path, encoder, victim):
     damaged.write_bytes(bytes(data))
     with pytest.raises(StoreError, match=victim.replace(".", r"\.")) as raised:
         MemoryStore.open(path, create=False)
-    assert "rms ingest" in str(raised.value)
+    assert f"rms check --store {path} --repair" in str(raised.value)
 
 
 def test_missing_store(tmp_path):

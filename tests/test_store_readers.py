@@ -103,3 +103,48 @@ def test_replay_never_calls_an_answer_from_a_damaged_store_identical(tmp_path, c
     captured = capsys.readouterr()
     assert code != 0 and "identical" not in captured.out
     assert str(damaged) in captured.err and "Traceback" not in captured.err
+
+
+def _scanned(snapshot) -> list:
+    from rms_retrieval.stores.enumeration import iter_objects
+
+    return [memory.id for memory in iter_objects(snapshot, namespace=store_workers.NAMESPACE, batch_size=5)]
+
+
+def _swap_first_two_objects_files(path) -> None:
+    first, second = (path / "segments" / entry.id / "objects.parquet" for entry in read_manifest(path).segments[:2])
+    second.write_bytes(first.read_bytes())
+
+
+def test_an_open_process_never_scans_a_file_swapped_under_it(tmp_path):
+    """Issue 21 #3: scans read the Parquet files again, unchecked, and returned duplicates."""
+    from rms_retrieval.stores.errors import StoreError
+
+    swapped, checked = tmp_path / "swapped", tmp_path / "checked"
+    _built(swapped)
+    _built(checked)
+    with MemoryStore.open(swapped, create=False) as store:
+        snapshot = store.snapshot()
+        _swap_first_two_objects_files(swapped)
+        with pytest.raises(StoreError, match="objects.parquet is damaged"):
+            _scanned(snapshot)
+    with MemoryStore.open(checked, create=False) as store:  # what was checked before a swap stays right
+        expected = _scanned(store.snapshot())
+        _swap_first_two_objects_files(checked)
+        assert _scanned(store.snapshot()) == expected and len(set(expected)) == len(expected) == 12
+
+
+def test_a_snapshot_older_than_the_retired_grace_says_so(tmp_path):
+    """Issue 21 #10: a raw DuckDB IOException 'No files found'."""
+    from rms_retrieval.stores.errors import StoreError
+    from rms_retrieval.stores.writer import MERGE_FACTOR
+
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder(), retired_grace=0) as store:
+        store.add([store_workers.turn(0)])
+        old = store.snapshot()
+        for number in range(1, MERGE_FACTOR + 2):  # a merge retires the first segment, the next write removes it
+            store.add([store_workers.turn(number)])
+        with pytest.raises(StoreError, match="older than the store's retired grace.*take a new snapshot"):
+            _scanned(old)
+        assert len(_scanned(store.snapshot())) == MERGE_FACTOR + 2
