@@ -152,11 +152,15 @@ def write_manifest(store: Path, manifest: Manifest) -> None:
     fsynced at once, both before the switch; the store directory after it.
     """
     staged = store / (MANIFEST_FILE + ".tmp")
-    with staged.open("w", encoding="utf-8") as handle:
-        json.dump(manifest.to_json(), handle, indent=1, sort_keys=True)
-        handle.write("\n")
-    durable_first = [staged, *([store / SEGMENTS_DIR] if (store / SEGMENTS_DIR).is_dir() else [])]
-    with ThreadPoolExecutor(len(durable_first), thread_name_prefix="manifest-fsync") as pool:
-        list(pool.map(fsync_path, durable_first))
+    try:
+        with staged.open("w", encoding="utf-8") as handle:
+            json.dump(manifest.to_json(), handle, indent=1, sort_keys=True)
+            handle.write("\n")
+        durable_first = [staged, *([store / SEGMENTS_DIR] if (store / SEGMENTS_DIR).is_dir() else [])]
+        with ThreadPoolExecutor(len(durable_first), thread_name_prefix="manifest-fsync") as pool:
+            list(pool.map(fsync_path, durable_first))
+    except BaseException:
+        staged.unlink(missing_ok=True)  # a failed switch leaves nothing behind
+        raise
     os.replace(staged, store / MANIFEST_FILE)
     fsync_path(store)

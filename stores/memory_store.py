@@ -161,10 +161,16 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             self._refresh()
             snapshot = self._snapshot
             self._checked_encoder(snapshot.embedding_identity)
-            self._garbage.collect(snapshot.manifest, writer_died=lock.holder_died)
-            expansion = resolved_expansion(snapshot.manifest.expansion, snapshot.manifest.object_count, self._expansion)
-            prepared = writer.prepare_write(snapshot, objects, encoder, progress=progress, expansion=expansion)
-            manifest, segments = writer.commit(self.path, snapshot, prepared, encoder.identity)
+            step = "removing segments no generation needs"
+            try:
+                self._garbage.collect(snapshot.manifest, writer_died=lock.holder_died)
+                expansion = resolved_expansion(snapshot.manifest.expansion, snapshot.manifest.object_count, self._expansion)
+                step = "preparing the new segment"
+                prepared = writer.prepare_write(snapshot, objects, encoder, progress=progress, expansion=expansion)
+                step = f"writing generation {snapshot.generation + 1} (its segment, any merge, its manifest)"
+                manifest, segments = writer.commit(self.path, snapshot, prepared, encoder.identity)
+            except OSError as error:
+                raise writer.write_failure(self.path, snapshot.generation, step, error) from error
             self._garbage.committed(manifest, time.time())
             if (manifest.embedding, manifest.expansion) != (snapshot.manifest.embedding, snapshot.manifest.expansion) \
                     or not (self.path / STORE_FACTS_FILE).exists():

@@ -19,6 +19,7 @@ The query embedding is stored as base64 little-endian float32 and read back as a
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import hashlib
 import heapq
@@ -194,8 +195,14 @@ class RetrievalLogWriter:
                 while view:
                     view = view[os.write(fd, view):]
             except OSError as error:
-                # A partly written line must not be followed by another; start afresh next time.
+                # A partly written line must not be followed by another; start afresh next time. A
+                # segment that holds nothing is removed, so a full disk never fills the directory
+                # with one empty file per query.
+                empty = self._path if self._size == 0 else None
                 self._release()
+                if empty is not None:
+                    with contextlib.suppress(OSError):
+                        empty.unlink()
                 self._warn(error)
                 return False
             self._size += len(line)

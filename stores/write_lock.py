@@ -36,7 +36,11 @@ class WriteLock:
         self.holder_died = False
 
     def __enter__(self) -> WriteLock:
-        descriptor = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            descriptor = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise StoreError(f"cannot take the write lock of store {self._path.parent}: opening {self._path.name} failed "
+                             f"({error.strerror}); nothing was written, the store is as it was") from error
         deadline = time.monotonic() + self._timeout
         while True:
             try:
@@ -51,10 +55,17 @@ class WriteLock:
                 time.sleep(_POLL_SECONDS)
         # A holder empties the file when it lets go, so a name still in it is a writer that died
         # holding the lock: its write may have left files behind.
-        self.holder_died = bool(os.pread(descriptor, 1, 0))
-        holder = json.dumps({"pid": os.getpid(), "since": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, holder.encode(), 0)
+        try:
+            self.holder_died = bool(os.pread(descriptor, 1, 0))
+            holder = json.dumps({"pid": os.getpid(), "since": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, holder.encode(), 0)
+        except OSError as error:  # a full disk, say: let go at once, or every later write waits on us
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+            os.close(descriptor)
+            raise StoreError(f"cannot take the write lock of store {self._path.parent}: writing {self._path.name} failed "
+                             f"({error.strerror}); nothing was written, the store is as it was; free space and "
+                             "try again") from error
         self._descriptor = descriptor
         return self
 

@@ -9,6 +9,7 @@ previous generation live and some unnamed files, which `GarbageCollector` remove
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import shutil
@@ -301,6 +302,18 @@ def commit(
         if segment not in segments:  # merged away before any manifest named it
             shutil.rmtree(segment.directory, ignore_errors=True)
     return manifest, segments
+
+
+def write_failure(store: Path, generation: int, step: str, error: OSError) -> StoreError:
+    """The one-line error of a write that failed at `step` on top of `generation`: which store,
+    which step, and whether anything was written (a failed commit removes what it wrote)."""
+    reason = error.strerror or str(error)
+    hint = "; free space and try again" if error.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    if _committed_generation(store) == generation + 1:
+        return StoreError(f"store {store}: generation {generation + 1} was committed, but {reason} while {step}; "
+                          f"run `rms check --store {store}`{hint}")
+    return StoreError(f"cannot write store {store}: {reason} while {step}; nothing was written, the store is as it "
+                      f"was at generation {generation}{hint}")
 
 
 def _committed_generation(store: Path) -> int | None:
