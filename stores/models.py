@@ -57,6 +57,51 @@ def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# Metadata is stored as JSON: bounded so that one object cannot exhaust the recursion limit or the
+# memory of whoever reads it back.
+MAX_METADATA_DEPTH = 32
+MAX_METADATA_CHARACTERS = 1_000_000
+
+
+def _check_encodable(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{what} holds {text[error.start:error.end]!r} at position {error.start}, a lone surrogate "
+                         "that UTF-8 cannot store; remove it, or decode the source text with errors='replace'") from None
+
+
+def _check_metadata(value: dict[str, Any]) -> None:
+    """Depth at most MAX_METADATA_DEPTH, at most MAX_METADATA_CHARACTERS of text, JSON values only,
+    every string encodable; walked without recursion, so any input gets this one-line answer."""
+    pending: list[tuple[Any, int, str]] = [(value, 1, "metadata")]
+    characters = 0
+    while pending:
+        item, depth, where = pending.pop()
+        if depth > MAX_METADATA_DEPTH:
+            raise ValueError(f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep (at {where}); flatten it")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"{where} has the key {key!r}; metadata keys are strings")
+                _check_encodable(key, f"a key of {where}")
+                characters += len(key)
+                pending.append((child, depth + 1, f"{where}.{key}"))
+        elif isinstance(item, list | tuple):
+            pending.extend((child, depth + 1, f"{where}[{index}]") for index, child in enumerate(item))
+        elif isinstance(item, str):
+            _check_encodable(item, where)
+            characters += len(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{where} is {item!r}; JSON has no such number")
+        elif item is not None and not isinstance(item, bool | int | float):
+            raise ValueError(f"{where} is a {type(item).__name__}; metadata holds JSON values only "
+                             "(objects, lists, strings, numbers, true, false, null)")
+        if characters > MAX_METADATA_CHARACTERS:
+            raise ValueError(f"metadata holds more than {MAX_METADATA_CHARACTERS:,} characters of text; store "
+                             "large documents as content, or keep a reference to them in metadata")
+
+
 class MemoryObject(BaseModel):
     """One stored memory: a dialogue turn, a fact, an entity, a task, ...
 
@@ -96,6 +141,31 @@ class MemoryObject(BaseModel):
         if is_blank(value):
             raise ValueError("content is blank (nothing but whitespace or control characters); "
                              "a memory needs text to retrieve")
+        return value
+
+    @field_validator("created_at", "updated_at", "event_time", "valid_from", "valid_to")
+    @classmethod
+    def _representable_in_utc(cls, value: datetime | None) -> datetime | None:
+        """Times are stored in UTC: one whose UTC form falls outside years 1 to 9999 cannot be."""
+        if value is not None:
+            try:
+                value.astimezone(timezone.utc)
+            except (OverflowError, ValueError):
+                raise ValueError(f"{value.isoformat()} lies outside years 1 to 9999 once converted to UTC; "
+                                 "give a time between 0001-01-02 and 9999-12-30") from None
+        return value
+
+    @field_validator("evidence_refs")
+    @classmethod
+    def _storable_refs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for ref in value:  # pydantic checks plain str fields itself, not the items of a tuple
+            _check_encodable(ref, "an evidence ref")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _storable_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _check_metadata(value)
         return value
 
     @field_validator("metadata")

@@ -103,3 +103,40 @@ def test_path_masks_list_paths_in_enum_order_with_session_context_last():
     mask = path_mask([PathType.KEYWORD_SCAN, PathType.SESSION_CONTEXT, PathType.VECTOR])
     assert mask_paths(mask) == (PathType.VECTOR, PathType.KEYWORD_SCAN, PathType.SESSION_CONTEXT)
     assert mask_paths(0) == ()
+
+
+@pytest.mark.parametrize("field", ["event_time", "created_at", "valid_to"])
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:00:00-05:00"])
+def test_a_time_outside_years_1_to_9999_in_utc_is_refused_in_one_line(field, moment):
+    """Issue 21 #6: `rms ingest` crashed with an OverflowError on such a time."""
+    with pytest.raises(ValidationError, match="outside years 1 to 9999 once converted to UTC") as raised:
+        MemoryObject(namespace="a", content="x", **{field: datetime.fromisoformat(moment)})
+    assert field in str(raised.value)
+
+
+def test_metadata_nested_too_deep_too_large_or_not_json_is_refused_in_one_line():
+    """Issue 21 #11: RecursionError and UnicodeEncodeError came raw out of add()."""
+    deep: dict = {}
+    for _ in range(1000):
+        deep = {"x": deep}
+    with pytest.raises(ValidationError, match="nested more than 32 levels deep"):
+        MemoryObject(namespace="a", content="x", metadata=deep)
+    with pytest.raises(ValidationError, match="more than 1,000,000 characters"):
+        MemoryObject(namespace="a", content="x", metadata={"blob": "y" * 1_000_001})
+    with pytest.raises(ValidationError, match="JSON has no such number"):
+        MemoryObject(namespace="a", content="x", metadata={"n": float("nan")})
+    with pytest.raises(ValidationError, match="JSON values only"):
+        MemoryObject(namespace="a", content="x", metadata={"when": datetime(2024, 1, 1)})
+    ok = {"speaker": "Ann", "tags": ["a", {"b": [1, 2.5, True, None]}]}
+    assert MemoryObject(namespace="a", content="x", metadata=ok).metadata == ok
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"metadata": {"k": "\udfff"}}, "lone surrogate that UTF-8 cannot store"),
+    ({"metadata": {"\ud800": 1}}, "lone surrogate that UTF-8 cannot store"),
+    ({"content": "bad \ud800 text"}, "unable to parse raw data as a unicode string"),  # pydantic's own check
+    ({"evidence_refs": ("D1:\ud800",)}, "lone surrogate that UTF-8 cannot store"),
+])
+def test_a_lone_surrogate_is_refused_where_it_is(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        MemoryObject(namespace="a", **{"content": "x", **fields})
