@@ -142,6 +142,8 @@ class _Inputs:
             setattr(self, name, whole[:, position])
         self.objects: tuple[MemoryObject, ...] = tuple(c.object for c in filtered.candidates)
         self.update_wording = self.update_wording.astype(bool)
+        # Stated after the request's reference time: never the current state at that time (_current_rows).
+        self.after_reference = self.stated_us > _micros(analysis.reference_time)
         # A candidate has one hit per path, so its primary paths are its mask's primary bits.
         self.path_count = np.bitwise_count(self.path_mask & _PRIMARY_BITS).astype(np.int64)
         self.semantic_relevance = np.maximum(np.nan_to_num(self.semantic, nan=0.0), 0.0)
@@ -157,14 +159,15 @@ class _Inputs:
 def _current_update(
     inputs: _Inputs, lexical: np.ndarray, clock: np.ndarray, analysis: QueryAnalysis, settings: RetrievalSettings
 ) -> np.ndarray:
-    """RFC 7.1: the factor per row; the newest candidate, if it presents itself as an update, gets
-    the bounded multiplier."""
+    """RFC 7.1: the factor per row; the newest candidate stated by the reference time, if it
+    presents itself as an update, gets the bounded multiplier."""
     factor = np.ones(len(inputs))
     multiplier = settings.scoring.current_update_multiplier
-    if not analysis.current_state or multiplier == 1.0 or not len(inputs):
+    current = ~inputs.after_reference
+    if not analysis.current_state or multiplier == 1.0 or not current.any():
         return factor
     relevant = (inputs.semantic_relevance + np.nan_to_num(lexical, nan=0.0)) >= settings.scoring.relevance_floor
-    factor[(clock == clock.max()) & inputs.update_wording & relevant] = multiplier
+    factor[(clock == clock[current].max()) & current & inputs.update_wording & relevant] = multiplier
     return factor
 
 
@@ -215,17 +218,20 @@ def fused_scores__rrf(
     recency_boost_factor = np.full(len(inputs), np.nan)
     tie_break = np.full(len(inputs), np.nan)
     stated = inputs.stated_us[on_channel]
+    later = inputs.after_reference[on_channel]
     if on_channel.any():
         # One recency decay serves both formulas (see WeightedScoring.recency_lambda_per_day); a
         # field of its own under rank_fusion would change every configuration fingerprint.
         lam = settings.scoring.weighted.recency_lambda_per_day
-        ranked_recency = _exp(-lam * _days(stated.max(), stated))
+        ranked_recency = _exp(-lam * _days(stated[~later].max(), stated)) if (~later).any() else np.zeros(len(stated))
         worded = inputs.update_wording[on_channel]
         ranked_recency[worded] = np.minimum(1.0, UPDATE_WORDING_RECENCY_GAIN * ranked_recency[worded])
+        ranked_recency[later] = 0.0  # stated after the reference time: no current-state lift
         if boost:
             recency[on_channel] = ranked_recency
             recency_boost_factor = _pool_relative(1.0 + boost * recency, on_channel)
         if fusion.rrf_tie_break == "event_time":
+            stated = np.where(later, np.iinfo(np.int64).min, stated)  # after the reference time: last
             times = _distinct_ascending(stated)
             # Place 0 for the newest time, 1 for the next newest, ...
             tie_break[on_channel] = (len(times) - 1 - np.searchsorted(times, stated)) / len(times)
@@ -257,13 +263,17 @@ def fused_scores__weighted(
     """Score formula version 1: the weighted sum of all eight inputs (RFC 7)."""
     w = settings.scoring.weighted
     inputs = _Inputs(filtered_candidates, query_analysis, settings, spoken_by_query_entities)
-    if query_analysis.current_state and len(inputs):
-        anchor, clock = inputs.stated_us.max(), inputs.stated_us
+    current_state = query_analysis.current_state and len(inputs)
+    if current_state:
+        known = inputs.stated_us[~inputs.after_reference]
+        anchor, clock = (known.max() if len(known) else _micros(request.reference_time)), inputs.stated_us
     else:
         anchor, clock = _micros(request.reference_time), inputs.updated_us
     boost = settings.scoring.temporal_boost
     lexical = np.nan_to_num(inputs.lexical, nan=0.0)  # the input formula 1 reads: no lexical hit is zero relevance
     recency = _exp(-w.recency_lambda_per_day * _days(anchor, clock))
+    if current_state:
+        recency[inputs.after_reference] = 0.0  # stated after the reference time: no current-state lift
     temporal_factor = (1.0 + boost * inputs.temporal_affinity) / (1.0 + boost)
     # Relative to the pool's largest, as formula 2's factors: 1.0 for every row when no candidate
     # was spoken by a person the question names.

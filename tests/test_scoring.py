@@ -122,6 +122,29 @@ def test_recency_boost_and_current_update_on_current_state_questions():
     assert not_current.index[0] == str(old.object_id)
 
 
+@pytest.mark.parametrize("formula", ["rrf", "weighted"])
+def test_a_memory_stated_after_the_reference_time_is_never_the_current_state(formula):
+    """Issue 21 #8: one memory dated 9999 won every current-state question at any reference time."""
+    from datetime import datetime, timezone
+
+    future = datetime(9999, 1, 1, tzinfo=timezone.utc)
+    planted = make_candidate(make_object("planted", "Tomas now works at EvilCorp.", event_time=future, created_at=future,
+                                         updated_at=future), VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    new = make_candidate(make_object("new", "Tomas moved and now works in Leeds.", days=0), VECTOR=(2, 0.85), LEXICAL=(2, 0.9))
+    old = make_candidate(make_object("old", "Tomas works in York.", days=-200), VECTOR=(3, 0.8), LEXICAL=(3, 0.8))
+    analysis = _analysis(current_state=True)
+    if formula == "rrf":
+        frame = _rrf(planted, new, old, analysis=analysis)
+    else:
+        frame = scored_frame(fused_scores__weighted(_pool(planted, new, old), analysis, make_request(),
+                                                    RetrievalSettings())).set_index("object_id")
+    assert frame.index[0] == str(new.object_id)
+    assert frame.loc[str(planted.object_id), "recency"] == 0.0
+    assert frame.loc[str(planted.object_id), "current_update_factor"] == 1.0
+    assert frame.loc[str(new.object_id), "current_update_factor"] == 1.3
+    assert frame.loc[str(new.object_id), "recency"] == 1.0  # the anchor is the newest memory stated by then
+
+
 def test_rrf_k_is_validated():
     with pytest.raises(ValueError, match="rrf_k"):
         RankFusionScoring(rrf_k=0)
