@@ -79,15 +79,21 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from rms_retrieval.dataflows.replay import find_record, replay_record
+    from rms_retrieval.dataflows.replay import ReplayError, find_record, replay_record
+    from rms_retrieval.stores.retrieval_log import within_namespaces
 
     if not args.request_id and not args.last:
         raise CliError("name a REQUEST_ID to replay, or --last N for the latest N logged requests")
     with open_store(args.store, read_only=True) as store:
         if args.last:
-            records = [r for r in store.retrieval_log() if (r.get("payload") or {}).get("status") == "ok"][-args.last:]
+            records = [r for r in store.retrieval_log(namespaces=args.namespace)
+                       if (r.get("payload") or {}).get("status") == "ok"][-args.last:]
         else:
             records = [find_record(store, request_id) for request_id in args.request_id]
+            for request_id, record in zip(args.request_id, records):
+                if not within_namespaces(record, args.namespace):  # exactly as if it were not logged
+                    raise ReplayError(f"no retrieval record {request_id} in {args.store}; "
+                                      "`rms replay --store DIR --last 5` replays the latest ones")
         reports = [replay_record(store, record) for record in records]
     for report in reports:
         print(report.to_text())
@@ -120,5 +126,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     replay = sub.add_parser("replay", help="replay logged requests without the embedding model; compare bundles")
     replay.add_argument("--store", required=True)
     replay.add_argument("--last", type=int, help="replay the latest N successful requests")
+    replay.add_argument("--namespace", action="append",
+                        help="only requests that read nothing but these namespaces (repeat for several)")
     replay.add_argument("request_id", nargs="*", help="request ids from the retrieval log")
     replay.set_defaults(run=_cmd_replay)

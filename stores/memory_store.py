@@ -257,6 +257,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
                 self._log_writer = BufferedLogWriter(self.path / LOG_DIRECTORY)
             self._log_writer.append(record)
 
-    def retrieval_log(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Logged records of every process, oldest first; with `limit`, only the latest `limit`."""
-        return read_records(self.path / LOG_DIRECTORY, limit)
+    def retrieval_log(self, limit: int | None = None, namespaces: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Logged records of every process, oldest first; with `limit`, only the latest `limit`; with
+        `namespaces`, only those of requests that read nothing but those namespaces."""
+        return read_records(self.path / LOG_DIRECTORY, limit, namespaces)

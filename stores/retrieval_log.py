@@ -30,7 +30,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
@@ -370,27 +370,40 @@ def _open_segments(directory: Path) -> list[IO[bytes]]:
     raise AssertionError("unreachable")
 
 
-def records_newest_first(directory: Path) -> Iterator[dict[str, Any]]:
-    """Every segment's records, newest first, read lazily from the files' ends: finding a recent
-    record (replay by request id) costs what lies after it, not the whole log."""
+def within_namespaces(record: Mapping[str, Any], namespaces: Collection[str] | None) -> bool:
+    """Whether a record's request read only `namespaces` (None: every record). A record that names
+    no namespace (a request refused before it had any) belongs to no caller bound to some."""
+    if namespaces is None:
+        return True
+    payload = record.get("payload")
+    scope = payload.get("namespace_scope") if isinstance(payload, Mapping) else None
+    return bool(scope) and set(scope) <= set(namespaces)
+
+
+def records_newest_first(directory: Path, namespaces: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Every segment's records (of requests that read only `namespaces`, when given), newest first,
+    read lazily from the files' ends: finding a recent record (replay by request id) costs what
+    lies after it, not the whole log."""
     handles = _open_segments(Path(directory))
     try:
         newest = heapq.merge(*map(_records_backwards, handles), key=lambda entry: entry[0], reverse=True)
         for _, record in newest:
-            yield _decode_embedding(record)
+            if within_namespaces(record, namespaces):
+                yield _decode_embedding(record)
     finally:
         for handle in handles:
             handle.close()
 
 
-def read_records(directory: Path, limit: int | None = None) -> list[dict[str, Any]]:
+def read_records(directory: Path, limit: int | None = None, namespaces: Collection[str] | None = None) -> list[dict[str, Any]]:
     """Every segment's records merged in time order, oldest first; with `limit`, the newest `limit`,
-    read from the files' ends (O(limit), not O(log))."""
+    read from the files' ends (O(limit), not O(log)); with `namespaces`, only the records of
+    requests that read nothing but those namespaces."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be 0 or more, not {limit}")
     flush_queued(directory)
     if limit is not None:
-        newest = records_newest_first(directory)
+        newest = records_newest_first(directory, namespaces)
         try:
             return list(reversed([record for _, record in zip(range(limit), newest)]))
         finally:
@@ -398,7 +411,7 @@ def read_records(directory: Path, limit: int | None = None) -> list[dict[str, An
     handles = _open_segments(Path(directory))
     try:
         merged = heapq.merge(*map(_records_forwards, handles), key=lambda entry: entry[0])
-        return [_decode_embedding(record) for _, record in merged]
+        return [_decode_embedding(record) for _, record in merged if within_namespaces(record, namespaces)]
     finally:
         for handle in handles:
             handle.close()

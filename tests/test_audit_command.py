@@ -76,6 +76,19 @@ def test_rms_replay_replays_logged_requests(demo_store, capsys):
     assert main(["replay", "--store", str(demo_store.path)]) == 2
 
 
+def test_rms_replay_bound_to_namespaces_sees_only_their_requests(demo_store, capsys):
+    """Issue 21 #14: a request of another namespace reads exactly like one never logged."""
+    with MemoryStore.open(demo_store.path, create=False) as store:
+        request_id = str(retrieve(store, QUESTION, namespaces=[demo_store.namespace],
+                                  reference_time=demo_store.reference_time, token_budget=150).request_id)
+    assert main(["replay", "--store", str(demo_store.path), "--namespace", demo_store.namespace, request_id]) == 0
+    capsys.readouterr()
+    assert main(["replay", "--store", str(demo_store.path), "--namespace", "someone-else", request_id]) == 2
+    assert f"no retrieval record {request_id}" in capsys.readouterr().err
+    assert main(["replay", "--store", str(demo_store.path), "--namespace", "someone-else", "--last", "3"]) == 0
+    assert "0 of 0 replayed bundles" in capsys.readouterr().out
+
+
 def test_rms_explain_of_another_namespaces_object_reads_like_a_missing_id(demo_store, capsys):
     missing = "00000000-0000-0000-0000-000000000007"
     outputs = {}
