@@ -127,7 +127,7 @@ def _cmd_quantities(args: argparse.Namespace) -> int:
 
 
 def _cmd_text(args: argparse.Namespace) -> int:
-    from rms_retrieval.stores.quantity_planner import aggregate_quantities_from_text
+    from rms_retrieval.dataflows.quantity_planner import aggregate_quantities_from_text
 
     with _open(args.store) as store:
         print(aggregate_quantities_from_text(store, args.question, namespace=args.namespace).model_dump_json(indent=2))

@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rms_retrieval.stores.duckdb_process import DUCKDB_CONFIG, ProcessDatabase
+
 # match_bm25's defaults, which the store has always used.
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -34,7 +36,6 @@ BM25_B = 0.75
 BM25_TIE_DECIMALS = 9
 _ROUNDING_MARGIN = 2 * 10.0**-BM25_TIE_DECIMALS
 
-DUCKDB_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 FTS_EXTENSION = os.path.join(
     os.path.dirname(duckdb_extension_fts.__file__), "extensions", "v" + duckdb.__version__, "fts.duckdb_extension"
 )
@@ -66,35 +67,25 @@ QUERY_TERMS = "SELECT DISTINCT stem(unnest(fts_main_lexicon.tokenize($text)), 'p
 _QUERY_CACHE_SIZE = 8192
 
 
-_INHERITED_CONNECTIONS: list[duckdb.DuckDBPyConnection] = []
-
-
 class _Analyzer:
-    """One in-memory DuckDB per process (a connection must not cross a fork), used under a lock."""
+    """DuckDB's analyser on this process's own database (stores/duckdb_process.py), under a lock."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._connection: duckdb.DuckDBPyConnection | None = None
-        self._pid = -1
+        self._database = ProcessDatabase(self._prepared)
         self._stopwords = pa.array([], type=pa.string())
 
+    def _prepared(self, connection: duckdb.DuckDBPyConnection) -> None:
+        connection.load_extension(FTS_EXTENSION)
+        # Statements here are small and frequent: handing them to a second thread costs more
+        # than it saves (query analysis p50 0.7 ms instead of 2-4 ms on a loaded 2-core box).
+        connection.execute(SINGLE_THREADED)
+        for statement in CREATE_LEXICON:
+            connection.execute(statement)
+        self._stopwords = connection.execute(STOPWORDS).to_arrow_table().column("sw").combine_chunks()
+
     def _ready(self) -> duckdb.DuckDBPyConnection:
-        if self._connection is not None and self._pid != os.getpid():
-            # Destroying the parent's connection in a forked child would join threads the child
-            # does not have (std::terminate), so the child keeps it, unused, for its lifetime.
-            _INHERITED_CONNECTIONS.append(self._connection)
-            self._connection = None
-        if self._connection is None:
-            connection = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
-            connection.load_extension(FTS_EXTENSION)
-            # Statements here are small and frequent: handing them to a second thread costs more
-            # than it saves (query analysis p50 0.7 ms instead of 2-4 ms on a loaded 2-core box).
-            connection.execute(SINGLE_THREADED)
-            for statement in CREATE_LEXICON:
-                connection.execute(statement)
-            self._stopwords = connection.execute(STOPWORDS).to_arrow_table().column("sw").combine_chunks()
-            self._connection, self._pid = connection, os.getpid()
-        return self._connection
+        return self._database.connection()
 
     def document_terms(self, contents: list[str], names: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
         """(doc_row, term) of every indexed token, in no particular order: what create_fts_index's

@@ -8,8 +8,6 @@ registered on a private cursor; no lock is needed because a snapshot never chang
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,30 +15,18 @@ import duckdb
 import pyarrow as pa
 
 from rms_retrieval.stores.codec import memory_object
+from rms_retrieval.stores.duckdb_process import ProcessDatabase
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import RecordReader
 
-# DuckDB must never reach for the network to autoload an extension.
-_CONNECTION_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-
-
-_root: duckdb.DuckDBPyConnection | None = None
-_root_lock = threading.Lock()
+_DATABASE = ProcessDatabase(lambda connection: connection.execute("SET GLOBAL TimeZone = 'UTC'"))
 
 
 def connect() -> duckdb.DuckDBPyConnection:
-    """A private cursor on one in-memory database: a cursor per call, never shared across threads
-    (a new database costs tens of milliseconds, a cursor tens of microseconds)."""
-    global _root
-    with _root_lock:
-        if _root is None or os.getpid() != _root_pid[0]:
-            _root = duckdb.connect(config=_CONNECTION_CONFIG)
-            _root.execute("SET GLOBAL TimeZone = 'UTC'")
-            _root_pid[0] = os.getpid()
-        return _root.cursor()
-
-
-_root_pid = [0]  # a forked child must not use its parent's database
+    """A private cursor on this process's database (stores/duckdb_process.py): a cursor per call,
+    never shared across threads (a new database costs tens of milliseconds, a cursor tens of
+    microseconds)."""
+    return _DATABASE.connection().cursor()
 
 
 # ----- enumeration (stores/enumeration.py) -----------------------------------------------------

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from rms_retrieval.stores import quantity_planner
+from rms_retrieval.dataflows import quantity_planner
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.quantity_planner import (
+from rms_retrieval.dataflows.quantity_planner import (
     ACTION_PREDICATE_PREFIXES,
     aggregate_quantities_from_text,
     plan_quantity_question,

@@ -134,7 +134,7 @@ def _plan(question: str, namespace: str) -> QuantityPlan:
         raise _Refused("future_wording", f"future or intended amounts are not stored facts ({found[0]!r})")
     match = _SHAPE.fullmatch(text)
     if match is None:
-        raise _Refused("unsupported_shape", "not one of the listed question shapes; see stores/quantity_planner.py")
+        raise _Refused("unsupported_shape", "not one of the listed question shapes; see dataflows/quantity_planner.py")
     subject = match["subject"]
     if subject.casefold() not in FIRST_PERSON_SUBJECTS or match["auxiliary"].casefold() == "has":
         raise _Refused("named_subject", f"only first-person questions (I, we) are planned, not {subject!r}")
