@@ -28,7 +28,7 @@ _VERSIONED = ("torch", "duckdb", "faiss-cpu", "apache-hamilton", "numpy", "panda
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `bench locomo` and `bench scale` to the `rms` parser."""
-    from rms_retrieval.dataflows.bench import compare, identical, latency_bench
+    from rms_retrieval.dataflows.bench import compare, identical, latency_bench, published
     from rms_retrieval.dataflows.bench.batch_bench import add_parser as add_batch
     from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS, SPLITS
     from rms_retrieval.dataflows.bench.store_command import register as register_store_benches
@@ -81,6 +81,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     latency_bench.register(commands)
     add_batch(commands)
     compare.register(commands)
+    published.register(commands)
 
     export = commands.add_parser(
         "locomo-jsonl", help="write LoCoMo's turns as plain TURN MemoryObjects in JSON Lines, for rms ingest")

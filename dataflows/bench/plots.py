@@ -41,7 +41,7 @@ def all_packed_by_budget(
     axes.set_title("LoCoMo categories 1-4: all evidence in the bundle")
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def latency_by_store_size(scale: Mapping[str, Any], path: str | Path) -> Path:
@@ -64,12 +64,13 @@ def latency_by_store_size(scale: Mapping[str, Any], path: str | Path) -> Path:
     axes.legend(fontsize=8)
     axes.grid(True, which="both", linewidth=0.3)
     figure.tight_layout()
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
-def _save(figure: Any, path: str | Path) -> Path:
+def save_figure(figure: Any, path: str | Path, metadata: Mapping[str, str] | None = None) -> Path:
+    """Write `figure` as a PNG at `path` with `metadata` as text chunks (no version stamp), then close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, metadata={"Software": None, **(metadata or {})})
     plt.close(figure)
     return path
