@@ -21,16 +21,16 @@ class CliError(Exception):
     """A user mistake: printed as one line, exit code 2."""
 
 
-def parse_time(text: str | None) -> datetime | None:
+def parse_time(text: str | None, option: str = "--reference-time") -> datetime | None:
     """An ISO 8601 time with a timezone, or None when the option was not given."""
     if text is None:
         return None
     try:
         value = datetime.fromisoformat(text)
     except ValueError as error:
-        raise CliError(f"--reference-time {text!r} is not an ISO 8601 time (e.g. 2023-08-20T12:00:00+00:00)") from error
+        raise CliError(f"{option} {text!r} is not an ISO 8601 time (e.g. 2023-08-20T12:00:00+00:00)") from error
     if value.tzinfo is None:
-        raise CliError(f"--reference-time {text!r} has no timezone; add one, e.g. {text}+00:00")
+        raise CliError(f"{option} {text!r} has no timezone; add one, e.g. {text}+00:00")
     return value
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rms_retrieval.dataflows.cli_support import check_budget, check_namespaces, check_question, open_store, parse_time, request_arguments
+from rms_retrieval.stores.visibility import RetrievalMode
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
@@ -16,9 +18,25 @@ def _cmd_query(args: argparse.Namespace) -> int:
     with open_store(args.store) as store:
         check_namespaces(store, args.store, args.namespace)
         result = retrieve(store, args.question, namespaces=args.namespace, reference_time=parse_time(args.reference_time),
-                          token_budget=args.budget)
+                          token_budget=args.budget, **_selection_options(args))
     print(result.bundle.model_dump_json(indent=2) if args.json else format_bundle(result.bundle))
     return 0
+
+
+_TIME_FILTERS = ("time_from", "time_to", "event_time_from", "event_time_to")
+_TIME_FILTER_HELP = ("leave out memories whose validity ended before this",
+                     "leave out memories valid only from after this",
+                     "leave out memories stated (event time) before this",
+                     "leave out memories stated (event time) after this")
+
+
+def _selection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The request fields given on the command line; the request checks their values."""
+    options = {"retrieval_mode": args.mode, "limit": args.limit, "min_score": args.min_score,
+               "max_per_source": args.max_per_source}
+    for name in _TIME_FILTERS:
+        options[name] = parse_time(getattr(args, name), "--" + name.replace("_", "-"))
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -32,6 +50,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `query` and `demo` to the `rms` parser."""
     query = sub.add_parser("query", help="answer a question with a Memory Bundle")
     request_arguments(query)
+    query.add_argument("--mode", choices=[str(mode) for mode in RetrievalMode],
+                       help="DEFAULT; EXPLICIT: include uncertain memories; AUDIT: all but deleted")
+    query.add_argument("--limit", type=int, help="at most this many memories, pinned ones included")
+    query.add_argument("--min-score", type=float, help="leave out memories below this score (under rank "
+                       "fusion, their cosine similarity to the question)")
+    query.add_argument("--max-per-source", type=int, help="at most this many memories with the same evidence and text")
+    for name, what in zip(_TIME_FILTERS, _TIME_FILTER_HELP):
+        query.add_argument("--" + name.replace("_", "-"), help=f"{what} (ISO 8601 with timezone)")
     query.add_argument("--json", action="store_true", help="print the bundle's JSON")
     query.add_argument("question")
     query.set_defaults(run=_cmd_query)

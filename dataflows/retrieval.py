@@ -130,6 +130,9 @@ def _log_record(
         "scores": {str(item.id): item.score for item in bundle.items} if bundle else {},
         "excluded": meta.get("excluded", {}),
         "embedding_mismatch": meta.get("embedding_mismatch", False),
+        "backend_failures": meta.get("backend_failures", {}),
+        "min_score_skipped": meta.get("min_score_skipped", False),
+        "aggregation_coverage": meta.get("aggregation_coverage"),
         "embedding_model_version": (
             f"{embedding.identity.model_name}@{embedding.identity.model_hash}" if embedding else None
         ),

@@ -22,6 +22,7 @@ from rms_retrieval.nodes.models import (
     CandidatePool,
     FilteredPool,
     MemoryBundle,
+    PathType,
     QueryAnalysis,
     RankedCandidates,
     RetrievalRequest,
@@ -52,30 +53,30 @@ class _Item:
     tier: int
 
 
-def _pinned(objects: Sequence[MemoryObject]) -> np.ndarray:
-    return np.fromiter((obj.is_pinned for obj in objects), dtype=bool, count=len(objects))
-
-
 # Why selection left a candidate out, by code; 0 keeps it.
 _REASONS = (None, "min_score", "source_limit", "limit")
 _KEPT, _MIN_SCORE, _SOURCE_LIMIT, _LIMIT = range(len(_REASONS))
 
 
-def selected_candidates(ranked_candidates: RankedCandidates, request: RetrievalRequest, fusion: str) -> Selection:
-    """Apply min_score, max_per_source and limit; pinned objects bypass all three (RFC 4.4)."""
+def selected_candidates(
+    ranked_candidates: RankedCandidates, merged_candidates: CandidatePool, request: RetrievalRequest, fusion: str
+) -> Selection:
+    """Apply min_score, max_per_source and limit in rank order; pinned objects and active tasks
+    obey them too: an explicit caller bound wins (RFC amendment "explicit selection")."""
     pool = ranked_candidates.pool
     objects = pool.objects
-    pinned = _pinned(objects)
     rank_fused = fusion == "rrf"
-    # RFC 7.2: when no candidate has a cosine, the min_score floor fails open.
-    skipped = request.min_score > 0 and rank_fused and len(pool) > 0 and bool(np.isnan(pool.factors.semantic).all())
+    # RFC 7.2 (#150): the floor fails open only when the vector search failed or found a model
+    # mismatch and no result has a cosine; a search that ran and found nothing keeps the floor.
+    skipped = (request.min_score > 0 and rank_fused and PathType.VECTOR in merged_candidates.backend_failures
+               and bool(np.isnan(pool.factors.semantic).all()))
     reason = np.zeros(len(pool), dtype=np.int8)
     if request.min_score > 0 and not skipped:
         value = pool.semantic_relevance if rank_fused else pool.score
-        reason[~pinned & (value < request.min_score)] = _MIN_SCORE
+        reason[value < request.min_score] = _MIN_SCORE
     if request.max_per_source:
         per_source: dict[tuple, int] = {}
-        for i in np.flatnonzero(~pinned & (reason == _KEPT)).tolist():
+        for i in np.flatnonzero(reason == _KEPT).tolist():
             obj = objects[i]
             if not obj.evidence_refs:
                 continue
@@ -85,8 +86,8 @@ def selected_candidates(ranked_candidates: RankedCandidates, request: RetrievalR
             else:
                 per_source[source] = per_source.get(source, 0) + 1
     if request.limit is not None:
-        unpinned_kept = ~pinned & (reason == _KEPT)
-        reason[unpinned_kept & (np.cumsum(unpinned_kept) > request.limit)] = _LIMIT
+        kept = reason == _KEPT
+        reason[kept & (np.cumsum(kept) > request.limit)] = _LIMIT
     excluded = {objects[i].id: _REASONS[reason[i]] for i in np.flatnonzero(reason).tolist()}
     kept = pool.take(np.flatnonzero(reason == _KEPT)) if excluded else pool
     return Selection(pool=kept, excluded=excluded, min_score_skipped=skipped)

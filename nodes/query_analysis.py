@@ -27,6 +27,7 @@ from rms_retrieval.nodes.models import (
 )
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.temporal import date_words_read_as_names, parse_temporal_signals
+from rms_retrieval.stores.embedding import validated_query_vector
 from rms_retrieval.stores.entities import ExtractedEntity, NameMatcher, extract_entities
 from rms_retrieval.stores.entities import first_name_word as _first_word
 from rms_retrieval.stores.entities import name_key as _key
@@ -309,11 +310,12 @@ def entity_catalog(graph_index: GraphIndex, request: RetrievalRequest) -> list[E
 def query_embedding(
     request: RetrievalRequest, query_encoder: QueryEncoder, settings: RetrievalSettings
 ) -> QueryEmbedding | None:
-    """The query's unit vector, or None when the vector path is switched off."""
+    """The query's unit vector, checked as stored vectors are, or None when the vector path is off."""
     if PathType.VECTOR not in settings.candidates.enabled_paths:
         return None
-    vector = query_encoder.encode([request.query])[0]
-    return QueryEmbedding(vector=vector, identity=query_encoder.identity)
+    identity = query_encoder.identity
+    return QueryEmbedding(vector=validated_query_vector(query_encoder.encode([request.query]), identity),
+                          identity=identity)
 
 
 def query_analysis(

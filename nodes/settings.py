@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
@@ -18,6 +19,10 @@ from rms_retrieval.stores.models import EpistemicType, NodeType
 from rms_retrieval.stores.visibility import DEFAULT_UNVERIFIED_THRESHOLD
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class IgnoredSettingWarning(UserWarning):
+    """A setting was given that the chosen configuration never reads."""
 
 
 def _check_finite(name: str, value: float) -> None:
@@ -182,6 +187,29 @@ class ScoringSettings(BaseModel):
             raise ValueError(f"epistemic_weights lacks {sorted(missing)}")
         return self
 
+    @model_validator(mode="after")
+    def _warn_of_ignored_rank_fusion(self) -> ScoringSettings:
+        # RFC 7.2: weighted scoring ignores a supplied rrf_k, rrf_recency_boost or rrf_tie_break
+        # with a warning; `RetrievalSettings.fingerprint` leaves them out.
+        if self.fusion == "weighted" and self.rank_fusion != RankFusionScoring():
+            given = ", ".join(f"{k}={v!r}" for k, v in _changed(self.rank_fusion, RankFusionScoring()).items())
+            warnings.warn(
+                f"scoring.fusion='weighted' ignores scoring.rank_fusion ({given}); remove them or set "
+                "fusion='rrf' to use them", IgnoredSettingWarning, stacklevel=2,
+            )
+        return self
+
+    def effective(self) -> ScoringSettings:
+        """These settings without what the chosen formula never reads (rank fusion's, under weighted)."""
+        if self.fusion == "weighted" and self.rank_fusion != RankFusionScoring():
+            return self.model_copy(update={"rank_fusion": RankFusionScoring()})
+        return self
+
+
+def _changed(model: BaseModel, default: BaseModel) -> dict:
+    return {name: getattr(model, name) for name in type(model).model_fields
+            if getattr(model, name) != getattr(default, name)}
+
 
 class FilterSettings(BaseModel):
     """Stage 4 (RFC 6)."""
@@ -190,6 +218,16 @@ class FilterSettings(BaseModel):
 
     unverified_threshold: float = Field(default=DEFAULT_UNVERIFIED_THRESHOLD, ge=0.0, le=1.0)
     namespace_thresholds: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("namespace_thresholds")
+    @classmethod
+    def _thresholds_in_range(cls, value: dict[str, float]) -> dict[str, float]:
+        for namespace, threshold in value.items():
+            if not 0.0 <= threshold <= 1.0:  # False for NaN too
+                raise ValueError(
+                    f"namespace_thresholds[{namespace!r}] must be a number from 0 to 1, got {threshold!r}"
+                )
+        return value
 
     def threshold_for(self, namespace: str) -> float:
         return self.namespace_thresholds.get(namespace, self.unverified_threshold)
@@ -244,8 +282,11 @@ class RetrievalSettings(BaseModel):
     query_intent_order: Literal["entity_first", "temporal_first"] = "entity_first"
 
     def fingerprint(self) -> str:
-        """A short hash of these settings; equal fingerprints retrieve alike."""
-        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """A short hash of these settings; equal fingerprints retrieve alike. Settings the chosen
+        formula never reads do not count."""
+        scoring = self.scoring.effective()
+        effective = self if scoring is self.scoring else self.model_copy(update={"scoring": scoring})
+        payload = json.dumps(effective.model_dump(mode="json"), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def hamilton_config(self) -> dict[str, str]:

@@ -93,10 +93,12 @@ class RmsRetriever(BaseRetriever):
 
 def documents(result: RetrievalResult) -> list[Document]:
     """One Document per bundle item, in bundle order, each with its place in the bundle."""
-    return [_document(item, position, str(result.request_id)) for position, item in enumerate(result.bundle.items, 1)]
+    skipped = result.bundle.retrieval_metadata.get("min_score_skipped", False)
+    return [_document(item, position, str(result.request_id), skipped)
+            for position, item in enumerate(result.bundle.items, 1)]
 
 
-def _document(item: BundleItem, position: int, request_id: str) -> Document:
+def _document(item: BundleItem, position: int, request_id: str, min_score_skipped: bool) -> Document:
     metadata = {
         "id": str(item.id),
         "score": item.score,
@@ -108,5 +110,6 @@ def _document(item: BundleItem, position: int, request_id: str) -> Document:
         "node_type": item.node_type,
         "position": position,
         "request_id": request_id,
+        "min_score_skipped": min_score_skipped,
     }
     return Document(id=str(item.id), page_content=item.content, metadata=metadata)

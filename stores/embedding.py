@@ -57,6 +57,24 @@ def validated_vectors(vectors: Any, count: int, dimension: int) -> np.ndarray:
     return np.ascontiguousarray(array / norms, dtype=np.float32)
 
 
+# A query vector whose length is this close to 1 is used bit for bit, as the encoder gave it.
+_UNIT_TOLERANCE = 1e-5
+
+
+def validated_query_vector(vectors: Any, identity: EmbeddingIdentity) -> np.ndarray:
+    """The one vector of a query encoder's answer, checked as stored vectors are (one row, the
+    declared dimension, finite, nonzero); a vector of another length is scaled to unit length."""
+    try:
+        unit = validated_vectors(vectors, 1, identity.dimension)[0]
+    except EmbeddingError as error:
+        raise EmbeddingError(
+            f"the query encoder {identity.model_name} gave an unusable vector ({error}); its encode() must "
+            f"return one finite, nonzero vector of dimension {identity.dimension} per text"
+        ) from None
+    given = np.asarray(vectors, dtype=np.float32)[0]
+    return given if abs(float(np.linalg.norm(given)) - 1.0) <= _UNIT_TOLERANCE else unit
+
+
 def encode_many(encoder: QueryEncoder, texts: Sequence[str], *, progress: bool = True) -> np.ndarray:
     """Encode many texts with any encoder, in chunks, optionally with a progress bar."""
     dimension = encoder.identity.dimension

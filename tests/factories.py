@@ -65,6 +65,17 @@ class FakeEncoder(QueryEncoder):
         return out
 
 
+class OtherModelEncoder(QueryEncoder):
+    """A 384-d encoder whose identity matches no store: its vector search finds a model mismatch."""
+
+    identity = EmbeddingIdentity("other-model", "f" * 16, 384)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), 384), dtype="float32")
+        out[:, 0] = 1.0
+        return out
+
+
 class FakeStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog):
     """Implements every store protocol over a list of objects, brute force."""
 

@@ -9,7 +9,7 @@ from rms_retrieval.nodes import candidate_generation as cg
 from rms_retrieval.nodes import query_analysis as qa
 from rms_retrieval.nodes.models import CandidateLimits, PathType, QueryAnalysis, QueryEmbedding, QueryEntity
 from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
-from rms_retrieval.stores.errors import EmbeddingMismatchError
+from rms_retrieval.stores.errors import EmbeddingError, EmbeddingMismatchError
 from rms_retrieval.stores.models import NodeType
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
 from tests.factories import BASE_TIME, FakeEncoder, FakeStore, make_object, make_request, oid
@@ -64,6 +64,26 @@ def test_a_failing_backend_is_reported_not_raised():
     result = cg.lexical_candidates(store, store, LIMITS, make_request("cat"), RetrievalSettings())
     assert result.hits == ()
     assert result.failure.startswith("backend_error: RuntimeError")
+
+
+@pytest.mark.parametrize("vector, message", [
+    ([np.nan, 0.0, 0.0, 1.0], "NaN"), ([1.0, 0.0], "dimension 4"), ([0.0] * 4, "zero vector")])
+def test_a_custom_query_encoder_is_checked_before_search(vector, message):
+    class Custom(FakeEncoder):
+        def encode(self, texts):
+            return np.array([vector] * len(texts), dtype=np.float32)
+
+    with pytest.raises(EmbeddingError, match=message):
+        qa.query_embedding(make_request("cat"), Custom(), RetrievalSettings())
+
+
+def test_a_custom_query_encoders_long_vector_is_scaled_to_unit_length():
+    class Long(FakeEncoder):
+        def encode(self, texts):
+            return np.array([[3.0, 0.0, 4.0, 0.0]] * len(texts), dtype=np.float32)
+
+    embedding = qa.query_embedding(make_request("cat"), Long(), RetrievalSettings())
+    assert float(np.linalg.norm(embedding.vector)) == pytest.approx(1.0)
 
 
 def test_disabled_path_returns_nothing_and_skips_the_encoder():

@@ -42,11 +42,41 @@ def test_query_json_is_the_bundle(capsys, demo_store, demo_copy):
     (["--budget", "0"], "--budget must be at least 1"),
     (["--reference-time", "yesterday"], "not an ISO 8601 time"),
     (["--reference-time", "2025-01-01T00:00:00"], "has no timezone"),
+    (["--event-time-to", "2025-01-01"], "--event-time-to '2025-01-01' has no timezone"),
+    (["--time-from", "soon"], "--time-from 'soon' is not an ISO 8601 time"),
+    (["--limit", "0"], "limit: Input should be greater than or equal to 1"),
+    (["--min-score", "nan"], "min_score: Input should be"),
+    (["--max-per-source", "-1"], "max_per_source: Input should be greater than or equal to 1"),
 ])
 def test_bad_query_options(capsys, demo_store, demo_copy, argv, message):
     code, out, err = _run(capsys, *_query(demo_copy, demo_store.namespace, *argv), "Where does Tomas work?")
     assert code == 2 and out == ""
     assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_query_forwards_mode_limit_floor_source_cap_and_time_filters(capsys, demo_store, demo_copy):
+    from datetime import datetime
+
+    from rms_retrieval.dataflows.retrieval import retrieve
+    from rms_retrieval.nodes.models import RetrievalRequest
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    since, until = "2020-01-01T00:00:00+00:00", "2025-09-03T00:00:00+00:00"
+    flags = {"--mode": "AUDIT", "--limit": "2", "--min-score": "0.1", "--max-per-source": "1", "--time-from": since,
+             "--time-to": until, "--event-time-from": since, "--event-time-to": until}
+    options = {"retrieval_mode": "AUDIT", "limit": 2, "min_score": 0.1, "max_per_source": 1,
+               "time_from": datetime.fromisoformat(since), "time_to": datetime.fromisoformat(until),
+               "event_time_from": datetime.fromisoformat(since), "event_time_to": datetime.fromisoformat(until)}
+    question = "What is wrong with Tomas's knee?"
+    code, out, err = _run(capsys, *_query(demo_copy, demo_store.namespace, "--json",
+                                          *[part for flag in flags.items() for part in flag]), question)
+    assert code == 0, err
+    with MemoryStore.open(demo_copy, create=False) as store:
+        logged = RetrievalRequest.model_validate(store.retrieval_log()[-1]["payload"]["request"])
+        expected = retrieve(store, question, namespaces=[demo_store.namespace], reference_time=logged.reference_time,
+                            log=False, **options).bundle
+    assert {name: getattr(logged, name) for name in options} == options
+    assert json.loads(out) == json.loads(expected.model_dump_json()) and len(expected.items) == 2
 
 
 def test_empty_question(capsys, demo_store, demo_copy):

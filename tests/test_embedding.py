@@ -3,7 +3,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rms_retrieval.stores.embedding import DEFAULT_MODEL_NAME, SentenceEncoder, encode_many, validated_vectors
+from rms_retrieval.stores.embedding import (
+    DEFAULT_MODEL_NAME,
+    SentenceEncoder,
+    encode_many,
+    validated_query_vector,
+    validated_vectors,
+)
 from rms_retrieval.stores.errors import EmbeddingError
 from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder
 
@@ -58,6 +64,17 @@ def test_encode_many_rejects_a_misbehaving_encoder():
 
     with pytest.raises(EmbeddingError, match="expected 3 vectors"):
         encode_many(OneShort(), ["a", "b", "c"], progress=False)
+
+
+def test_a_query_vector_is_checked_as_stored_vectors_are():
+    identity = EmbeddingIdentity("custom", "0" * 16, 4)
+    for bad, message in [([[1.0, 0.0, 0.0]], "dimension 4"), ([[np.nan, 0.0, 0.0, 1.0]], "NaN"),
+                         ([[0.0] * 4], "zero vector"), ([[1.0, 0, 0, 0]] * 2, "expected 1 vectors")]:
+        with pytest.raises(EmbeddingError, match=f"the query encoder custom gave an unusable vector .*{message}"):
+            validated_query_vector(np.asarray(bad, dtype=np.float32), identity)
+    assert validated_query_vector(np.array([[3.0, 0, 4.0, 0]]), identity).tolist() == pytest.approx([0.6, 0, 0.8, 0])
+    unit = np.array([[0.6, 0, 0.8, 0]], dtype=np.float32)  # an encoder's unit vector is used bit for bit
+    assert validated_query_vector(unit, identity).tobytes() == unit[0].tobytes()
 
 
 def test_unreadable_model_path_is_an_embedding_error(tmp_path):

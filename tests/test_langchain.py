@@ -36,7 +36,7 @@ def test_documents_follow_the_bundle_with_their_metadata(retriever, demo_store):
             "id": str(item.id), "score": item.score, "paths": [str(p) for p in item.paths], "tier": item.tier,
             "tokens": item.tokens, "event_time": item.event_time.isoformat() if item.event_time else None,
             "namespace": demo_store.namespace, "node_type": item.node_type, "position": position,
-            "request_id": document.metadata["request_id"],
+            "request_id": document.metadata["request_id"], "min_score_skipped": False,
         }
     assert sum(d.metadata["tokens"] for d in documents) <= 300
     assert retriever.bundle(QUESTION).context == bundle.context
@@ -75,3 +75,14 @@ def test_bad_request_fields_fail_when_the_retriever_is_built(demo_store, demo_co
             RmsRetriever(store=store, namespaces=[demo_store.namespace], token_budget=0)
         with pytest.raises(ValidationError, match="no_such_field"):
             RmsRetriever(store=store, namespaces=[demo_store.namespace], request_options={"no_such_field": 1})
+
+
+def test_every_document_says_when_the_min_score_floor_was_skipped(demo_store, demo_copy):
+    """RFC 7.2: the vector search found a model mismatch, so a positive floor fails open."""
+    from tests.factories import OtherModelEncoder
+
+    with MemoryStore.open(demo_copy, create=False) as store:
+        floored = RmsRetriever(store=store, namespaces=[demo_store.namespace], reference_time=demo_store.reference_time,
+                               request_options={"min_score": 0.5}, encoder=OtherModelEncoder())
+        documents = floored.invoke(QUESTION)
+    assert documents and all(d.metadata["min_score_skipped"] is True for d in documents)

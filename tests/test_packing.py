@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from rms_retrieval.nodes.models import CandidatePool, FilteredPool, QueryAnalysis
+from rms_retrieval.nodes.models import CandidatePool, FilteredPool, PathType, QueryAnalysis
 from rms_retrieval.nodes.formatting import format_item, group_header
 from rms_retrieval.nodes.packing import SEPARATOR, packed_bundle, selected_candidates
 from rms_retrieval.nodes.scoring import fused_scores__rrf
@@ -18,14 +18,15 @@ from tests.factories import BASE_TIME, make_candidate, make_object, make_request
 SETTINGS = RetrievalSettings()
 
 
-def _bundle(candidates, request=None, settings=SETTINGS):
+def _bundle(candidates, request=None, settings=SETTINGS, backend_failures=None):
     request = request or make_request()
     pool = FilteredPool(tuple(candidates), {})
+    merged = CandidatePool(tuple(candidates), backend_failures=backend_failures or {})
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
     fusion = settings.scoring.fusion
     ranked = ranked_candidates(fused_scores__rrf(pool, analysis, settings), [], pool, request, settings, fusion)
-    selection = selected_candidates(ranked, request, fusion)
-    return packed_bundle(selection, ranked, pool, CandidatePool(tuple(candidates)), analysis, request, settings, fusion)
+    selection = selected_candidates(ranked, merged, request, fusion)
+    return packed_bundle(selection, ranked, pool, merged, analysis, request, settings, fusion)
 
 
 def test_tiers_pinned_then_multi_path_then_the_rest():
@@ -82,11 +83,34 @@ def test_min_score_compares_the_cosine_under_rank_fusion():
     assert bundle.retrieval_metadata["min_score_skipped"] is False
 
 
-def test_min_score_fails_open_when_no_candidate_has_a_cosine():
+@pytest.mark.parametrize("failure", ["backend_error: RuntimeError: down", "embedding_mismatch"])
+def test_min_score_fails_open_when_the_vector_search_failed(failure):
     lexical_only = make_candidate(make_object("lex"), LEXICAL=(1, 1.0))
-    bundle = _bundle([lexical_only], make_request(min_score=0.5))
+    bundle = _bundle([lexical_only], make_request(min_score=0.5), backend_failures={PathType.VECTOR: failure})
     assert [i.id for i in bundle.items] == [lexical_only.object_id]
     assert bundle.retrieval_metadata["min_score_skipped"] is True
+    empty = _bundle([], make_request(min_score=0.5), backend_failures={PathType.VECTOR: failure})
+    assert empty.retrieval_metadata["min_score_skipped"] is True
+
+
+def test_min_score_keeps_the_floor_when_the_vector_search_ran_and_found_nothing():
+    """RFC 7.2: vector_k=0, the vector path off or a store without vectors is no failure."""
+    lexical_only = make_candidate(make_object("lex"), LEXICAL=(1, 1.0))
+    bundle = _bundle([lexical_only], make_request(min_score=0.5))
+    assert bundle.items == ()
+    assert bundle.retrieval_metadata["excluded"] == {str(lexical_only.object_id): "min_score"}
+    assert bundle.retrieval_metadata["min_score_skipped"] is False
+    failed_elsewhere = _bundle([lexical_only], make_request(min_score=0.5),
+                               backend_failures={PathType.GRAPH: "backend_error: RuntimeError: down"})
+    assert failed_elsewhere.items == ()
+    assert failed_elsewhere.retrieval_metadata["min_score_skipped"] is False
+
+
+def test_min_score_keeps_the_floor_when_a_result_has_a_cosine_despite_a_vector_failure():
+    with_cosine = make_candidate(make_object("vec"), VECTOR=(1, 0.2), LEXICAL=(1, 1.0))
+    bundle = _bundle([with_cosine], make_request(min_score=0.5), backend_failures={PathType.VECTOR: "embedding_mismatch"})
+    assert bundle.items == ()
+    assert bundle.retrieval_metadata["min_score_skipped"] is False
 
 
 def test_limit_and_max_per_source():
@@ -99,11 +123,23 @@ def test_limit_and_max_per_source():
     assert sorted(limited.retrieval_metadata["excluded"].values()) == ["limit", "limit"]
 
 
-def test_pinned_objects_bypass_limit_and_min_score():
+def test_an_explicit_limit_wins_over_pins_and_active_tasks():
+    pinned = make_candidate(make_object("pin", "gamma", salience=1.0), PINNED=(1, 1.0))
+    task = make_candidate(make_object("task", "delta", node_type=NodeType.TASK), PINNED=(2, 1.0))
+    best = make_candidate(make_object("best", "alpha"), VECTOR=(1, 0.9))
+    assert len(_bundle([pinned, task, best]).items) == 3
+    bundle = _bundle([pinned, task, best], make_request(limit=1))
+    assert [i.id for i in bundle.items] == [best.object_id]  # the first in rank order
+    assert bundle.retrieval_metadata["excluded"] == {str(pinned.object_id): "limit", str(task.object_id): "limit"}
+    assert len(_bundle([pinned, task, best], make_request(limit=2)).items) == 2
+
+
+def test_pins_obey_an_explicit_min_score():
     pinned = make_candidate(make_object("pin", salience=1.0), PINNED=(1, 1.0))
     best = make_candidate(make_object("best"), VECTOR=(1, 0.9))
-    bundle = _bundle([pinned, best], make_request(limit=1, min_score=0.95))
-    assert [i.id for i in bundle.items] == [pinned.object_id]
+    bundle = _bundle([pinned, best], make_request(min_score=0.5))
+    assert [i.id for i in bundle.items] == [best.object_id]
+    assert bundle.retrieval_metadata["excluded"] == {str(pinned.object_id): "min_score"}
 
 
 @hsettings(max_examples=40, deadline=None)
@@ -131,7 +167,7 @@ def test_no_excluded_object_is_ever_packed(kinds):
     filtered = filtered_candidates(merged, request, SETTINGS)
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
     ranked = ranked_candidates(fused_scores__rrf(filtered, analysis, SETTINGS), [], filtered, request, SETTINGS, "rrf")
-    bundle = packed_bundle(selected_candidates(ranked, request, "rrf"), ranked, filtered, merged, analysis, request,
+    bundle = packed_bundle(selected_candidates(ranked, merged, request, "rrf"), ranked, filtered, merged, analysis, request,
                            SETTINGS, "rrf")
     packed = {item.id for item in bundle.items}
     assert packed.isdisjoint(filtered.excluded)
@@ -146,7 +182,8 @@ def _count_bundle(candidates, budget):
     analysis = QueryAnalysis(raw_query=request.query, aggregation=AggregationKind.COUNT,
                              namespace_scope=("ns",), reference_time=BASE_TIME)
     ranked = ranked_candidates(fused_scores__rrf(pool, analysis, SETTINGS), [], pool, request, SETTINGS, "rrf")
-    return packed_bundle(selected_candidates(ranked, request, "rrf"), ranked, pool, CandidatePool(tuple(candidates)),
+    merged = CandidatePool(tuple(candidates))
+    return packed_bundle(selected_candidates(ranked, merged, request, "rrf"), ranked, pool, merged,
                          analysis, request, SETTINGS, "rrf")
 
 

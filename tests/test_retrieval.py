@@ -36,6 +36,23 @@ def test_a_failed_request_is_logged_with_its_failure(demo_store, demo_copy):
     assert record["payload"]["status"] == "failed" and "token_budget" in record["payload"]["error"]
 
 
+def test_the_log_record_carries_backend_failures_the_skipped_floor_and_coverage(demo_store, demo_copy):
+    from tests.factories import OtherModelEncoder
+
+    with MemoryStore.open(demo_copy, create=False) as store:
+        before = len(store.retrieval_log())
+        result = retrieve(store, "How many mugs did Priya and Anjali make?", namespaces=[demo_store.namespace],
+                          reference_time=demo_store.reference_time, token_budget=300, min_score=0.5,
+                          encoder=OtherModelEncoder())
+        [record] = store.retrieval_log()[before:]
+    meta, payload = result.bundle.retrieval_metadata, record["payload"]
+    assert payload["backend_failures"] == meta["backend_failures"] == {"VECTOR": "embedding_mismatch"}
+    assert payload["min_score_skipped"] is meta["min_score_skipped"] is True
+    assert payload["aggregation_coverage"] == meta["aggregation_coverage"]
+    assert payload["aggregation_coverage"]["kind"] == "COUNT"
+    assert "backend_failure" in payload["aggregation_coverage"]["limitation_codes"]
+
+
 @pytest.fixture(scope="module")
 def locomo_conversation(locomo_path, tmp_path_factory, encoder):
     """The first LoCoMo conversation in its own store, built once for this module."""

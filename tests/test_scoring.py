@@ -105,9 +105,14 @@ def test_event_time_tie_break_orders_equal_scores_newest_first():
 
 
 def test_scores_are_rounded_to_ten_decimals_before_the_tie_break():
-    frame = _rrf(make_candidate(make_object("a"), VECTOR=(3, 0.3)), settings=NO_TIE)
-    score = frame["score"].iloc[0]
-    assert round(score, 10) == score
+    first = make_candidate(make_object("first", days=0), VECTOR=(1, 0.9))
+    second = make_candidate(make_object("second", days=-1), VECTOR=(2, 0.8))  # rank 2: 61/62/2 before rounding
+    unrounded = 61 / 62 / 2
+    assert abs(round(unrounded, 10) - unrounded) > 1e-11  # far above the tie-break's 0.5e-11 and float error
+    assert _rrf(first, second, settings=NO_TIE).loc[str(second.object_id), "score"] == round(unrounded, 10)
+    frame = _rrf(first, second)  # the older of the two loses half of 1e-11 after rounding
+    assert frame.loc[str(second.object_id), "tie_break"] == 0.5
+    assert frame.loc[str(second.object_id), "score"] == round(unrounded, 10) - 0.5e-11
 
 
 def test_recency_boost_and_current_update_on_current_state_questions():

@@ -1,11 +1,19 @@
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
 from rms_retrieval.nodes.models import PathType
-from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings, ScoringSettings, SessionSettings
+from rms_retrieval.nodes.settings import (
+    CandidateSettings,
+    FilterSettings,
+    IgnoredSettingWarning,
+    RetrievalSettings,
+    ScoringSettings,
+    SessionSettings,
+)
 
 
 def test_defaults_and_the_structural_switch():
@@ -23,6 +31,10 @@ def test_defaults_and_the_structural_switch():
     (lambda: ScoringSettings(fusion="sum"), "fusion"),
     (lambda: ScoringSettings(epistemic_weights={"OBSERVED": 1.0}), "epistemic_weights lacks"),
     (lambda: RetrievalSettings(candidates={"vector_k": -1}), "vector_k"),
+    (lambda: FilterSettings(namespace_thresholds={"ns": float("nan")}), r"namespace_thresholds\['ns'\].*got nan"),
+    (lambda: FilterSettings(namespace_thresholds={"ns": float("inf")}), r"namespace_thresholds\['ns'\].*got inf"),
+    (lambda: FilterSettings(namespace_thresholds={"ns": -0.1}), r"namespace_thresholds\['ns'\]"),
+    (lambda: FilterSettings(unverified_threshold=float("nan")), "unverified_threshold"),
 ])
 def test_bad_settings_are_rejected_naming_the_field(build, field):
     with pytest.raises(ValueError, match=field):
@@ -44,3 +56,18 @@ def test_settings_round_trip_through_json():
     settings = RetrievalSettings(candidates={"enabled_paths": {PathType.LEXICAL, PathType.VECTOR}})
     assert RetrievalSettings.model_validate_json(settings.model_dump_json()) == settings
     assert settings.model_dump(mode="json")["candidates"]["enabled_paths"] == ["LEXICAL", "VECTOR"]
+
+
+def test_weighted_scoring_warns_of_rank_fusion_settings_and_leaves_them_out_of_the_fingerprint():
+    weighted = RetrievalSettings(scoring={"fusion": "weighted"})
+    with pytest.warns(IgnoredSettingWarning, match=r"fusion='weighted' ignores scoring.rank_fusion \(rrf_k=30, "
+                                                    r"rrf_recency_boost=None, rrf_tie_break=None\)"):
+        ignored = RetrievalSettings(scoring={"fusion": "weighted", "rank_fusion": {
+            "rrf_k": 30, "rrf_recency_boost": None, "rrf_tie_break": None}})
+    assert ignored.fingerprint() == weighted.fingerprint()
+    assert ignored.scoring.rank_fusion.rrf_k == 30  # kept as given, and logged as given
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither the defaults nor rank fusion itself warn
+        used = RetrievalSettings(scoring={"rank_fusion": {"rrf_k": 30}})
+        RetrievalSettings.model_validate(weighted.model_dump(mode="json"))
+    assert used.fingerprint() != RetrievalSettings().fingerprint()
