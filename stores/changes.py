@@ -18,8 +18,9 @@ from pydantic import ValidationError
 
 from rms_retrieval.stores.entity_graph import GraphUpdate
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.expansion import TurnExpansion
-from rms_retrieval.stores.lexical import TermPostings
+from rms_retrieval.stores.embedding import encode_many
+from rms_retrieval.stores.expansion import TurnExpansion, indexed_texts
+from rms_retrieval.stores.lexical import TermPostings, term_postings
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.segments import LoadedSegment
 from rms_retrieval.stores.snapshot import StoreSnapshot
@@ -111,3 +112,61 @@ def deleted_rows(rows: Sequence[Located]) -> dict[str, set[int]]:
     for segment, row in rows:
         grouped.setdefault(segment.entry.id, set()).add(row)
     return grouped
+
+
+class _Without:
+    """A segment as indexed_texts reads it (its sessions and objects) less some rows."""
+
+    def __init__(self, segment: LoadedSegment, rows: set[int]) -> None:
+        self._segment, self._rows = segment, rows
+        self.sessions = _FilteredSessions(segment.sessions, rows)
+
+    def object_at(self, row: int) -> MemoryObject:
+        return self._segment.object_at(row)
+
+
+class _FilteredSessions:
+    def __init__(self, sessions: Mapping, rows: set[int]) -> None:
+        self._sessions, self._rows = sessions, rows
+
+    def get(self, key: Any, default: Any = ()) -> Any:
+        found = self._sessions.get(key)
+        return default if found is None else [(seq, row) for seq, row in found if row not in self._rows]
+
+
+def followers(snapshot: StoreSnapshot, gone: Sequence[Located], expansion: TurnExpansion) -> list[Located]:
+    """The live turns whose indexed text took in a turn of `gone` (the `expansion.previous` turns
+    after it in its session): they are embedded and indexed again, so that the store answers as
+    one that never held the gone turns."""
+    if expansion.previous == 0 or not gone:
+        return []
+    gone_rows = {(segment.entry.id, row) for segment, row in gone}
+    sessions: dict[Any, list[tuple[int, Located]]] = {}
+    for segment, row in gone:
+        memory = segment.object_at(row)
+        if memory.session_id is None or memory.session_seq is None:
+            continue
+        key = (memory.namespace, memory.owner, memory.scope, memory.session_id)
+        if key not in sessions:
+            sessions[key] = sorted((seq, (other, position)) for other in snapshot.segments
+                                   for seq, position in other.sessions.get(key, ()))
+    found: dict[tuple[str, int], Located] = {}
+    for segment, row in gone:
+        memory = segment.object_at(row)
+        key = (memory.namespace, memory.owner, memory.scope, memory.session_id)
+        later = [where for seq, where in sessions.get(key, ()) if memory.session_seq is not None and seq > memory.session_seq
+                 and (where[0].entry.id, where[1]) not in gone_rows]
+        for where in later[:expansion.previous]:
+            found[(where[0].entry.id, where[1])] = where
+    return sorted(found.values(), key=lambda where: (where[0].entry.id, where[1]))
+
+
+def reindexed_write(snapshot: StoreSnapshot, gone: Sequence[Located], again: Sequence[Located], encoder: Any,
+                    expansion: TurnExpansion) -> PreparedWrite:
+    """New versions (unchanged objects) of `again`, embedded and indexed as if `gone` were never stored."""
+    rows = tuple(sorted((segment.object_at(row) for segment, row in again), key=lambda memory: memory.namespace))
+    without: dict[str, set[int]] = deleted_rows([*gone, *again])
+    stored = [_Without(segment, without.get(segment.entry.id, set())) for segment in snapshot.segments]
+    texts = indexed_texts(rows, stored, expansion)
+    vectors = encode_many(encoder, texts.vector, progress=False)
+    return PreparedWrite(rows, vectors, (), GraphUpdate((), (), ()), 0.0, term_postings(texts.lexical), expansion)

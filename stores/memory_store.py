@@ -272,9 +272,8 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             raise StoreError("delete needs at least one object id")
         with self._writing("delete objects") as snapshot:
             rows = [changes.located(snapshot, namespace, object_id) for object_id in wanted]
-            manifest, segments = writer.commit(self.path, snapshot, None, self._identity(snapshot), changes.deleted_rows(rows))
-            self._committed(manifest, segments)
-        return ChangeReport(manifest.generation, tuple(wanted))
+            self._commit_removal(snapshot, rows)
+        return ChangeReport(self._snapshot.generation, tuple(wanted))
 
     def erase(self, namespace: str | None = None, *, owner: str | None = None,
               where: Mapping[str, Any] | None = None) -> ChangeReport:
@@ -287,9 +286,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             erased = [segment.object_at(row) for segment, row in rows]
             whole = namespace is not None and owner is None and not where
             if rows:
-                manifest, segments = writer.commit(self.path, snapshot, None, self._identity(snapshot),
-                                                   changes.deleted_rows(rows))
-                self._committed(manifest, segments)
+                self._commit_removal(snapshot, rows)
             self._compact_now()
         needles = [json.dumps(str(memory.id)).encode() for memory in erased]
         needles += [json.dumps(memory.content)[1:-1].encode() for memory in erased]
@@ -298,6 +295,18 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         self.close()  # this process's log file is rewritten too; the next record opens a new one
         forget(self.path / LOG_DIRECTORY, needles)
         return ChangeReport(self.snapshot().generation, tuple(memory.id for memory in erased))
+
+    def _commit_removal(self, snapshot: StoreSnapshot, rows: Sequence[changes.Located]) -> None:
+        """Delete `rows`, and index again the turns whose expanded text took them in."""
+        expansion = snapshot.manifest.expansion
+        again = changes.followers(snapshot, rows, expansion)
+        prepared = None
+        if again:
+            prepared = changes.reindexed_write(snapshot, rows, again, self._checked_encoder(snapshot.embedding_identity),
+                                               expansion)
+        manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
+                                           changes.deleted_rows([*rows, *again]))
+        self._committed(manifest, segments)
 
     def compact(self) -> int:
         """Rewrite the segments holding deleted rows without them and remove every file no
