@@ -153,8 +153,11 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             raise StoreError(f"{self.path} changed {_RELOAD_ATTEMPTS} times while it was being read; try again")
 
     def _segments_of(self, manifest: Manifest) -> list[LoadedSegment]:
+        """The segments `manifest` names: those this process holds are shared (read with the
+        manifest's deletion file), the others loaded and verified."""
         known = {segment.entry.id: segment for segment in self._snapshot.segments}
-        return [known.get(entry.id) or LoadedSegment(self.path, entry) for entry in manifest.segments]
+        return [known[entry.id].with_deletions(entry) if entry.id in known else LoadedSegment(self.path, entry)
+                for entry in manifest.segments]
 
     def _install(self, manifest: Manifest, segments: Sequence[LoadedSegment], key: tuple[int, int, int]) -> None:
         self._snapshot = StoreSnapshot(manifest, segments, self.log_retrieval, previous=self._snapshot)

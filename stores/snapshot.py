@@ -5,9 +5,10 @@ Readers never lock: they hold a snapshot, and a newer generation is a new snapsh
 the segments both generations name. Derived structures (the BM25 index, adjacency lists, entity
 catalogs) are built on first use; a racing second build gives the same value. Those of a namespace
 scope read that scope's rows only and pass to the next generation while the segments they came
-from stay live (stores/scope_cache.py). The BM25 index is extended from the previous
-generation's when that one covers the same rows, so a small write costs a small update, also
-after a merge (a merged segment records which segments it replaced).
+from stay live (stores/scope_cache.py). The BM25 index is the previous generation's less the
+parts of segments this one no longer reads and plus the parts of those it lacks (keyed by segment
+and deletion file), so a write, a delete or a merge costs the segments it touches. Deleted rows
+(stores/segments.py deletion files) are left out of every structure.
 """
 
 from __future__ import annotations

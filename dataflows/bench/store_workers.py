@@ -136,6 +136,34 @@ def read(store_path: Path, stop: Path, seconds: float = 600.0) -> dict[str, Any]
     return summary
 
 
+def watch(store_path: Path, stop: Path, total: int, seconds: float = 600.0) -> dict[str, Any]:
+    """Check snapshots while `forget` runs, until `stop` exists: each must hold turns d..total-1
+    for some d in rows, postings, vectors, enumeration and aggregation, never a state between."""
+    from rms_retrieval.stores.enumeration import iter_objects
+    from rms_retrieval.stores.errors import StaleSnapshotError
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    summary: dict[str, Any] = {"requests": 0, "generations": set(), "problems": [], "errors": [], "asked_again": 0}
+    deadline = time.monotonic() + seconds
+    with MemoryStore.open(store_path, create=False, read_only=True) as store:
+        while time.monotonic() < deadline and not stop.exists():
+            try:
+                snapshot = store.snapshot()
+                summary["problems"] += suffix_problems(snapshot, total)
+                summary["generations"].add(snapshot.generation)
+                scanned = [memory.id.int - 1 for memory in iter_objects(snapshot, namespace=NAMESPACE, batch_size=7)]
+                if scanned != list(range(total - snapshot.count_objects(), total)):
+                    summary["problems"].append(f"{snapshot.state_fingerprint()}: a scan read {len(scanned)} turns")
+                summary["requests"] += 1
+            except StaleSnapshotError:  # an erase removed an older generation's files mid-scan
+                summary["asked_again"] += 1
+            except Exception as error:  # every other failure is reported, none may happen
+                summary["errors"].append(f"{type(error).__name__}: {error}")
+            time.sleep(PAUSE_SECONDS)
+    summary["generations"] = sorted(summary["generations"])
+    return summary
+
+
 def hold(store_path: Path, ready: Path, go: Path, seconds: float = 120.0) -> dict[str, Any]:
     """Take one snapshot, touch `ready`, wait for `go`, then enumerate and aggregate that snapshot
     (a request that outlives the writes after it began)."""
@@ -165,6 +193,8 @@ def main(argv: Sequence[str]) -> int:
     command, store_path, *arguments = argv
     if command == "write":
         write(Path(store_path), int(arguments[0]), int(arguments[1]))
+    elif command == "watch":
+        print(json.dumps(watch(Path(store_path), Path(arguments[0]), int(arguments[1]))), flush=True)
     elif command == "forget":
         forget(Path(store_path), int(arguments[0]), int(arguments[1]))
     elif command == "hold":
