@@ -181,3 +181,27 @@ def test_erasing_a_whole_namespace_removes_its_log_records(tmp_path):
         assert "tenant-gone" not in store.namespaces()
     assert not any(b"tenant-gone" in file.read_bytes() or b"quokka" in file.read_bytes()
                    for file in path.rglob("*") if file.is_file())
+
+
+def test_knowledge_at_leaves_out_what_was_stored_after_it_and_says_it_is_no_replay(tmp_path):
+    from rms_retrieval.nodes.packing import HISTORICAL_WARNING
+
+    turns = _turns(30)
+    cutoff = turns[9].created_at
+    when = store_workers.turn(0).created_at + timedelta(days=3)
+    with _open(tmp_path / "store") as store:
+        store.add(turns)
+        result = retrieve(store, "turn river guitar", namespaces=[NAMESPACE], encoder=store_workers.encoder(),
+                          reference_time=when, knowledge_at=cutoff, log=False)
+        items = {item.id for item in result.bundle.items}
+        assert items and items <= {turn.id for turn in turns[:10]}
+        meta = result.bundle.retrieval_metadata
+        assert set(meta["excluded"].values()) >= {"ingested_after_knowledge_at"}
+        assert meta["historical_coverage"]["exact_snapshot"] is False
+        assert result.bundle.context.startswith(HISTORICAL_WARNING)
+        plain = retrieve(store, "turn river guitar", namespaces=[NAMESPACE], encoder=store_workers.encoder(),
+                         reference_time=when, log=False)
+        assert "historical_coverage" not in plain.bundle.retrieval_metadata
+        tiny = retrieve(store, "turn river guitar", namespaces=[NAMESPACE], encoder=store_workers.encoder(),
+                        reference_time=when, knowledge_at=cutoff, token_budget=5, log=False)
+        assert tiny.bundle.items == ()  # the warning does not fit: no unqualified evidence
