@@ -194,6 +194,17 @@ def write_deletions(store: Path, segment_id: str, generation: int, rows: Sequenc
     return Deletions(name, hashlib.sha256(data).hexdigest(), len(set(rows)))
 
 
+def latest_deletions(directory: Path) -> Deletions | None:
+    """The newest deletion file in a segment directory, described as a manifest would (for
+    `rms check --repair`, which has no manifest to name it); None without one."""
+    found = sorted(path for path in directory.glob(f"{DELETIONS_PREFIX}g*.npy"))
+    if not found:
+        return None
+    data = found[-1].read_bytes()
+    rows = np.load(io.BytesIO(data), allow_pickle=False)
+    return Deletions(found[-1].name, hashlib.sha256(data).hexdigest(), len(rows))
+
+
 def _texts_array(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     encoded = [text.encode() for text in texts]
     return np.frombuffer(b"".join(encoded), dtype=np.uint8), np.cumsum([len(text) for text in encoded], dtype=np.int64)
