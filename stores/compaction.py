@@ -18,7 +18,7 @@ import pyarrow as pa
 from rms_retrieval.stores.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, write_manifest
 from rms_retrieval.stores.segments import LoadedSegment, StoredEdge, new_segment_id, write_table_segment
 from rms_retrieval.stores.snapshot import StoreSnapshot
-from rms_retrieval.stores.writer import committed_generation, remove_unnamed_deletions
+from rms_retrieval.stores.writer import committed_generation, remove_unnamed_deletions, store_made
 
 
 def _names_dead(stored: StoredEdge, dead_ids: frozenset) -> bool:
@@ -68,12 +68,13 @@ def compact(store: Path, snapshot: StoreSnapshot) -> tuple[Manifest, list[Loaded
 
 
 def remove_unnamed(store: Path, live: Manifest) -> None:
-    """Remove every segment directory, deletion file and staged file `live` does not name."""
+    """Remove every segment directory the store made, deletion file and staged file `live` does
+    not name (what the store did not make, such as an operator's backup, is never touched)."""
     (store / (MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
     named = set(live.segment_ids)
     directory = store / SEGMENTS_DIR
     if directory.exists():
         for child in directory.iterdir():
-            if child.name not in named:
+            if child.name not in named and store_made(child.name):
                 shutil.rmtree(child, ignore_errors=True)
     remove_unnamed_deletions(store, live)

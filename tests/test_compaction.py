@@ -49,3 +49,12 @@ def test_a_merge_keeps_deleted_rows_deleted(tmp_path):
         assert store_workers.live_problems(store.snapshot(), wanted) == []
     with MemoryStore.open(tmp_path / "store", create=False, read_only=True) as reader:
         assert store_workers.live_problems(reader.snapshot(), wanted) == []
+
+
+def test_compaction_never_touches_a_directory_the_store_did_not_make(tmp_path):
+    with _store(tmp_path / "store", 3) as store:
+        backup = store.path / SEGMENTS_DIR / "my-backup"
+        backup.mkdir()
+        store.delete(NAMESPACE, [store_workers.turn(2).id])
+        store.compact()
+        assert backup.is_dir()
