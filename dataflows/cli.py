@@ -39,6 +39,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("rms_retrieval.dataflows.bench.command", "benchmarks: LoCoMo relevance and operations, scaling"),
     "check": ("rms_retrieval.dataflows.store_command", "verify every file of a store against its manifest's sha256"),
     "migrate": ("rms_retrieval.dataflows.store_command", "upgrade a store of the old format (store.duckdb + FAISS)"),
+    "update": ("rms_retrieval.dataflows.change_command",
+               "change fields of one stored object (a content change is indexed again)"),
+    "delete": ("rms_retrieval.dataflows.change_command",
+               "delete stored objects by id (their bytes go at the next compaction)"),
+    "erase": ("rms_retrieval.dataflows.change_command",
+              "delete by namespace, owner or filter, compact, and forget their log records"),
+    "compact": ("rms_retrieval.dataflows.change_command",
+                "rewrite segments without deleted rows and remove every unnamed file now"),
     "log": ("rms_retrieval.dataflows.log_command", "the retrieval log: compact it, show its latest records"),
 }
 VERBOSE = "--verbose"

@@ -5,7 +5,8 @@ anything not ACTIVE. EXPLICIT mode (the caller asked for uncertain memories by n
 UNVERIFIED, HYPOTHETICAL and TENTATIVE but still removes DEPRECATED, ARCHIVED, SUPERSEDED and
 DELETED. AUDIT mode keeps everything except DELETED. Explicit `time_from`/`time_to` filter
 validity windows (ENTITY and PREFERENCE objects are exempt); `event_time_from`/`event_time_to`
-filter episode dates, falling back to ingestion time, without that exemption. Outside AUDIT
+filter episode dates, falling back to ingestion time, without that exemption; `knowledge_at`
+leaves out what was stored after it (`created_at`). Outside AUDIT
 mode an ENTITY whose content is only its name (a speaker, a name spotted at ingestion) is left
 out as `bare_entity`: it serves the graph walk but would spend budget saying nothing.
 
@@ -47,6 +48,8 @@ def _epistemic_reason(obj: MemoryObject, mode: RetrievalMode, filtering: FilterS
 
 
 def _time_reason(obj: MemoryObject, request: RetrievalRequest) -> str | None:
+    if request.knowledge_at is not None and obj.created_at > request.knowledge_at:
+        return "ingested_after_knowledge_at"
     if (request.time_from or request.time_to) and obj.node_type not in _VALIDITY_EXEMPT:
         if request.time_to and obj.valid_from and obj.valid_from > request.time_to:
             return "valid_after_time_to"

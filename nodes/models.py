@@ -41,6 +41,9 @@ class RetrievalRequest(BaseModel):
     limit: int | None = Field(default=None, ge=1)
     min_score: float = Field(default=0.0, ge=0.0, le=1.0)
     max_per_source: int | None = Field(default=None, ge=1)
+    knowledge_at: AwareDatetime | None = Field(
+        default=None, description="Ingestion-time cutoff (RFC-0005 amendment): objects stored after it are left out; "
+                                  "current lifecycle states and indexes are used, not a replay of the past.")
 
     @field_validator("query")
     @classmethod

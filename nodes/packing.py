@@ -35,6 +35,12 @@ from rms_retrieval.nodes.tokens import count_context_tokens, count_tokens
 from rms_retrieval.stores.models import MemoryObject
 
 SEPARATOR = "\n"
+# RFC-0005 amendment: knowledge_at is an ingestion-time cutoff over the current pool, not a replay.
+HISTORICAL_WARNING = (
+    "[history] Only memories stored by the knowledge_at time are shown, but with their current "
+    "state: later updates, supersessions and deletions are not undone."
+)
+HISTORICAL_LIMITATIONS = ("current_lifecycle_state", "current_derived_indexes", "unreplayed_mutations")
 COVERAGE_WARNING = (
     "[coverage] These memories come from a search, not a complete record: a count or list "
     "built from them may miss items or count one thing twice."
@@ -180,6 +186,7 @@ def _metadata(
     fusion: str,
     budget_cut: int,
     coverage: dict | None,
+    historical: dict | None = None,
 ) -> dict:
     excluded = {**filtered.excluded, **ranked.excluded, **selection.excluded}
     window = analysis.temporal_window
@@ -204,6 +211,7 @@ def _metadata(
         "min_score_skipped": selection.min_score_skipped,
         "excluded": {str(k): v for k, v in sorted(excluded.items(), key=lambda kv: kv[0].int)},
         "aggregation_coverage": coverage,
+        **({"historical_coverage": historical} if historical is not None else {}),
     }
 
 
@@ -236,9 +244,11 @@ def packed_bundle(
         items.append(_Item(obj, score, relevance, mask, path_count, text, count_tokens(text), _tier(strong, obj)))
     budget = request.token_budget
     separator = count_tokens(SEPARATOR)
-    # A count or list question's bundle starts with the coverage warning; when the warning
-    # cannot fit, nothing unqualified is packed.
-    warning = COVERAGE_WARNING if query_analysis.aggregation is not None else None
+    # A count or list question's bundle starts with the coverage warning, a knowledge_at one with
+    # the history warning; when the warning cannot fit, nothing unqualified is packed.
+    warnings = [*([HISTORICAL_WARNING] if request.knowledge_at is not None else []),
+                *([COVERAGE_WARNING] if query_analysis.aggregation is not None else [])]
+    warning = "\n".join(warnings) if warnings else None
     warning_fits = warning is None or count_tokens(warning) <= budget
     used = count_tokens(warning) if warning and warning_fits else 0
     headers: set[str] = set()
@@ -290,5 +300,9 @@ def packed_bundle(
                 selected_candidates, merged_candidates, query_analysis, len(packed),
                 len(items) - len(packed), warning_fits,
             ),
+            historical=None if request.knowledge_at is None else {
+                "knowledge_at": request.knowledge_at.isoformat(), "exact_snapshot": False,
+                "limitations": list(HISTORICAL_LIMITATIONS), "warning_fits": warning_fits,
+            },
         ),
     )

@@ -13,3 +13,8 @@ class EmbeddingMismatchError(StoreError):
 
 class EmbeddingError(Exception):
     """An encoder returned something other than one finite unit vector of the declared size per text."""
+
+
+class StaleSnapshotError(StoreError):
+    """A request read an older generation whose files a later write (a merge past its grace, an
+    erase, a compaction) has since removed; a new snapshot reads the live one."""

@@ -167,6 +167,18 @@ class TermPostings:
         lengths = np.concatenate([segment.lengths for segment in segments])
         return cls(vocabulary, term_ids[order], rows[order].astype(np.int32), tfs[order], lengths)
 
+    def subset(self, kept: np.ndarray) -> TermPostings:
+        """The postings of rows `kept` (ascending) only, renumbered 0..len(kept)-1: what a segment
+        with deleted rows indexes, and what a merge that drops them writes."""
+        if len(kept) == self.num_rows:
+            return self
+        new_row = np.full(self.num_rows, -1, dtype=np.int64)
+        new_row[kept] = np.arange(len(kept))
+        chosen = np.flatnonzero(new_row[self.rows] >= 0)
+        used, term_ids = np.unique(self.term_ids[chosen], return_inverse=True)
+        return TermPostings(self.vocabulary[used], term_ids.astype(np.int32), new_row[self.rows[chosen]].astype(np.int32),
+                            self.tfs[chosen], self.lengths[kept])
+
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Plain arrays (no pickles) for an `.npz` file; `from_arrays` reads them back."""
         encoded = [term.encode() for term in self.vocabulary]
@@ -340,6 +352,11 @@ class Bm25Index:
     @property
     def namespaces(self) -> tuple[str, ...]:
         return tuple(sorted(self._parts))
+
+    @property
+    def segment_keys(self) -> frozenset[Hashable]:
+        """The keys of the segments added with one."""
+        return self._segments
 
     def num_docs(self, namespaces: Iterable[str]) -> int:
         return sum(part.num_docs for part in self._scope(namespaces))

@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,3 +168,39 @@ def compact(directory: Path, retention: LogRetention, *, now_ns: int | None = No
 def log_size(directory: Path) -> int:
     """Bytes on disk of the segments a reader reads under `directory`."""
     return sum(path.stat().st_size for path in list_segments(Path(directory))[0])
+
+
+def forget(directory: Path, needles: Iterable[bytes]) -> int:
+    """Rewrite every log file under `directory` without the lines that contain any of `needles`
+    (an erased namespace, id or text, as it appears in a JSON record), each file atomically (temp
+    file, fsync, rename), under the compaction lock; the number of lines dropped. Every other
+    file and line stays. A process still appending to a rewritten file goes on writing to the
+    unlinked old one, which is no longer in the directory."""
+    directory = Path(directory)
+    wanted = [needle for needle in needles if needle]
+    if not directory.is_dir() or not wanted:
+        return 0
+    dropped = 0
+    lock = os.open(directory / _COMPACTION_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for path in sorted(directory.iterdir()):
+            if not path.is_file() or path.name == _COMPACTION_LOCK:
+                continue
+            lines = path.read_bytes().splitlines(keepends=True)
+            kept = [line for line in lines if not any(needle in line for needle in wanted)]
+            if len(kept) == len(lines):
+                continue
+            dropped += len(lines) - len(kept)
+            temporary = directory / f".{path.name}.forget"
+            with open(temporary, "wb") as handle:
+                handle.writelines(kept)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+        fsync_path(directory)
+    except OSError as error:
+        raise StoreError(f"cannot remove erased records from the retrieval log in {directory}: {error}") from error
+    finally:
+        os.close(lock)
+    return dropped

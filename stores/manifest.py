@@ -30,12 +30,40 @@ LEGACY_DATABASE_FILE = "store.duckdb"
 @dataclass(frozen=True, slots=True)
 class SegmentEntry:
     """One live segment: its directory name under `segments/`, its row count, its files' sha256,
-    and for a merged segment the ids of the segments it replaced."""
+    for a merged segment the ids of the segments it replaced, and its deletion file (if any rows
+    of it were deleted or replaced by a newer version)."""
 
     id: str
     rows: int
     files: dict[str, str]
     sources: tuple[str, ...] = ()
+    deletions: Deletions | None = None
+
+    @property
+    def key(self) -> str:
+        """What a reader's caches are keyed by: the segment and the deletion file it is read with."""
+        return self.id if self.deletions is None else f"{self.id}/{self.deletions.file}"
+
+    @property
+    def live_rows(self) -> int:
+        return self.rows - (0 if self.deletions is None else self.deletions.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"id": self.id, "rows": self.rows, "files": self.files, "sources": list(self.sources)}
+        if self.deletions is not None:  # absent means none, so stores written before deletions read the same
+            body["deletions"] = {"file": self.deletions.file, "sha256": self.deletions.sha256, "rows": self.deletions.rows}
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class Deletions:
+    """A segment's deletion file (`deleted-g<generation>.npy` in its directory): the sorted row
+    positions no reader may see, after tantivy's delete bitsets and Lance's deletion files. A
+    change to the set writes a new file; the manifest switch makes it live."""
+
+    file: str
+    sha256: str
+    rows: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +83,8 @@ class Manifest:
 
     @property
     def object_count(self) -> int:
-        return sum(entry.rows for entry in self.segments)
+        """Live objects: rows less deleted rows."""
+        return sum(entry.live_rows for entry in self.segments)
 
     def to_json(self) -> dict[str, Any]:
         embedding = None
@@ -69,10 +98,7 @@ class Manifest:
             "format_version": FORMAT_VERSION,
             "generation": self.generation,
             "embedding": embedding,
-            "segments": [
-                {"id": entry.id, "rows": entry.rows, "files": entry.files, "sources": list(entry.sources)}
-                for entry in self.segments
-            ],
+            "segments": [entry.to_json() for entry in self.segments],
             "retired": list(self.retired),
         }
         if not self.expansion.is_off:  # absent means off, so stores written before expansion read the same
@@ -118,7 +144,7 @@ def read_manifest(store: Path) -> Manifest:
         )
         segments = tuple(
             SegmentEntry(str(entry["id"]), int(entry["rows"]), {str(k): str(v) for k, v in entry["files"].items()},
-                         tuple(map(str, entry.get("sources", ()))))
+                         tuple(map(str, entry.get("sources", ()))), _deletions(entry.get("deletions")))
             for entry in document["segments"]
         )
         return Manifest(int(document["generation"]), identity, segments, tuple(map(str, document.get("retired", []))),
@@ -142,6 +168,12 @@ def holds_segments(store: Path) -> bool:
 def missing_manifest_message(store: Path) -> str:
     return (f"{store} holds segments but its {MANIFEST_FILE} is missing: the store is damaged, not empty, and nothing "
             f"will be written over it; rebuild the manifest from its segments with `rms check --store {store} --repair`")
+
+
+def _deletions(document: Any) -> Deletions | None:
+    if document is None:
+        return None
+    return Deletions(str(document["file"]), str(document["sha256"]), int(document["rows"]))
 
 
 def write_manifest(store: Path, manifest: Manifest) -> None:

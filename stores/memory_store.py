@@ -11,17 +11,20 @@ per-process, append-only files under `log/` that never need the write lock.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores import writer
+from rms_retrieval.stores import changes, compaction, writer
 from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.embedding import default_encoder
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
@@ -33,7 +36,9 @@ from rms_retrieval.stores.repair import STORE_FACTS_FILE, write_store_facts
 from rms_retrieval.stores.protocols import (EmbeddingIdentity, EntityRef, GraphIndex, IngestReport, LexicalHit,
                                             LexicalIndex, ObjectStore, QueryEncoder, RecordReader, RetrievalLog,
                                             SessionNeighbour, SnapshotSource, VectorHit, VectorIndex)
+from rms_retrieval.stores.entity_graph import GraphEdge
 from rms_retrieval.stores.log_buffer import BufferedLogWriter
+from rms_retrieval.stores.log_compaction import forget
 from rms_retrieval.stores.retrieval_log import read_records
 from rms_retrieval.stores.segments import LoadedSegment
 from rms_retrieval.stores.snapshot import StoreSnapshot
@@ -42,6 +47,14 @@ from rms_retrieval.stores.write_lock import DEFAULT_WRITE_TIMEOUT_SECONDS, Write
 LOG_DIRECTORY = "log"
 _RELOAD_ATTEMPTS = 5
 _MISMATCH_HINT = "use that model, or rebuild the store with `rms ingest` into an empty directory"
+
+
+@dataclass(frozen=True)
+class ChangeReport:
+    """What an update, supersede, delete or erase committed: the generation and the ids it touched."""
+
+    generation: int
+    object_ids: tuple[UUID, ...]
 
 
 class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog, RecordReader, SnapshotSource):
@@ -140,8 +153,11 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             raise StoreError(f"{self.path} changed {_RELOAD_ATTEMPTS} times while it was being read; try again")
 
     def _segments_of(self, manifest: Manifest) -> list[LoadedSegment]:
+        """The segments `manifest` names: those this process holds are shared (read with the
+        manifest's deletion file), the others loaded and verified."""
         known = {segment.entry.id: segment for segment in self._snapshot.segments}
-        return [known.get(entry.id) or LoadedSegment(self.path, entry) for entry in manifest.segments]
+        return [known[entry.id].with_deletions(entry) if entry.id in known else LoadedSegment(self.path, entry)
+                for entry in manifest.segments]
 
     def _install(self, manifest: Manifest, segments: Sequence[LoadedSegment], key: tuple[int, int, int]) -> None:
         self._snapshot = StoreSnapshot(manifest, segments, self.log_retrieval, previous=self._snapshot)
@@ -189,6 +205,130 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
                 "segments": len(manifest.segments),
             },
         )
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[StoreSnapshot]:
+        """The write lock held and the live generation loaded, garbage collected, for one commit."""
+        if self._read_only:
+            raise StoreError(f"{self.path} is open read-only; reopen it writable to {what}")
+        with self._add_lock, WriteLock(self.path, self._write_timeout) as lock:
+            self._refresh()
+            generation = self._snapshot.generation
+            try:
+                self._garbage.collect(self._snapshot.manifest, writer_died=lock.holder_died)
+                yield self._snapshot
+            except OSError as error:
+                raise writer.write_failure(self.path, generation, f"trying to {what}", error) from error
+
+    def _committed(self, manifest: Manifest, segments: Sequence[LoadedSegment]) -> None:
+        self._garbage.committed(manifest, time.time())
+        self._install(manifest, segments, self._stat_key())
+
+    def update(self, namespace: str, object_id: UUID, changes_: Mapping[str, Any] | None = None,
+               **fields: Any) -> ChangeReport:
+        """Change `lifecycle_state`, `epistemic_type`, `confidence`, `salience`, `valid_to`,
+        `metadata` or `content` of one stored object of `namespace` (a mapping, keywords, or both),
+        stamping `updated_at`. The object keeps its id; its old row is deleted in the same commit.
+        A content change is embedded and indexed again; other changes keep its vector and postings."""
+        wanted = {**(changes_ or {}), **fields}
+        with self._writing("update objects") as snapshot:
+            where = changes.located(snapshot, namespace, object_id)
+            old = where[0].object_at(where[1])
+            version = changes.new_version(old, wanted, datetime.now(timezone.utc))
+            expansion = snapshot.manifest.expansion
+            if version.content != old.content:
+                prepared = writer.prepare_write(snapshot, [version], self._checked_encoder(snapshot.embedding_identity),
+                                                progress=False, expansion=expansion, versions={object_id})
+            else:
+                prepared = changes.copied_write([(where, version)], expansion)
+            manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
+                                               changes.deleted_rows([where]))
+            self._committed(manifest, segments)
+        return ChangeReport(manifest.generation, (object_id,))
+
+    def supersede(self, namespace: str, old_id: UUID, new_object: MemoryObject) -> ChangeReport:
+        """Store `new_object` (in `namespace`) as the successor of `old_id`: the old object becomes
+        SUPERSEDED, with a SUPERSEDES edge from its successor. DEFAULT retrieval then leaves it
+        out (reason `lifecycle:SUPERSEDED`); AUDIT still shows it."""
+        if new_object.namespace != namespace:
+            raise StoreError(f"the new object is in namespace {new_object.namespace!r}, not {namespace!r}; "
+                             "an object is superseded within its namespace")
+        with self._writing("supersede objects") as snapshot:
+            where = changes.located(snapshot, namespace, old_id)
+            old = where[0].object_at(where[1])
+            retired = changes.new_version(old, {"lifecycle_state": "SUPERSEDED"}, datetime.now(timezone.utc))
+            edge = GraphEdge(namespace, changes.SUPERSEDES, new_object.id, old_id, 1.0)
+            fresh = writer.prepare_write(snapshot, [new_object], self._checked_encoder(snapshot.embedding_identity),
+                                         progress=False, expansion=snapshot.manifest.expansion, extra_edges=[edge])
+            copied = changes.copied_write([(where, retired)], snapshot.manifest.expansion)
+            prepared = writer.joined(fresh, copied)
+            manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
+                                               changes.deleted_rows([where]))
+            self._committed(manifest, segments)
+        return ChangeReport(manifest.generation, (old_id, new_object.id))
+
+    def delete(self, namespace: str, ids: Iterable[UUID]) -> ChangeReport:
+        """Delete objects of `namespace`, all or none: readers stop seeing them at once (a deletion
+        file per touched segment); their bytes stay on disk until `compact()` (or `erase`)."""
+        wanted = sorted(set(ids), key=lambda object_id: object_id.int)
+        if not wanted:
+            raise StoreError("delete needs at least one object id")
+        with self._writing("delete objects") as snapshot:
+            rows = [changes.located(snapshot, namespace, object_id) for object_id in wanted]
+            self._commit_removal(snapshot, rows)
+        return ChangeReport(self._snapshot.generation, tuple(wanted))
+
+    def erase(self, namespace: str | None = None, *, owner: str | None = None,
+              where: Mapping[str, Any] | None = None) -> ChangeReport:
+        """Delete every object of `namespace` (every namespace if None) of `owner` matching `where`
+        (stores/changes.py ERASE_FIELDS or `metadata.<key>`, exact), then compact at once and
+        remove the retrieval log records that name them: afterwards no byte of them is left in the
+        store directory. Readers keep answering from the snapshot they hold."""
+        with self._writing("erase objects") as snapshot:
+            rows = changes.selected(snapshot, namespace, owner, where)
+            erased = [segment.object_at(row) for segment, row in rows]
+            whole = namespace is not None and owner is None and not where
+            if rows:
+                self._commit_removal(snapshot, rows)
+            self._compact_now()
+        needles = [json.dumps(str(memory.id)).encode() for memory in erased]
+        needles += [json.dumps(memory.content)[1:-1].encode() for memory in erased]
+        if whole:
+            needles.append(json.dumps(namespace).encode())
+        self.close()  # this process's log file is rewritten too; the next record opens a new one
+        forget(self.path / LOG_DIRECTORY, needles)
+        return ChangeReport(self.snapshot().generation, tuple(memory.id for memory in erased))
+
+    def _commit_removal(self, snapshot: StoreSnapshot, rows: Sequence[changes.Located]) -> None:
+        """Delete `rows`, and index again the turns whose expanded text took them in."""
+        expansion = snapshot.manifest.expansion
+        again = changes.followers(snapshot, rows, expansion)
+        prepared = None
+        if again:
+            prepared = changes.reindexed_write(snapshot, rows, again, self._checked_encoder(snapshot.embedding_identity),
+                                               expansion)
+        manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
+                                           changes.deleted_rows([*rows, *again]))
+        self._committed(manifest, segments)
+
+    def compact(self) -> int:
+        """Rewrite the segments holding deleted rows without them and remove every file no
+        generation names (no grace period); the live generation after it."""
+        with self._writing("compact the store"):
+            self._compact_now()
+        return self.snapshot().generation
+
+    def _compact_now(self) -> None:
+        compacted = compaction.compact(self.path, self._snapshot)
+        if compacted is not None:
+            self._committed(*compacted)
+        else:
+            compaction.remove_unnamed(self.path, self._snapshot.manifest)
+
+    def _identity(self, snapshot: StoreSnapshot) -> EmbeddingIdentity:
+        if snapshot.embedding_identity is not None:
+            return snapshot.embedding_identity
+        return self._checked_encoder(None).identity
 
     def _checked_encoder(self, stored: EmbeddingIdentity | None) -> QueryEncoder:
         if self._encoder is None:

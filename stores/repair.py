@@ -24,7 +24,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rms_retrieval.stores.errors import StoreError
@@ -32,7 +32,7 @@ from rms_retrieval.stores.expansion import OFF, TurnExpansion, expansion_from_js
 from rms_retrieval.stores.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, fsync_path, read_manifest, write_manifest
 from rms_retrieval.stores.protocols import EmbeddingIdentity
 from rms_retrieval.stores.segments import (SEGMENT_FILES, SEGMENT_NAME, SEPARATE_FILES, SIDECAR_FILE, VECTORS_FILE,
-                                           LoadedSegment)
+                                           LoadedSegment, latest_deletions)
 from rms_retrieval.stores.write_lock import WriteLock
 
 STORE_FACTS_FILE = "store.json"
@@ -169,6 +169,8 @@ def _repair(store: Path, default_identity: Callable[[], EmbeddingIdentity]) -> R
                 entry = _hashed_entry(directory)
             if entry.rows < 0:
                 entry = SegmentEntry(entry.id, _row_count(directory), entry.files, entry.sources)
+            if entry.deletions is None:  # deleted rows stay deleted: the newest deletion file is the last change
+                entry = replace(entry, deletions=latest_deletions(directory))
             segment = LoadedSegment(store, entry)
         except (StoreError, OSError, ValueError) as error:
             damaged[directory.name] = (str(error).split(";")[0], described.namespaces if described else None,

@@ -25,11 +25,13 @@ Value = TypeVar("Value")
 
 @dataclass(frozen=True)
 class NamespaceRows:
-    """One segment's edges (in stored order), entity rows and pinned rows (ascending), by namespace."""
+    """One segment's edges (in stored order), entity rows, pinned rows and deleted rows (ascending),
+    by namespace."""
 
     edges: Mapping[str, tuple[Edge, ...]]
     entity_rows: Mapping[str, tuple[int, ...]]
     pinned_rows: Mapping[str, tuple[int, ...]]
+    dead_rows: Mapping[str, tuple[int, ...]]
 
 
 def _grouped(pairs: list[tuple[str, object]]) -> Mapping[str, tuple]:
@@ -40,12 +42,13 @@ def _grouped(pairs: list[tuple[str, object]]) -> Mapping[str, tuple]:
 
 
 def namespace_rows(segment: LoadedSegment) -> NamespaceRows:
-    """Split `segment`'s edges, entity rows and pinned rows by namespace (edges never cross one)."""
+    """Split `segment`'s edges, entity rows, pinned rows and deleted rows by namespace (edges never cross one)."""
     namespace_of = segment.namespace_of_row
     return NamespaceRows(
         edges=_grouped([(stored.namespace, stored.edge) for stored in segment.edges]),
         entity_rows=_grouped([(namespace_of[row], row) for row in segment.entity_rows]),
         pinned_rows=_grouped([(namespace_of[row], row) for row in segment.pinned_rows]),
+        dead_rows=_grouped([(namespace_of[row], row) for row in sorted(segment.dead_rows)]),
     )
 
 

@@ -13,6 +13,11 @@ they load the same, and a merge rewrites them in the current form.
 `write_segment` builds them in memory (no DuckDB connection: stores/segment_parquet.py), writes
 them into a temporary directory, fsyncs, and renames it into place; only a manifest that names the
 segment makes it live. `LoadedSegment` verifies every file's sha256 before parsing it.
+
+A segment's rows never change, but some may be deleted: a deletion file
+(`deleted-g<generation>.npy`, the sorted dead row positions) that the manifest names with the
+segment. An update, a delete or an erase writes the segment a new deletion file and switches the
+manifest; `LoadedSegment.with_deletions` gives the new view, sharing everything else.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import pyarrow as pa
 from rms_retrieval.stores.codec import memory_object
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.lexical import TermPostings, term_postings
-from rms_retrieval.stores.manifest import SEGMENTS_DIR, SegmentEntry, fsync_path
+from rms_retrieval.stores.manifest import SEGMENTS_DIR, Deletions, SegmentEntry, fsync_path
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge
 from rms_retrieval.stores.segment_parquet import (LOADED_COLUMNS, OBJECTS_SCHEMA, conformed, loaded_columns, objects_table,
@@ -59,6 +64,7 @@ EDGES_FILE = "edges.parquet"
 POSTINGS_FILE = "postings.npz"
 SEPARATE_FILES = (OBJECTS_FILE, VECTORS_FILE, EDGES_FILE, POSTINGS_FILE)
 TEMPORARY_PREFIX = ".tmp-"
+DELETIONS_PREFIX = "deleted-"
 _DECODED_CACHE_LIMIT = 50_000
 MENTIONS = "MENTIONS"
 
@@ -168,6 +174,37 @@ def sidecar_bytes(segment_id: str, rows: int, files: Mapping[str, str], sources:
                        "namespaces": dict(namespaces), "dimension": dimension}, sort_keys=True).encode()
 
 
+def write_deletions(store: Path, segment_id: str, generation: int, rows: Sequence[int]) -> Deletions:
+    """Write the deletion file of generation `generation` for a segment durably (it is live once a
+    manifest names it): the sorted dead rows as an int64 `.npy`."""
+    directory = segment_directory(store, segment_id)
+    name = f"{DELETIONS_PREFIX}g{generation:08d}.npy"
+    buffer = io.BytesIO()
+    np.save(buffer, np.unique(np.asarray(rows, dtype=np.int64)), allow_pickle=False)
+    data = buffer.getvalue()
+    staged = directory / f"{TEMPORARY_PREFIX}{name}"
+    try:
+        staged.write_bytes(data)
+        fsync_path(staged)
+        os.rename(staged, directory / name)
+        fsync_path(directory)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    return Deletions(name, hashlib.sha256(data).hexdigest(), len(set(rows)))
+
+
+def latest_deletions(directory: Path) -> Deletions | None:
+    """The newest deletion file in a segment directory, described as a manifest would (for
+    `rms check --repair`, which has no manifest to name it); None without one."""
+    found = sorted(path for path in directory.glob(f"{DELETIONS_PREFIX}g*.npy"))
+    if not found:
+        return None
+    data = found[-1].read_bytes()
+    rows = np.load(io.BytesIO(data), allow_pickle=False)
+    return Deletions(found[-1].name, hashlib.sha256(data).hexdigest(), len(rows))
+
+
 def _texts_array(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     encoded = [text.encode() for text in texts]
     return np.frombuffer(b"".join(encoded), dtype=np.uint8), np.cumsum([len(text) for text in encoded], dtype=np.int64)
@@ -237,6 +274,36 @@ class LoadedSegment:
             raise StoreError(f"cannot read segment {directory} ({error}); run `rms check --store {store}`") from error
         self._build(store, vectors, postings, columns, edges)
 
+    def with_deletions(self, entry: SegmentEntry) -> LoadedSegment:
+        """This segment read with `entry`'s deletion file (the same segment id): rows, vectors and
+        postings are shared, the lookups rebuilt without the dead rows."""
+        if entry.id != self.entry.id:
+            raise StoreError(f"segment {self.entry.id} cannot take the deletions of {entry.id}; this is a bug, report it")
+        if entry == self.entry:
+            return self
+        segment = LoadedSegment.__new__(LoadedSegment)
+        segment.entry, segment.directory = entry, self.directory
+        segment._build(self.directory.parent.parent, self.vectors, self.postings, self._columns, self.edges)
+        segment._checked = self._checked  # the rows' checked table; readers leave the dead rows out
+        return segment
+
+    def _dead_rows(self) -> np.ndarray:
+        """The deletion file's rows, verified against the manifest's sha256 (none without one)."""
+        deletions = self.entry.deletions
+        if deletions is None:
+            return np.empty(0, dtype=np.int64)
+        data = self.directory.joinpath(deletions.file).read_bytes()  # FileNotFoundError: a newer generation removed it
+        if hashlib.sha256(data).hexdigest() != deletions.sha256:
+            raise StoreError(f"{self.directory / deletions.file} is damaged (its sha256 differs from the manifest's); "
+                             "restore the store from a backup")
+        try:
+            rows = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as error:
+            raise StoreError(f"cannot read {self.directory / deletions.file} ({error}); restore the store from a backup") from error
+        if len(rows) != deletions.rows or (len(rows) and (rows.min() < 0 or rows.max() >= self.entry.rows)):
+            raise StoreError(f"{self.directory / deletions.file} names rows this segment does not hold; restore the store from a backup")
+        return rows
+
     def _build(self, store: Path, vectors: np.ndarray, postings: TermPostings, columns: Mapping[str, list],
                edges: tuple[StoredEdge, ...]) -> None:
         """The in-memory lookups over one segment's rows (`columns`: segment_parquet.LOADED_COLUMNS)."""
@@ -247,10 +314,19 @@ class LoadedSegment:
             raise StoreError(f"segment {self.directory} holds {len(columns['id'])} rows, {self.vectors.shape[0]} vectors "
                              f"and {self.postings.num_rows} postings rows, the manifest says {entry.rows}; "
                              f"run `rms check --store {store}`")
+        self._columns = columns
         self.ids: list[UUID] = columns["id"]
+        dead = self._dead_rows()
+        self.dead_rows: frozenset[int] = frozenset(dead.tolist())
+        self.dead: np.ndarray | None = None  # per row, True where deleted (None: no row is)
+        if len(dead):
+            self.dead = np.zeros(entry.rows, dtype=bool)
+            self.dead[dead] = True
+            self.dead.flags.writeable = False
         self.namespace_of_row: list[str] = columns["namespace"]
         # Keyed by (namespace, id): an id is unique within its namespace only, so that what another
         # namespace holds is invisible to a writer (stores/README.md, "Isolation").
+        # Every row, dead ones too: an id is not reused while a dead row still holds it.
         self.row_of: dict[tuple[str, UUID], int] = {
             key: position for position, key in enumerate(zip(self.namespace_of_row, self.ids))}
         self._records: list[str] = columns["record"]
@@ -258,18 +334,28 @@ class LoadedSegment:
         for position, namespace in enumerate(self.namespace_of_row):
             start, _ = self.namespace_slices.get(namespace, (position, position))
             self.namespace_slices[namespace] = (start, position + 1)
-        self.pinned_rows = [position for position, pinned in enumerate(columns["pinned"]) if pinned]
+        self.pinned_rows = [position for position, pinned in enumerate(columns["pinned"])
+                            if pinned and position not in self.dead_rows]
         self.entity_rows = [position for position, node_type in enumerate(columns["node_type"])
-                            if node_type == NodeType.ENTITY.value]
+                            if node_type == NodeType.ENTITY.value and position not in self.dead_rows]
         self.sessions: dict[SessionKey, list[tuple[int, int]]] = defaultdict(list)
         for position, key in enumerate(zip(columns["namespace"], columns["owner"], columns["scope"], columns["session_id"])):
             session_seq = columns["session_seq"][position]
-            if key[3] is not None and session_seq is not None:
+            if key[3] is not None and session_seq is not None and position not in self.dead_rows:
                 self.sessions[key].append((session_seq, position))
         self.edges = edges
         self._decoded: dict[int, MemoryObject] = {}
         self._checked: pa.Table | None = None
         self._table_lock = threading.Lock()
+
+    def live_row(self, namespace: str, object_id: UUID) -> int | None:
+        """The row of `object_id` in `namespace` unless it is deleted here."""
+        row = self.row_of.get((namespace, object_id))
+        return None if row is None or row in self.dead_rows else row
+
+    def live_positions(self) -> np.ndarray:
+        """The rows no deletion file names, ascending."""
+        return np.arange(self.entry.rows) if self.dead is None else np.flatnonzero(~self.dead)
 
     def objects_table(self) -> pa.Table:
         """This segment's objects file as a table of OBJECTS_SCHEMA, read again and verified."""
@@ -306,7 +392,8 @@ class LoadedSegment:
         return memory
 
     def objects(self) -> list[MemoryObject]:
-        return [self.object_at(position) for position in range(len(self.ids))]
+        """The live objects, in row order."""
+        return [self.object_at(position) for position in self.live_positions().tolist()]
 
     @property
     def parquet_path(self) -> Path:

@@ -5,9 +5,10 @@ Readers never lock: they hold a snapshot, and a newer generation is a new snapsh
 the segments both generations name. Derived structures (the BM25 index, adjacency lists, entity
 catalogs) are built on first use; a racing second build gives the same value. Those of a namespace
 scope read that scope's rows only and pass to the next generation while the segments they came
-from stay live (stores/scope_cache.py). The BM25 index is extended from the previous
-generation's when that one covers the same rows, so a small write costs a small update, also
-after a merge (a merged segment records which segments it replaced).
+from stay live (stores/scope_cache.py). The BM25 index is the previous generation's less the
+parts of segments this one no longer reads and plus the parts of those it lacks (keyed by segment
+and deletion file), so a write, a delete or a merge costs the segments it touches. Deleted rows
+(stores/segments.py deletion files) are left out of every structure.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pyarrow as pa
 
 from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.entity_graph import entity_names
-from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
+from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotError, StoreError
 from rms_retrieval.stores.lexical import Bm25Index
 from rms_retrieval.stores.manifest import Manifest
 from rms_retrieval.stores.models import MemoryObject
@@ -35,13 +36,6 @@ from rms_retrieval.stores.store_sql import ParquetRecords
 from rms_retrieval.stores.vector_index import exact_top_k
 
 CO_MENTIONED = "CO_MENTIONED"
-
-
-class _Bm25Base:
-    """A built BM25 index and the segment ids it covers, handed from one generation to the next."""
-
-    def __init__(self, index: Bm25Index, covered: frozenset[str]) -> None:
-        self.index, self.covered = index, covered
 
 
 class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
@@ -82,7 +76,8 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         self._lock = threading.Lock()
         self._bm25: Bm25Index | None = None
         self._bm25_base = None if previous is None else previous._handed_bm25()
-        live = [segment.entry.id for segment in self.segments]
+        live = [segment.entry.key for segment in self.segments]
+        self.dead_ids: frozenset[tuple[str, UUID]] = self._dead_ids()
         handed = previous._namespace_rows if previous is not None else {}
         self._namespace_rows: dict[str, NamespaceRows] = {key: handed[key] for key in live if key in handed}
         self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, live)
@@ -90,6 +85,12 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, live)
         self._rows_table: pa.Table | None = None
         self._records = ParquetRecords(self._checked_rows, self.state_fingerprint())
+
+    def _dead_ids(self) -> frozenset[tuple[str, UUID]]:
+        """(namespace, id) of the objects deleted from the store (a row replaced by a newer version
+        of its object is not one)."""
+        dead = {(segment.namespace_of_row[row], segment.ids[row]) for segment in self.segments for row in segment.dead_rows}
+        return frozenset(key for key in dead if not self.is_live(*key))
 
     # ----- generation facts ----------------------------------------------------------------------
 
@@ -110,14 +111,17 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         return self
 
     def count_objects(self, namespaces: Sequence[str] | None = None) -> int:
+        """Live objects (of `namespaces`)."""
         if namespaces is None:
             return self.manifest.object_count
         wanted = set(namespaces)
-        return sum(stop - start for segment in self.segments
+        return sum(_live_in(segment, start, stop) for segment in self.segments
                    for namespace, (start, stop) in segment.namespace_slices.items() if namespace in wanted)
 
     def namespaces(self) -> list[str]:
-        return sorted({namespace for segment in self.segments for namespace in segment.namespace_slices})
+        """The namespaces that hold a live object."""
+        return sorted({namespace for segment in self.segments for namespace, (start, stop) in segment.namespace_slices.items()
+                       if _live_in(segment, start, stop)})
 
     def contains(self, namespace: str, object_id: UUID) -> bool:
         """Whether `namespace` holds `object_id`; what other namespaces hold is never consulted."""
@@ -132,44 +136,31 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 return segment.ids[span[0]]
         return None
 
+    def is_live(self, namespace: str, object_id: UUID) -> bool:
+        """Whether `namespace` holds `object_id` in a row no deletion file names."""
+        return any(segment.live_row(namespace, object_id) is not None for segment in self.segments)
+
     # ----- LexicalIndex ----------------------------------------------------------------------------
 
-    def _handed_bm25(self) -> _Bm25Base | None:
-        if self._bm25 is not None:
-            return _Bm25Base(self._bm25, frozenset(self.manifest.segment_ids))
-        return self._bm25_base
+    def _handed_bm25(self) -> Bm25Index | None:
+        return self._bm25 if self._bm25 is not None else self._bm25_base
 
     def _lexical_index(self) -> Bm25Index:
+        """The previous generation's index less the segments this one no longer reads (merged away,
+        or read with another deletion file) plus the ones it lacks: a write costs its segments."""
         with self._lock:
             if self._bm25 is None:
-                index, missing = self._extendable_base()
-                for segment in missing:
-                    index = index.with_segment(segment.postings, segment.namespace_of_row, segment.ids)
+                index = self._bm25_base or Bm25Index.empty()
+                live = {segment.entry.key for segment in self.segments}
+                index = index.without_segments(index.segment_keys - live)
+                for segment in self.segments:
+                    if segment.entry.key not in index.segment_keys:
+                        kept = segment.live_positions()
+                        index = index.with_segment(segment.postings.subset(kept), [segment.namespace_of_row[row] for row in kept.tolist()],
+                                                   [segment.ids[row] for row in kept.tolist()], key=segment.entry.key)
                 self._bm25 = index
                 self._bm25_base = None
             return self._bm25
-
-    def _extendable_base(self) -> tuple[Bm25Index, list[LoadedSegment]]:
-        """The previous index and the segments it lacks, or an empty index and every segment."""
-        base = self._bm25_base
-        if base is not None:
-            live = {segment.entry.id for segment in self.segments}
-            gone = set(base.covered - live)
-            missing = []
-            for segment in self.segments:
-                if segment.entry.id in base.covered:
-                    continue
-                sources = set(segment.entry.sources)
-                if sources and sources <= gone:
-                    gone -= sources
-                elif sources:
-                    break
-                else:
-                    missing.append(segment)
-            else:
-                if not gone:
-                    return base.index, missing
-        return Bm25Index.empty(), list(self.segments)
 
     def search_lexical(self, text: str, namespaces: Sequence[str], limit: int) -> list[LexicalHit]:
         """BM25 over content and entity names, statistics over `namespaces` only, best first, ties by id."""
@@ -205,7 +196,11 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 bounds = segment.namespace_slices.get(namespace)
                 if bounds is None:
                     continue
-                positions, scores = exact_top_k(segment.vectors[bounds[0]:bounds[1]], query, limit)
+                dead = 0 if segment.dead is None else int(segment.dead[bounds[0]:bounds[1]].sum())
+                positions, scores = exact_top_k(segment.vectors[bounds[0]:bounds[1]], query, limit + dead)
+                if dead:
+                    alive = ~segment.dead[bounds[0] + positions]
+                    positions, scores = positions[alive], scores[alive]
                 score_blocks.append(scores)
                 owners.extend((segment, bounds[0] + position) for position in positions.tolist())
         if not score_blocks:
@@ -222,15 +217,17 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         """Every live segment with its rows split by namespace (split once per segment, not per generation)."""
         split = []
         for segment in self.segments:
-            rows = self._namespace_rows.get(segment.entry.id)
+            rows = self._namespace_rows.get(segment.entry.key)
             if rows is None:
-                rows = self._namespace_rows[segment.entry.id] = namespace_rows(segment)
+                rows = self._namespace_rows[segment.entry.key] = namespace_rows(segment)
             split.append((segment, rows))
         return split
 
     def _sources(self, scope: Scope, kind: Callable[[NamespaceRows], Mapping[str, tuple]]) -> tuple[str, ...]:
-        """The ids of the live segments holding rows of `kind` in `scope`, in segment order."""
-        return tuple(segment.entry.id for segment, rows in self._split() if any(name in kind(rows) for name in scope))
+        """The keys of the live segments holding rows of `kind` or deleted rows in `scope`, in segment
+        order (a deletion anywhere in the scope can remove an edge stored in another segment)."""
+        return tuple(segment.entry.key for segment, rows in self._split()
+                     if any(name in kind(rows) or name in rows.dead_rows for name in scope))
 
     def stored_entities(self, namespaces: Iterable[str]) -> list[MemoryObject]:
         """The ENTITY objects of the namespaces, by id (what the entity-graph step of an add needs)."""
@@ -267,12 +264,14 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         key = tuple(sorted(set(namespaces)))
 
         def build() -> Adjacency:
-            latest: dict[int, Edge] = {}
+            latest: dict[int, tuple[str, Edge]] = {}
             for _, rows in self._split():
                 for namespace in key:
                     for edge in rows.edges.get(namespace, ()):
-                        latest[edge.edge_id] = edge
-            return Adjacency(list(latest.values()))
+                        latest[edge.edge_id] = (namespace, edge)
+            dead = self.dead_ids
+            return Adjacency([edge for namespace, edge in latest.values()
+                              if (namespace, edge.source) not in dead and (namespace, edge.target) not in dead])
 
         return self._adjacency.get(key, self._sources(key, lambda rows: rows.edges), build)
 
@@ -293,7 +292,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     def _object(self, namespace: str, object_id: UUID) -> MemoryObject | None:
         for segment in self.segments:
-            row = segment.row_of.get((namespace, object_id))
+            row = segment.live_row(namespace, object_id)
             if row is not None:
                 return segment.object_at(row)
         return None
@@ -339,11 +338,13 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 tables = []
                 for segment in self.segments:
                     try:
-                        tables.append(segment.checked_table())
+                        table = segment.checked_table()
+                        tables.append(table if segment.dead is None else table.take(pa.array(segment.live_positions())))
                     except FileNotFoundError as missing:
-                        raise StoreError(
+                        raise StaleSnapshotError(
                             f"this snapshot of {segment.directory.parent.parent} (generation {self.generation}) is older than "
-                            f"the store's retired grace: a later write removed {missing.filename}, which it reads; take a "
+                            f"the store's retired grace, or an erase or compaction removed its files: a later write removed "
+                            f"{missing.filename}, which it reads; take a "
                             "new snapshot (`store.snapshot()`) and read again, or keep snapshots for less than the "
                             "`retired_grace` the writer opened the store with") from missing
                 self._rows_table = pa.concat_tables(tables)
@@ -363,6 +364,11 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     def quantity_page(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         return self._records.quantity_page(parameters)
+
+
+def _live_in(segment: LoadedSegment, start: int, stop: int) -> int:
+    """How many rows of `segment[start:stop]` are not deleted."""
+    return stop - start - (0 if segment.dead is None else int(segment.dead[start:stop].sum()))
 
 
 def _at_least_kth(scores: np.ndarray, k: int) -> np.ndarray:

@@ -14,8 +14,8 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from uuid import UUID
 
@@ -30,8 +30,8 @@ from rms_retrieval.stores.lexical import TermPostings, term_postings
 from rms_retrieval.stores.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
-from rms_retrieval.stores.segments import (SEGMENT_NAME, TEMPORARY_PREFIX, LoadedSegment, StoredEdge, new_segment_id,
-                                           write_segment, write_table_segment)
+from rms_retrieval.stores.segments import (DELETIONS_PREFIX, SEGMENT_NAME, TEMPORARY_PREFIX, LoadedSegment, StoredEdge,
+                                           new_segment_id, write_deletions, write_segment, write_table_segment)
 from rms_retrieval.stores.snapshot import StoreSnapshot
 
 # How long a retired segment's files outlive the write that retired it (GarbageCollector).
@@ -57,14 +57,17 @@ class PreparedWrite:
 
 def prepare_write(
     snapshot: StoreSnapshot, objects: Sequence[MemoryObject], encoder: QueryEncoder, *, progress: bool,
-    expansion: TurnExpansion,
+    expansion: TurnExpansion, versions: Collection[UUID] = (), extra_edges: Sequence[GraphEdge] = (),
 ) -> PreparedWrite:
-    """Rows, vectors and numbered edges for `objects` on top of `snapshot`; nothing is written."""
-    _check_new_ids(snapshot, objects)
+    """Rows, vectors and numbered edges for `objects` on top of `snapshot`; nothing is written.
+    `versions`: ids of `objects` that are new versions of live objects (their old rows are deleted
+    by the same commit); `extra_edges`: edges to store besides the entity graph's (SUPERSEDES)."""
+    _check_new_ids(snapshot, [memory for memory in objects if memory.id not in versions])
     namespaces = sorted({memory.namespace for memory in objects})
     anchors = namespace_anchors(snapshot, objects)
     graph = entity_graph(objects, snapshot.stored_entities(namespaces), snapshot.co_mention_counts(namespaces), anchors)
     graph = _without_id_clashes(graph, snapshot, {(memory.namespace, memory.id) for memory in objects}, anchors)
+    graph = GraphUpdate(graph.entities, (*graph.edges, *extra_edges), graph.reweighted)
     # grouped by namespace here (stable, as write_segment would) so the postings match the rows
     rows = tuple(sorted((*objects, *graph.entities), key=lambda memory: memory.namespace))
     texts = indexed_texts(rows, snapshot.segments, expansion)
@@ -84,6 +87,15 @@ def prepare_write(
         edges.append(_stored(edge, existing))
     edges.sort(key=lambda stored: stored.edge.edge_id)
     return PreparedWrite(rows, vectors, tuple(edges), graph, embedding_seconds, term_postings(texts.lexical), expansion)
+
+
+def joined(first: PreparedWrite, second: PreparedWrite) -> PreparedWrite:
+    """One write of both prepared writes' rows (of one namespace, so the rows stay grouped by it);
+    `second` adds no edges."""
+    if second.edges or {memory.namespace for memory in first.rows} != {memory.namespace for memory in second.rows}:
+        raise StoreError("joined writes must share one namespace and the second must add no edges; this is a bug, report it")
+    return PreparedWrite((*first.rows, *second.rows), np.concatenate([first.vectors, second.vectors]), first.edges, first.graph,
+                         first.embedding_seconds, TermPostings.concatenate([first.postings, second.postings]), first.expansion)
 
 
 def _stored(edge: GraphEdge, edge_id: int) -> StoredEdge:
@@ -187,10 +199,17 @@ def write_merged(store: Path, segments: Sequence[LoadedSegment], generation: int
     for segment in segments:
         for stored in segment.edges:
             latest[stored.edge.edge_id] = stored
-    return write_table_segment(
+    merged = write_table_segment(
         store, new_segment_id(generation), objects, vectors, [latest[edge_id] for edge_id in sorted(latest)],
         postings, sources=tuple(segment.entry.id for segment in segments),
     )
+    # Deleted rows stay deleted (only compaction drops them, with the edges that name them).
+    offsets = np.cumsum([0, *(segment.entry.rows for segment in segments)]).tolist()
+    dead = sorted(new_row[offset + row] for segment, offset in zip(segments, offsets) for row in segment.dead_rows)
+    if not dead:
+        return merged
+    deletions = write_deletions(store, merged.entry.id, generation, [int(row) for row in dead])
+    return merged.with_deletions(replace(merged.entry, deletions=deletions))
 
 
 def store_made(name: str) -> bool:
@@ -244,6 +263,7 @@ class GarbageCollector:
         if not directory.exists():
             return {}
         named = set(live.segment_ids)
+        remove_unnamed_deletions(self._store, live)
         waiting = {}
         for child in directory.iterdir():
             if child.name in named or not store_made(child.name):
@@ -259,6 +279,16 @@ class GarbageCollector:
         return waiting
 
 
+def remove_unnamed_deletions(store: Path, live: Manifest) -> None:
+    """Remove the deletion files in live segments that `live` does not name (replaced ones a
+    killed writer left, and staged ones)."""
+    for entry in live.segments:
+        named = None if entry.deletions is None else entry.deletions.file
+        for path in (store / SEGMENTS_DIR / entry.id).glob(f"*{DELETIONS_PREFIX}*"):
+            if path.name != named:
+                path.unlink(missing_ok=True)
+
+
 def never_named(store: Path, live: Manifest) -> list[str]:
     """The segment directories of `store` that no committed generation ever named."""
     directory = store / SEGMENTS_DIR
@@ -270,18 +300,30 @@ def never_named(store: Path, live: Manifest) -> list[str]:
 
 
 def commit(
-    store: Path, snapshot: StoreSnapshot, prepared: PreparedWrite, identity: EmbeddingIdentity
+    store: Path, snapshot: StoreSnapshot, prepared: PreparedWrite | None, identity: EmbeddingIdentity,
+    deleted: Mapping[str, Collection[int]] | None = None,
 ) -> tuple[Manifest, list[LoadedSegment]]:
-    """Write the prepared segment (and merges if due), switch the manifest, and return it with the
-    segments of the new generation, in manifest order."""
+    """Write the prepared segment (if any), the deletion files of the segments whose rows
+    `deleted` names (segment id -> rows), and merges if due; switch the manifest, and return it
+    with the segments of the new generation, in manifest order."""
     previous = snapshot.manifest
     generation = previous.generation + 1
     live = {segment.entry.id: segment for segment in snapshot.segments}
     written: list[LoadedSegment] = []
+    deletion_files: list[Path] = []
     try:
-        written.append(write_segment(store, new_segment_id(generation), prepared.rows, prepared.vectors, prepared.edges,
-                                     postings=prepared.postings))
-        segments = [*snapshot.segments, written[0]]
+        segments = []
+        for segment in snapshot.segments:
+            rows = (deleted or {}).get(segment.entry.id)
+            if rows:
+                deletions = write_deletions(store, segment.entry.id, generation, sorted(segment.dead_rows | set(rows)))
+                deletion_files.append(segment.directory / deletions.file)
+                segment = segment.with_deletions(replace(segment.entry, deletions=deletions))
+            segments.append(segment)
+        if prepared is not None and prepared.rows:
+            written.append(write_segment(store, new_segment_id(generation), prepared.rows, prepared.vectors, prepared.edges,
+                                         postings=prepared.postings))
+            segments.append(written[-1])
         retired: list[str] = []
         while run := merge_run([segment.entry for segment in segments]):
             sources = segments[-run:]
@@ -291,16 +333,21 @@ def commit(
         for segment_id in retired:  # the retirement time GarbageCollector counts the grace from
             os.utime(store / SEGMENTS_DIR / segment_id)
         manifest = Manifest(generation, identity, tuple(segment.entry for segment in segments), tuple(retired),
-                            prepared.expansion)
+                            previous.expansion if prepared is None else prepared.expansion)
         write_manifest(store, manifest)
     except BaseException:
-        if _committed_generation(store) != generation:  # a failed write leaves the store as it was
+        if committed_generation(store) != generation:  # a failed write leaves the store as it was
             for segment in written:
                 shutil.rmtree(segment.directory, ignore_errors=True)
+            for path in deletion_files:
+                path.unlink(missing_ok=True)
         raise
     for segment in written:
         if segment not in segments:  # merged away before any manifest named it
             shutil.rmtree(segment.directory, ignore_errors=True)
+    for segment in snapshot.segments:  # a deletion file the new generation replaced
+        if segment.entry.deletions is not None and (deleted or {}).get(segment.entry.id):
+            (segment.directory / segment.entry.deletions.file).unlink(missing_ok=True)
     return manifest, segments
 
 
@@ -309,14 +356,15 @@ def write_failure(store: Path, generation: int, step: str, error: OSError) -> St
     which step, and whether anything was written (a failed commit removes what it wrote)."""
     reason = error.strerror or str(error)
     hint = "; free space and try again" if error.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-    if _committed_generation(store) == generation + 1:
+    if committed_generation(store) == generation + 1:
         return StoreError(f"store {store}: generation {generation + 1} was committed, but {reason} while {step}; "
                           f"run `rms check --store {store}`{hint}")
     return StoreError(f"cannot write store {store}: {reason} while {step}; nothing was written, the store is as it "
                       f"was at generation {generation}{hint}")
 
 
-def _committed_generation(store: Path) -> int | None:
+def committed_generation(store: Path) -> int | None:
+    """The generation `store`'s manifest names, None if it cannot be read."""
     try:
         return read_manifest(store).generation
     except StoreError:

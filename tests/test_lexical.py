@@ -300,3 +300,13 @@ def test_a_merge_swaps_segments_without_changing_scores():
     with pytest.raises(ValueError, match="is in the index already"):
         merged.with_segment(term_postings(CORPUS[:1]), ["a"], _ids(1, "x"), key="0-19")
     assert merged.without_segments([key for key in range(20, len(documents), 5)] + ["0-19"]).namespaces == ()
+
+
+def test_a_subset_of_rows_scores_as_postings_of_those_rows_alone():
+    documents = [("the river was cold", None), ("pottery class", None), ("river pottery", "Tom"), ("cold tea", None)]
+    kept = np.asarray([0, 2, 3])
+    subset = term_postings(documents).subset(kept)
+    alone = term_postings([documents[row] for row in kept.tolist()])
+    for name in ("term_ids", "rows", "tfs", "lengths"):
+        assert getattr(subset, name).tolist() == getattr(alone, name).tolist()
+    assert subset.vocabulary.tolist() == alone.vocabulary.tolist()

@@ -144,3 +144,14 @@ def test_compactions_sigkilled_at_random_moments_show_every_record_once(tmp_path
     compact(tmp_path, LogRetention())
     assert sorted(record["request_id"] for record in read_records(tmp_path)) == expected
     assert len(list(tmp_path.glob("*.jsonl"))) == 1 and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_forget_drops_only_the_lines_that_name_a_needle(tmp_path):
+    from rms_retrieval.stores.log_compaction import forget
+
+    (tmp_path / "a.jsonl").write_bytes(b'{"ns": "gone", "n": 1}\n{"ns": "kept", "n": 2}\n')
+    (tmp_path / "b.jsonl").write_bytes(b'{"ns": "kept", "n": 3}\n')
+    assert forget(tmp_path, [b'"gone"']) == 1
+    assert (tmp_path / "a.jsonl").read_bytes() == b'{"ns": "kept", "n": 2}\n'
+    assert (tmp_path / "b.jsonl").read_bytes() == b'{"ns": "kept", "n": 3}\n'
+    assert forget(tmp_path, []) == 0

@@ -157,3 +157,14 @@ def test_a_write_removes_only_what_the_store_made_under_segments(tmp_path):
         store.add([store_workers.turn(6)])
     assert (path / "segments" / "backup-2024" / "keep.txt").read_text() == "mine"
     assert (path / "segments" / "g99999999-zzzz").is_dir()
+
+
+def test_repair_keeps_deleted_rows_deleted(tmp_path):
+    path = tmp_path / "store"
+    _grown(path, 4)
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        store.delete(store_workers.NAMESPACE, [store_workers.turn(3).id])  # the last turn: none is indexed with it
+    (path / "manifest.json").unlink()
+    repair_store(path, _identity)
+    with MemoryStore.open(path, create=False, read_only=True) as store:
+        assert store_workers.live_problems(store.snapshot(), {store_workers.turn(n).id for n in range(3)}) == []

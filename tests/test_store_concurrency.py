@@ -139,3 +139,23 @@ def test_retired_segments_go_once_their_grace_has_passed(tmp_path):
     with MemoryStore.open(path, store_workers.encoder(), retired_grace=0) as other_process:  # lists the directory
         other_process.add([store_workers.turn(MERGE_FACTOR + 2)])
         assert {child.name for child in (path / "segments").iterdir()} == set(other_process.snapshot().manifest.segment_ids)
+
+
+def test_reader_processes_see_each_update_delete_erase_and_compaction_whole(tmp_path):
+    path, total = tmp_path / "store", 40
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        for number in range(total):
+            store.add([store_workers.turn(number)])
+    stop = tmp_path / "stop"
+    readers = [subprocess.Popen([*WORKER, "watch", str(path), str(stop), str(total)], stdout=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    try:
+        subprocess.run([*WORKER, "forget", str(path), "0", "30"], check=True, capture_output=True, timeout=600)
+    finally:
+        stop.touch()
+    summaries = [json.loads(reader.communicate(timeout=120)[0]) for reader in readers]
+    for summary in summaries:
+        assert summary["problems"] == [] and summary["errors"] == []
+        assert summary["requests"] > 0 and len(summary["generations"]) > 1
+    with MemoryStore.open(path, create=False, read_only=True) as store:
+        assert store_workers.suffix_problems(store.snapshot(), total) == [] and store.count_objects() == 10

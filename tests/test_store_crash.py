@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import time
 
 from rms_retrieval.dataflows.bench import crash_bench, store_workers
 from rms_retrieval.stores.manifest import SEGMENTS_DIR, read_manifest
@@ -41,3 +45,31 @@ def test_kill_round_reports_what_it_checked(tmp_path):
     MemoryStore.open(tmp_path / "store", store_workers.encoder()).close()
     report = crash_bench.kill_round(tmp_path / "store", random.Random(3), max_commits=2, max_delay=0.05)
     assert report["problems"] == [] and report["held"] >= 1
+
+
+def test_sigkill_during_update_delete_erase_and_compaction_leaves_before_or_after(tmp_path):
+    """Six kills of a process that updates, erases, deletes and compacts turns one by one."""
+    from rms_retrieval.stores.check import check_store
+
+    path, total = tmp_path / "store", 36
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        store.add([store_workers.turn(number) for number in range(total)])
+    rng = random.Random(22)
+    for _ in range(6):
+        with MemoryStore.open(path, create=False, read_only=True) as store:
+            start = total - store.count_objects()
+        worker = subprocess.Popen([*crash_bench.WORKER, "forget", str(path), str(start), str(total)],
+                                  stdout=subprocess.PIPE, text=True)
+        assert worker.stdout is not None
+        for _ in range(rng.randint(0, 2)):
+            worker.stdout.readline()
+        time.sleep(rng.uniform(0, 0.4))
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        with MemoryStore.open(path, create=False, read_only=True) as store:
+            assert store_workers.suffix_problems(store.snapshot(), total) == []
+        assert check_store(path).problems == []
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        store.compact()  # a dead change's leftovers go with the next write
+        assert store_workers.suffix_problems(store.snapshot(), total) == []
+    assert never_named(path, read_manifest(path)) == []

@@ -1,7 +1,10 @@
 """`rms bench ingest`: what one small write costs as a store grows, and bulk throughput.
 
 One store grows through the requested sizes by bulk adds of synthetic turns (timed: bulk
-throughput); at each size, `singles` one-turn adds are timed (single-turn latency). Vectors
+throughput); at each size, `singles` one-turn adds are timed (single-turn latency), then
+`singles` one-object updates (metadata) and deletes of the oldest turns (in the largest
+segment), each delete followed by the first BM25 search on the new generation (what a reader
+pays for the segment whose deletion file changed). Vectors
 come from `RandomEncoder` (random unit vectors seeded by the text), so no model runs: the
 figures are the store's own cost, and `embedding_seconds` (near zero here) is reported apart.
 """
@@ -27,7 +30,7 @@ def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int 
     from rms_retrieval.stores.memory_store import MemoryStore
 
     rows: list[dict[str, Any]] = []
-    next_number = 0
+    next_number = victim = 0
     with MemoryStore.open(path, RandomEncoder()) as store:
         for size in sorted(sizes):
             bulk_objects = bulk_seconds = bulk_embedding = 0.0
@@ -45,8 +48,25 @@ def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int 
                 latencies.append(time.perf_counter() - started)
                 without_embedding.append(latencies[-1] - report.details["embedding_seconds"])
                 next_number += 1
+            changes: dict[str, list[float]] = {"update": [], "delete": [], "lexical_after_delete": []}
+            for _ in range(singles):
+                for kind in ("update", "delete"):
+                    memory = synthetic_objects(victim, 1)[0]
+                    victim += 1
+                    started = time.perf_counter()
+                    if kind == "update":
+                        store.update(memory.namespace, memory.id, metadata={"checked": True})
+                    else:
+                        store.delete(memory.namespace, [memory.id])
+                    changes[kind].append(time.perf_counter() - started)
+                started = time.perf_counter()
+                store.snapshot().search_lexical("turn", [memory.namespace], 10)
+                changes["lexical_after_delete"].append(time.perf_counter() - started)
             row = {
                 "size": size,
+                "single_update_ms": latency_percentiles(changes["update"]),
+                "single_delete_ms": latency_percentiles(changes["delete"]),
+                "lexical_after_delete_ms": latency_percentiles(changes["lexical_after_delete"]),
                 "single_add_ms": latency_percentiles(latencies),
                 "single_add_excluding_embedding_ms": latency_percentiles(without_embedding),
                 # Merges run inside some adds; the mean is the amortised cost that p50 and p95 hide.
@@ -69,5 +89,7 @@ def summary_line(row: dict[str, Any]) -> str:
     return (f"{row['size']:>9} objects: one-turn add p50 {single['p50']:.1f} ms, p95 {single['p95']:.1f} ms, "
             f"mean {row['single_add_excluding_embedding_mean_ms']:.1f} ms "
             f"(embedding excluded); bulk {bulk:,.0f} objects/s; {row['segments']} segments, "
-            f"{row['size_mb']:.0f} MB, peak {row['peak_memory_mb']:.0f} MB" if bulk else
+            f"{row['size_mb']:.0f} MB, peak {row['peak_memory_mb']:.0f} MB; one-object update p50 "
+            f"{row['single_update_ms']['p50']:.1f} ms, delete p50 {row['single_delete_ms']['p50']:.1f} ms, first BM25 "
+            f"search after a delete p50 {row['lexical_after_delete_ms']['p50']:.1f} ms" if bulk else
             f"{row['size']:>9} objects: one-turn add p50 {single['p50']:.1f} ms")

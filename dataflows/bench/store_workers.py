@@ -53,17 +53,45 @@ def snapshot_problems(snapshot: Any) -> list[str]:
     problems = []
     if generation != f"g{objects}":
         problems.append(f"{snapshot.state_fingerprint()}: generation and object count disagree")
-    wanted = {UUID(int=number + 1) for number in range(objects)}
-    if set(snapshot.get_objects(wanted, [NAMESPACE])) != wanted:
-        problems.append(f"{snapshot.state_fingerprint()}: rows are not turns 0..{objects - 1}")
-    lexical = {hit.object_id for hit in snapshot.search_lexical("turn", [NAMESPACE], objects + 5)}
+    return problems + live_problems(snapshot, {UUID(int=number + 1) for number in range(objects)})
+
+
+def live_problems(snapshot: Any, wanted: set[UUID]) -> list[str]:
+    """Why rows, postings and vectors of this snapshot do not hold exactly the turns `wanted`."""
+    problems = []
+    if set(snapshot.get_objects(wanted, [NAMESPACE])) != wanted or snapshot.count_objects() != len(wanted):
+        problems.append(f"{snapshot.state_fingerprint()}: rows are not the {len(wanted)} turns wanted")
+    lexical = {hit.object_id for hit in snapshot.search_lexical("turn", [NAMESPACE], len(wanted) + 5)}
     if lexical != wanted:
-        problems.append(f"{snapshot.state_fingerprint()}: BM25 finds {len(lexical)} of {objects} turns")
+        problems.append(f"{snapshot.state_fingerprint()}: BM25 finds {len(lexical)} of {len(wanted)} turns")
     vector = np.ones(DIMENSION, dtype=np.float32) / np.sqrt(DIMENSION)
-    vectors = {hit.object_id for hit in snapshot.search_vector(vector, [NAMESPACE], objects + 5)} if objects else set()
+    vectors = {hit.object_id for hit in snapshot.search_vector(vector, [NAMESPACE], len(wanted) + 5)} if wanted else set()
     if vectors != wanted:
-        problems.append(f"{snapshot.state_fingerprint()}: vector search finds {len(vectors)} of {objects} turns")
+        problems.append(f"{snapshot.state_fingerprint()}: vector search finds {len(vectors)} of {len(wanted)} turns")
     return problems
+
+
+def suffix_problems(snapshot: Any, total: int) -> list[str]:
+    """Why this snapshot is not turns d..total-1 for some d: what `forget` leaves at any moment."""
+    return live_problems(snapshot, {UUID(int=number + 1) for number in range(total - snapshot.count_objects(), total)})
+
+
+def forget(store_path: Path, start: int, stop: int) -> None:
+    """Remove turns start..stop-1 in order, one commit each: an odd turn is updated (metadata)
+    and then erased by that metadata, an even one deleted; every fourth turn also compacts."""
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    with MemoryStore.open(store_path, encoder()) as store:
+        for number in range(start, stop):
+            object_id = UUID(int=number + 1)
+            if number % 2:
+                store.update(NAMESPACE, object_id, metadata={"forget": number})
+                store.erase(NAMESPACE, where={"metadata.forget": number})
+            else:
+                store.delete(NAMESPACE, [object_id])
+            if number % 4 == 0:
+                store.compact()
+            print(f"removed {number + 1}", flush=True)
 
 
 def write(store_path: Path, start: int, count: int) -> None:
@@ -108,6 +136,34 @@ def read(store_path: Path, stop: Path, seconds: float = 600.0) -> dict[str, Any]
     return summary
 
 
+def watch(store_path: Path, stop: Path, total: int, seconds: float = 600.0) -> dict[str, Any]:
+    """Check snapshots while `forget` runs, until `stop` exists: each must hold turns d..total-1
+    for some d in rows, postings, vectors, enumeration and aggregation, never a state between."""
+    from rms_retrieval.stores.enumeration import iter_objects
+    from rms_retrieval.stores.errors import StaleSnapshotError
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    summary: dict[str, Any] = {"requests": 0, "generations": set(), "problems": [], "errors": [], "asked_again": 0}
+    deadline = time.monotonic() + seconds
+    with MemoryStore.open(store_path, create=False, read_only=True) as store:
+        while time.monotonic() < deadline and not stop.exists():
+            try:
+                snapshot = store.snapshot()
+                summary["problems"] += suffix_problems(snapshot, total)
+                summary["generations"].add(snapshot.generation)
+                scanned = [memory.id.int - 1 for memory in iter_objects(snapshot, namespace=NAMESPACE, batch_size=7)]
+                if scanned != list(range(total - snapshot.count_objects(), total)):
+                    summary["problems"].append(f"{snapshot.state_fingerprint()}: a scan read {len(scanned)} turns")
+                summary["requests"] += 1
+            except StaleSnapshotError:  # an erase removed an older generation's files mid-scan
+                summary["asked_again"] += 1
+            except Exception as error:  # every other failure is reported, none may happen
+                summary["errors"].append(f"{type(error).__name__}: {error}")
+            time.sleep(PAUSE_SECONDS)
+    summary["generations"] = sorted(summary["generations"])
+    return summary
+
+
 def hold(store_path: Path, ready: Path, go: Path, seconds: float = 120.0) -> dict[str, Any]:
     """Take one snapshot, touch `ready`, wait for `go`, then enumerate and aggregate that snapshot
     (a request that outlives the writes after it began)."""
@@ -137,6 +193,10 @@ def main(argv: Sequence[str]) -> int:
     command, store_path, *arguments = argv
     if command == "write":
         write(Path(store_path), int(arguments[0]), int(arguments[1]))
+    elif command == "watch":
+        print(json.dumps(watch(Path(store_path), Path(arguments[0]), int(arguments[1]))), flush=True)
+    elif command == "forget":
+        forget(Path(store_path), int(arguments[0]), int(arguments[1]))
     elif command == "hold":
         print(json.dumps(hold(Path(store_path), Path(arguments[0]), Path(arguments[1]))), flush=True)
     else:

@@ -1,0 +1,60 @@
+"""Compaction: segments with deleted rows rewritten without them; the rest kept; unnamed files gone."""
+
+from __future__ import annotations
+
+from rms_retrieval.dataflows.bench import store_workers
+from rms_retrieval.stores import compaction
+from rms_retrieval.stores.manifest import SEGMENTS_DIR, read_manifest
+from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.writer import MERGE_FACTOR
+
+NAMESPACE = store_workers.NAMESPACE
+
+
+def _store(path, turns: int) -> MemoryStore:
+    store = MemoryStore.open(path, store_workers.encoder(), retired_grace=3600)
+    for number in range(turns):
+        store.add([store_workers.turn(number)])
+    return store
+
+
+def test_nothing_deleted_means_nothing_to_compact(tmp_path):
+    with _store(tmp_path / "store", 3) as store:
+        assert compaction.compact(store.path, store.snapshot()) is None
+
+
+def test_only_the_segments_with_deleted_rows_are_rewritten(tmp_path):
+    with _store(tmp_path / "store", MERGE_FACTOR + 3) as store:
+        before = store.snapshot().manifest.segment_ids
+        assert len(before) == 4  # one merged segment of ten, three single ones
+        store.delete(NAMESPACE, [store_workers.turn(0).id, store_workers.turn(MERGE_FACTOR + 2).id])
+        store.compact()
+        after = read_manifest(store.path)
+        assert after.segment_ids[1:3] == before[1:3] and after.segment_ids[0] != before[0]
+        # the last single segment held only a deleted turn and is gone; turn 1, indexed with turn 0
+        # before it (the store's `previous` expansion), was indexed again into a segment of its own
+        assert [entry.rows for entry in after.segments] == [MERGE_FACTOR - 2, 1, 1, 1]
+        assert [entry.deletions for entry in after.segments] == [None] * 4
+        assert sorted(path.name for path in (store.path / SEGMENTS_DIR).iterdir()) == sorted(after.segment_ids)
+        assert store_workers.live_problems(store.snapshot(), {store_workers.turn(n).id for n in range(1, MERGE_FACTOR + 2)}) == []
+
+
+def test_a_merge_keeps_deleted_rows_deleted(tmp_path):
+    with _store(tmp_path / "store", MERGE_FACTOR - 1) as store:
+        store.delete(NAMESPACE, [store_workers.turn(MERGE_FACTOR - 2).id])  # the last turn: none is indexed with it
+        store.add([store_workers.turn(MERGE_FACTOR - 1)])  # the tenth segment: the tail merges
+        merged = store.snapshot().manifest.segments
+        assert len(merged) == 1 and merged[0].rows == MERGE_FACTOR and merged[0].deletions.rows == 1
+        wanted = {store_workers.turn(n).id for n in range(MERGE_FACTOR) if n != MERGE_FACTOR - 2}
+        assert store_workers.live_problems(store.snapshot(), wanted) == []
+    with MemoryStore.open(tmp_path / "store", create=False, read_only=True) as reader:
+        assert store_workers.live_problems(reader.snapshot(), wanted) == []
+
+
+def test_compaction_never_touches_a_directory_the_store_did_not_make(tmp_path):
+    with _store(tmp_path / "store", 3) as store:
+        backup = store.path / SEGMENTS_DIR / "my-backup"
+        backup.mkdir()
+        store.delete(NAMESPACE, [store_workers.turn(2).id])
+        store.compact()
+        assert backup.is_dir()
