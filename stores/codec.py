@@ -14,7 +14,6 @@ from typing import Any
 from uuid import UUID
 
 from rms_retrieval.stores.claims import Assertion, Quantity, normalize_predicate, normalize_value
-from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
 from rms_retrieval.stores.retrieval_log import json_default
 
@@ -32,11 +31,8 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def object_record(memory: MemoryObject) -> str:
-    """The object as one JSON text; `memory_object(record)` gives it back equal."""
-    try:
-        json.dumps(memory.metadata)
-    except (TypeError, ValueError) as error:
-        raise StoreError(f"object {memory.id} has metadata that is not JSON ({error}); store plain values") from error
+    """The object as one JSON text; `memory_object(record)` gives it back equal (MemoryObject
+    admits JSON metadata only, so every validated object encodes)."""
     fields = {name: getattr(memory, name) for name in OBJECT_FIELDS}
     fields.update({name: _iso(fields[name]) for name in _TIME_FIELDS})
     fields["assertion"] = None if memory.assertion is None else memory.assertion.model_dump(mode="json")

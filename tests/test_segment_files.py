@@ -37,10 +37,9 @@ def test_a_record_round_trips_to_an_equal_object_in_utc():
     assert row_values(RICH)["assertion_predicate_norm"] == "paid_for" and json.loads(row_values(RICH)["metadata"]) == RICH.metadata
 
 
-def test_metadata_that_is_not_json_is_refused():
-    odd = MemoryObject(namespace="a", content="x", metadata={"when": datetime(2024, 1, 1)})
-    with pytest.raises(StoreError, match="not JSON"):
-        object_record(odd)
+def test_metadata_that_is_not_json_is_refused_before_it_reaches_a_segment():
+    with pytest.raises(ValueError, match="metadata holds JSON values only"):
+        MemoryObject(namespace="a", content="x", metadata={"when": datetime(2024, 1, 1)})
 
 
 def test_the_manifest_switches_whole_and_detects_its_own_damage(tmp_path):
