@@ -138,7 +138,7 @@ def entity_graph(
         if not known.named(speaker):
             new_id = entity_id(memory.namespace, speaker, anchors[memory.namespace])
             known.add(new_id, [speaker], extracted=False)
-            new_speakers[new_id] = _speaker_entity(new_id, speaker, memory)
+            new_speakers[new_id] = _new_entity(new_id, speaker, memory, extracted=False, entity_type="PERSON")
 
     spotted_new: dict[UUID, tuple[str, str]] = {}  # id -> (name, entity type) of first spotting
     spotted_by_object: dict[UUID, set[UUID]] = {}
@@ -184,7 +184,7 @@ def entity_graph(
         (reweighted if already else edges).append(edge)
 
     entities = [
-        _extracted_entity(new_id, name, entity_type, first_mention[new_id])
+        _new_entity(new_id, name, first_mention[new_id], extracted=True, entity_type=entity_type)
         for new_id, (name, entity_type) in spotted_new.items()
     ] + list(new_speakers.values())
     return GraphUpdate(
@@ -194,7 +194,9 @@ def entity_graph(
     )
 
 
-def _extracted_entity(new_id: UUID, name: str, entity_type: str, first: MemoryObject) -> MemoryObject:
+def _new_entity(new_id: UUID, name: str, first: MemoryObject, *, extracted: bool, entity_type: str) -> MemoryObject:
+    """A new ENTITY dated by the first memory naming it: a spotted name (INFERRED, lower
+    confidence, marked `extracted`) or a speaker the namespace did not know (an OBSERVED PERSON)."""
     created_at: datetime = first.created_at
     return MemoryObject(
         id=new_id,
@@ -204,26 +206,9 @@ def _extracted_entity(new_id: UUID, name: str, entity_type: str, first: MemoryOb
         node_type=NodeType.ENTITY,
         content=name,
         entity_canonical_name=name,
-        epistemic_type=EpistemicType.INFERRED,
-        confidence=EXTRACTED_ENTITY_CONFIDENCE,
+        epistemic_type=EpistemicType.INFERRED if extracted else EpistemicType.OBSERVED,
+        confidence=EXTRACTED_ENTITY_CONFIDENCE if extracted else 1.0,
         created_at=created_at,
         updated_at=created_at,
-        metadata={"entity_type": entity_type, "extracted": True},
-    )
-
-
-def _speaker_entity(new_id: UUID, name: str, first: MemoryObject) -> MemoryObject:
-    """The PERSON ENTITY of a speaker the namespace did not know, dated by their first turn."""
-    return MemoryObject(
-        id=new_id,
-        namespace=first.namespace,
-        owner=first.owner,
-        scope=first.scope,
-        node_type=NodeType.ENTITY,
-        content=name,
-        entity_canonical_name=name,
-        epistemic_type=EpistemicType.OBSERVED,
-        created_at=first.created_at,
-        updated_at=first.created_at,
-        metadata={"entity_type": "PERSON"},
+        metadata={"entity_type": entity_type, "extracted": True} if extracted else {"entity_type": entity_type},
     )
