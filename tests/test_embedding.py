@@ -127,4 +127,6 @@ def test_a_vector_does_not_depend_on_the_texts_embedded_with_it(encoder):
     together = encoder.encode(texts)
     for position, text in enumerate(texts):
         assert np.array_equal(encoder.encode([text])[0], together[position])
-    assert np.array_equal(encode_many(encoder, texts[::-1], progress=False)[::-1], together)
+    stored = encode_many(encoder, texts, progress=False)  # what a store's add computes
+    assert np.array_equal(encode_many(encoder, texts[::-1], progress=False)[::-1], stored)
+    assert all(np.array_equal(encode_many(encoder, [text], progress=False)[0], stored[i]) for i, text in enumerate(texts))
