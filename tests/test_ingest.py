@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from rms_retrieval.dataflows.ingest import IngestError, locomo_objects, read_jsonl
+from rms_retrieval.dataflows.ingest import IngestError, locomo_objects, read_jsonl, read_message_lines
 from rms_retrieval.dataflows.demo import load_demo
 
 
@@ -12,17 +12,26 @@ def test_read_jsonl_reads_every_valid_line(tmp_path):
     assert [o.content for o in read_jsonl(path)] == ["one", "two"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "no objects found"),
-    ('{"namespace": "n"}\n', "line 1, content: Field required"),
-    ('{"namespace": "n", "content": "x", "mystery": 1}\n', "line 1, mystery: Extra inputs are not permitted"),
-    ('{"namespace": "n", "content": "ok"}\n{"namespace": "n", "content": "\\u0000 "}\n', "line 2, content: .*blank"),
+@pytest.mark.parametrize("reader, text, message", [
+    (read_jsonl, "", "no objects found"),
+    (read_jsonl, '{"namespace": "n"}\n', "line 1, content: Field required"),
+    (read_jsonl, '{"namespace": "n", "content": "x", "mystery": 1}\n', "line 1, mystery: Extra inputs are not permitted"),
+    (read_jsonl, '{"namespace": "n", "content": "ok"}\n{"namespace": "n", "content": "\\u0000 "}\n',
+     "line 2, content: .*blank"),
+    (read_message_lines, "", "no messages found"),
+    (read_message_lines, '{"session_id": "s1", "role": "user", "content": "hi"}\n',
+     'line 1: a message line is an object with "namespace"'),
+    (read_message_lines, '{"namespace": "c", "session_id": "s1", "role": "bot", "content": "hi"}\n',
+     "line 1, role: Input should be"),
+    (read_message_lines, '{"namespace": "c", "session_id": "s1", "role": "user", "content": "hi", "x": 1}\n',
+     "line 1: unknown message field"),
+    (read_message_lines, "{oops\n", "line 1: invalid JSON"),
 ])
-def test_read_jsonl_refuses_the_whole_file(tmp_path, text, message):
+def test_a_reader_refuses_the_whole_file(tmp_path, reader, text, message):
     path = tmp_path / "m.jsonl"
     path.write_text(text)
     with pytest.raises(IngestError, match=message):
-        read_jsonl(path)
+        reader(path)
 
 
 def test_read_jsonl_names_an_unreadable_file(tmp_path):
@@ -56,8 +65,6 @@ def test_plain_turns_round_trip_through_jsonl_without_entities(tmp_path):
 
 
 def test_read_message_lines_reads_messages_in_file_order(tmp_path):
-    from rms_retrieval.dataflows.ingest import read_message_lines
-
     path = tmp_path / "chat.jsonl"
     path.write_text('{"namespace": "chat", "session_id": "s1", "role": "user", "name": "Caroline", "content": "hi"}\n'
                     '\n{"namespace": "chat", "session_id": "s1", "role_type": "assistant", "role": "Mel", '
@@ -65,22 +72,6 @@ def test_read_message_lines_reads_messages_in_file_order(tmp_path):
     first, second = read_message_lines(path)
     assert (first.content, first.metadata, first.session_id) == ("hi", {"role": "user", "speaker": "Caroline"}, "s1")
     assert second.metadata["speaker"] == "Mel" and second.event_time.year == 2023
-
-
-@pytest.mark.parametrize("text, message", [
-    ("", "no messages found"),
-    ('{"session_id": "s1", "role": "user", "content": "hi"}\n', 'line 1: a message line is an object with "namespace"'),
-    ('{"namespace": "c", "session_id": "s1", "role": "bot", "content": "hi"}\n', "line 1, role: Input should be"),
-    ('{"namespace": "c", "session_id": "s1", "role": "user", "content": "hi", "x": 1}\n', "line 1: unknown message field"),
-    ("{oops\n", "line 1: invalid JSON"),
-])
-def test_read_message_lines_refuses_the_whole_file(tmp_path, text, message):
-    from rms_retrieval.dataflows.ingest import read_message_lines
-
-    path = tmp_path / "chat.jsonl"
-    path.write_text(text)
-    with pytest.raises(IngestError, match=message):
-        read_message_lines(path)
 
 
 def test_plain_chat_turns_carry_exactly_what_a_new_user_writes():
