@@ -142,8 +142,9 @@ def ingest_with_workers(
     from rms_retrieval.stores.embedding import default_encoder
     from rms_retrieval.stores import embedding
     from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.speakers import spoken_text
 
-    texts = [memory.content for memory in objects]
+    texts = [spoken_text(memory) for memory in objects]
     vectors = {}
     if texts:
         with task_executor(engine, address=address, workers=workers) as executor:

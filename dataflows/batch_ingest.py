@@ -4,8 +4,8 @@
 The writer then runs the ordinary `MemoryStore.add`, all or nothing, with a `PrecomputedEncoder`:
 asked for a chunk the workers embedded, it answers with their vectors; asked for anything else
 (the last chunk, which also holds the entities the store adds) it runs the model itself. The
-model sorts and pads the texts of one call, so only the same call gives the same bits, which is
-why the workers' chunks are cut exactly where `encode_many` cuts them.
+workers' chunks are cut exactly where `encode_many` cuts them, so the writer's requests find
+them; a vector is the same bits whichever process embeds it (stores/embedding.py).
 """
 
 from __future__ import annotations

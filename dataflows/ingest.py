@@ -1,4 +1,4 @@
-"""Ingestion front ends: JSON Lines of MemoryObjects, LoCoMo, and the demo conversation.
+"""Ingestion front ends: JSON Lines of MemoryObjects or of chat messages, LoCoMo, and the demo conversation.
 
 Every file is validated whole before anything is written, so a bad line adds nothing; the
 store's own `add` is all-or-nothing for what gets past validation.
@@ -6,14 +6,17 @@ store's own `add` is all-or-nothing for what gets past validation.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from rms_retrieval.dataflows.locomo import LocomoDataset, conversation_objects, load_locomo
+from rms_retrieval.dataflows.locomo import (LocomoConversation, LocomoDataset, LocomoTurn, conversation_objects,
+                                            load_locomo, turn_object_id)
 from rms_retrieval.stores.expansion import TurnExpansion
+from rms_retrieval.stores.messages import message_turn
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import IngestReport
 
@@ -59,6 +62,27 @@ def read_jsonl(path: Path) -> list[MemoryObject]:
                                 when_empty="no objects found (expected one JSON MemoryObject per line)")
 
 
+def read_message_lines(path: Path) -> list[MemoryObject]:
+    """Chat messages, one JSON object per line: `namespace`, `session_id` and a message
+    (stores/messages.py: `role`, `content`, optional `name`, `created_at`, `metadata`,
+    `source_ref`, `id`), as TURN objects in file order; every bad line is reported, none is added."""
+    return read_validated_lines(path, _message_line, IngestError, nothing_done="nothing was added",
+                                when_empty="no messages found (expected one JSON message per line)")
+
+
+def _message_line(_: int, line: str) -> MemoryObject:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"invalid JSON ({error.msg} at column {error.colno})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("namespace"), str) \
+            or not isinstance(record.get("session_id"), str):
+        raise ValueError('a message line is an object with "namespace" and "session_id" strings and the message\'s '
+                         'fields, e.g. {"namespace": "chat", "session_id": "s1", "role": "user", "content": "hi"}')
+    namespace, session_id = record.pop("namespace"), record.pop("session_id")
+    return message_turn(record, namespace, session_id)
+
+
 def locomo_objects(dataset: LocomoDataset) -> list[MemoryObject]:
     """Every conversation's speaker entities and turns, conversation by conversation."""
     return [obj for conversation in dataset.conversations for obj in conversation_objects(conversation)]
@@ -69,6 +93,40 @@ def plain_turns(dataset: LocomoDataset) -> list[MemoryObject]:
     "Speaker: text", session id and position, event time, `metadata["speaker"]`. No ENTITY
     objects: the store spots the speakers' names in the content, as it would for any user."""
     return [obj for obj in locomo_objects(dataset) if obj.node_type is NodeType.TURN]
+
+
+def _chat_line(turn: LocomoTurn) -> str:
+    """A LoCoMo turn as a chat log shows it: its text, and what it shares."""
+    return turn.text + (f" [shares image: {turn.image_caption}]" if turn.image_caption else "")
+
+
+def plain_chat_turns(dataset: LocomoDataset) -> list[MemoryObject]:
+    """Every dialogue turn as the plainest TURN a new user writes through `MemoryStore.add`:
+    content "Speaker: text" (plus "[shares image: ...]"), the session id, the session's time as
+    created, updated and event time, the dia_id as `source_ref`, and nothing else: no position, no
+    metadata, no ENTITY objects. The id derives from the dia_id only so the benchmark can find
+    the evidence; nothing reads ids for ranking."""
+    dates = {(c.sample_id, s.number): s.date_time for c in dataset.conversations for s in c.sessions}
+    return [MemoryObject(id=turn_object_id(c.sample_id, turn.dia_id), namespace=c.sample_id,
+                         session_id=f"session_{turn.session}", content=f"{turn.speaker}: {_chat_line(turn)}",
+                         created_at=(date := dates[(c.sample_id, turn.session)]), updated_at=date, event_time=date,
+                         source_ref=turn.dia_id)
+            for c in dataset.conversations for turn in c.turns]
+
+
+def chat_sessions(conversation: LocomoConversation) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Each session of a LoCoMo conversation as (session id, messages in the OpenAI/mem0 shape):
+    the first speaker's turns are the user's, the other's the assistant's, each with its name,
+    text, session time, dia_id as `source_ref` and an id derived from it (for the benchmark)."""
+    first = conversation.speakers[0]
+    sessions: dict[int, list[dict[str, Any]]] = {}
+    for turn in conversation.turns:
+        sessions.setdefault(turn.session, []).append({
+            "id": str(turn_object_id(conversation.sample_id, turn.dia_id)),
+            "role": "user" if turn.speaker == first else "assistant", "name": turn.speaker,
+            "content": _chat_line(turn), "created_at": conversation.session(turn.session).date_time.isoformat(),
+            "source_ref": turn.dia_id})
+    return [(f"session_{number}", messages) for number, messages in sessions.items()]
 
 
 def write_jsonl(objects: list[MemoryObject], path: Path) -> int:

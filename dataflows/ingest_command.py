@@ -10,9 +10,9 @@ from rms_retrieval.dataflows.cli_support import CliError, open_store
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from rms_retrieval.dataflows.ingest import read_jsonl
+    from rms_retrieval.dataflows.ingest import read_jsonl, read_message_lines
 
-    objects = read_jsonl(Path(args.path))
+    objects = (read_message_lines if args.format == "messages" else read_jsonl)(Path(args.path))
     if args.engine != "local" or args.address is not None or args.workers is not None:
         from rms_retrieval.dataflows.batch import ingest_with_workers
 
@@ -54,8 +54,12 @@ def _expansion_option(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `ingest` and `ingest-locomo` to the `rms` parser."""
-    ingest = sub.add_parser("ingest", help="add MemoryObjects from a JSON Lines file (all or nothing)")
+    ingest = sub.add_parser("ingest", help="add MemoryObjects or chat messages from a JSON Lines file (all or nothing)")
     ingest.add_argument("path")
+    ingest.add_argument("--format", choices=("objects", "messages"), default="objects",
+                        help="objects: one MemoryObject per line; messages: one chat message per line, "
+                             '{"namespace", "session_id", "role", "content", optional "name", "created_at", '
+                             '"metadata", "source_ref", "id"}, each session continued in file order')
     ingest.add_argument("--store", required=True)
     _expansion_option(ingest)
     add_engine_options(ingest)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.speakers import spoken_text
 
 
 def format_item(obj: MemoryObject, item_format: str) -> str:
     """The line an item takes in the context. "reader" dates every line; "dated_groups" dates
-    the group of lines it heads (see `group_header`), so "when" questions stay answerable."""
+    the group of lines it heads (see `group_header`), so "when" questions stay answerable. A turn
+    whose content does not name its speaker is written "Speaker: content" (stores/speakers.py)."""
     if item_format == "reader":
-        return f"{group_header(obj)} {obj.content}"
-    return obj.content
+        return f"{group_header(obj)} {spoken_text(obj)}"
+    return spoken_text(obj)
 
 
 def group_header(obj: MemoryObject) -> str:

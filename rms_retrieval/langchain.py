@@ -1,4 +1,5 @@
-"""LangChain integration: `RmsRetriever`, a `BaseRetriever` over an rms-retrieval store.
+"""LangChain integration: `RmsRetriever`, a `BaseRetriever` over an rms-retrieval store, which
+also writes chat messages (`add_messages`: LangChain messages or OpenAI-shaped dicts).
 
 Needs the [langchain] extra (`pip install 'rms-retrieval[langchain]'`). Each call is one
 `retrieve()`: the documents come in bundle order (pinned first, then by tier and score, as
@@ -26,7 +27,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from rms_retrieval.dataflows.retrieval import RetrievalResult, as_request, retrieve
 from rms_retrieval.nodes.models import DEFAULT_TOKEN_BUDGET, BundleItem, MemoryBundle
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import QueryEncoder
+from rms_retrieval.stores.protocols import IngestReport, QueryEncoder
 
 # A stand-in question for checking the request fields when the retriever is built.
 _PROBE = "probe"
@@ -82,6 +83,17 @@ class RmsRetriever(BaseRetriever):
     def bundle(self, query: str) -> MemoryBundle:
         """The whole Memory Bundle for `query`; `.context` is the packed text."""
         return self.retrieve(query).bundle
+
+    def add_messages(self, messages: Sequence[Any], *, session_id: str, namespace: str | None = None,
+                     time: datetime | None = None) -> IngestReport:
+        """Write chat messages (`HumanMessage`, `AIMessage`, ... or dicts; stores/messages.py) as the
+        next turns of `session_id` in `namespace`, which may be left out when the retriever reads one."""
+        if namespace is None:
+            if len(self.namespaces) != 1:
+                raise ValueError(f"the retriever reads {len(self.namespaces)} namespaces; say which one the "
+                                 "messages go to with namespace=")
+            namespace = self.namespaces[0]
+        return self.store.add_messages(namespace, session_id, messages, time=time)
 
     def close(self) -> None:
         """Close the store (for a retriever built from a path)."""

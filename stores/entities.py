@@ -57,7 +57,8 @@ def _strip_possessive(word: str) -> str:
     return re.sub(r"'s$", "", word)
 
 
-def _is_name_word(word: str) -> bool:
+def is_name_word(word: str) -> bool:
+    """A capitalised word that is not a function word, pronoun, greeting, weekday or month."""
     return word[:1].isupper() and _strip_possessive(word).lower() not in _NEVER
 
 
@@ -67,7 +68,7 @@ def extract_entities(text: str) -> list[ExtractedEntity]:
     found: dict[str, ExtractedEntity] = {}
     i = 0
     while i < len(tokens):
-        if not _is_name_word(tokens[i]):
+        if not is_name_word(tokens[i]):
             i += 1
             continue
         start = i
@@ -76,13 +77,13 @@ def extract_entities(text: str) -> list[ExtractedEntity]:
         while i < len(tokens):
             if tokens[i - 1].endswith("'s"):
                 break  # "Melanie's Sister": the possessive ends the name
-            if _is_name_word(tokens[i]):
+            if is_name_word(tokens[i]):
                 words.append(_strip_possessive(tokens[i]))
                 i += 1
             elif (
                 tokens[i] in _JOINERS
                 and i + 1 < len(tokens)
-                and _is_name_word(tokens[i + 1])
+                and is_name_word(tokens[i + 1])
             ):
                 words.extend([tokens[i], _strip_possessive(tokens[i + 1])])
                 i += 2

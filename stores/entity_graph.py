@@ -4,8 +4,10 @@ Known entities are the ENTITY objects already in the store or in the batch, matc
 `entity_canonical_name` and `metadata["aliases"]`. Every other object gets a MENTIONS edge to
 each entity whose name occurs in its content (by `rms_retrieval.stores.entities.NameMatcher`, the
 matcher query analysis uses too), plus to each name `extract_entities` spots; a spotted name
-that is not known becomes a new ENTITY object (marked `extracted`, with lower confidence). A `metadata["speaker"]` naming an
-entity adds SPOKEN_BY. Entities mentioned by the same object are joined by CO_MENTIONED, whose
+that is not known becomes a new ENTITY object (marked `extracted`, with lower confidence). Each
+object's speaker (`stores/speakers.py`: `metadata["speaker"]`, or a plain turn's leading "Name:")
+adds SPOKEN_BY to the entity of that name; a speaker the namespace does not know yet becomes a
+PERSON ENTITY the first time they speak, before names are spotted, so the spotter finds them known. Entities mentioned by the same object are joined by CO_MENTIONED, whose
 confidence grows with the number of objects mentioning both.
 
 What it catches: exact names and aliases in any case, possessives ("Caroline's"), multi-word
@@ -25,8 +27,9 @@ from datetime import datetime
 from itertools import combinations
 from uuid import UUID, uuid5
 
-from rms_retrieval.stores.entities import NameMatcher, extract_entities
+from rms_retrieval.stores.entities import NameMatcher, extract_entities, name_key
 from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
+from rms_retrieval.stores.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules, speaker_of
 
 # Fixed, so an extracted entity gets the same id whenever the same memories are written; the
 # namespace's anchor (below) keeps the id out of reach of anyone who knows no id of that namespace.
@@ -112,16 +115,30 @@ def entity_graph(
     known_entities: Sequence[MemoryObject],
     existing_co_mentions: Mapping[CoMentionKey, int],
     anchors: Mapping[str, UUID],
+    speakers: SpeakerRules = DEFAULT_SPEAKER_RULES,
 ) -> GraphUpdate:
     """New entities and edges for `batch`, given the store's ENTITY objects in the batch's
-    namespaces, per entity pair how many stored objects already mention both, and each
-    namespace's anchor (entity_id)."""
+    namespaces, per entity pair how many stored objects already mention both, each
+    namespace's anchor (entity_id), and how a plain turn names its speaker (`speakers`)."""
     ordered = sorted(batch, key=lambda memory: (memory.namespace, memory.created_at, memory.id))
     namespaces: dict[str, _NamespaceEntities] = defaultdict(_NamespaceEntities)
     for entity in [*known_entities, *ordered]:
         if entity.node_type is NodeType.ENTITY:
             extracted = bool(entity.metadata.get("extracted"))
             namespaces[entity.namespace].add(entity.id, entity_names(entity), extracted)
+
+    speaker_by_object: dict[UUID, str] = {}
+    new_speakers: dict[UUID, MemoryObject] = {}
+    for memory in ordered:
+        speaker = None if memory.node_type is NodeType.ENTITY else speaker_of(memory, speakers)
+        if speaker is None or len(name_key(speaker)) < 2:
+            continue
+        speaker_by_object[memory.id] = speaker
+        known = namespaces[memory.namespace]
+        if not known.named(speaker):
+            new_id = entity_id(memory.namespace, speaker, anchors[memory.namespace])
+            known.add(new_id, [speaker], extracted=False)
+            new_speakers[new_id] = _new_entity(new_id, speaker, memory, extracted=False, entity_type="PERSON")
 
     spotted_new: dict[UUID, tuple[str, str]] = {}  # id -> (name, entity type) of first spotting
     spotted_by_object: dict[UUID, set[UUID]] = {}
@@ -152,8 +169,8 @@ def entity_graph(
             confidence = EXTRACTED_MENTION_CONFIDENCE if target in known.extracted else DECLARED_MENTION_CONFIDENCE
             edges.append(GraphEdge(memory.namespace, MENTIONS, memory.id, target, confidence))
             first_mention.setdefault(target, memory)
-        speaker = memory.metadata.get("speaker")
-        if isinstance(speaker, str):
+        speaker = speaker_by_object.get(memory.id)
+        if speaker is not None:
             for target in sorted(known.named(speaker)):
                 edges.append(GraphEdge(memory.namespace, SPOKEN_BY, memory.id, target, SPOKEN_BY_CONFIDENCE))
         for first, second in combinations(sorted(mentioned), 2):
@@ -167,9 +184,9 @@ def entity_graph(
         (reweighted if already else edges).append(edge)
 
     entities = [
-        _extracted_entity(new_id, name, entity_type, first_mention[new_id])
+        _new_entity(new_id, name, first_mention[new_id], extracted=True, entity_type=entity_type)
         for new_id, (name, entity_type) in spotted_new.items()
-    ]
+    ] + list(new_speakers.values())
     return GraphUpdate(
         entities=tuple(sorted(entities, key=lambda entity: entity.id)),
         edges=tuple(sorted(edges)),
@@ -177,7 +194,9 @@ def entity_graph(
     )
 
 
-def _extracted_entity(new_id: UUID, name: str, entity_type: str, first: MemoryObject) -> MemoryObject:
+def _new_entity(new_id: UUID, name: str, first: MemoryObject, *, extracted: bool, entity_type: str) -> MemoryObject:
+    """A new ENTITY dated by the first memory naming it: a spotted name (INFERRED, lower
+    confidence, marked `extracted`) or a speaker the namespace did not know (an OBSERVED PERSON)."""
     created_at: datetime = first.created_at
     return MemoryObject(
         id=new_id,
@@ -187,9 +206,9 @@ def _extracted_entity(new_id: UUID, name: str, entity_type: str, first: MemoryOb
         node_type=NodeType.ENTITY,
         content=name,
         entity_canonical_name=name,
-        epistemic_type=EpistemicType.INFERRED,
-        confidence=EXTRACTED_ENTITY_CONFIDENCE,
+        epistemic_type=EpistemicType.INFERRED if extracted else EpistemicType.OBSERVED,
+        confidence=EXTRACTED_ENTITY_CONFIDENCE if extracted else 1.0,
         created_at=created_at,
         updated_at=created_at,
-        metadata={"entity_type": entity_type, "extracted": True},
+        metadata={"entity_type": entity_type, "extracted": True} if extracted else {"entity_type": entity_type},
     )

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.models import MemoryObject, NodeType
-
-SessionKey = tuple[str, str, str, str]
+from rms_retrieval.stores.positions import SessionKey, session_key
+from rms_retrieval.stores.speakers import spoken_text
 
 
 class TurnExpansion(BaseModel):
@@ -104,30 +104,29 @@ class IndexedTexts:
 def indexed_texts(rows: Sequence[MemoryObject], stored: Sequence[Any], expansion: TurnExpansion) -> IndexedTexts:
     """The texts each row is embedded and indexed by; `stored` are the committed segments
     (anything with `sessions` and `object_at`, as `LoadedSegment`) whose turns can be neighbours."""
-    documents = [(memory.content, memory.entity_canonical_name) for memory in rows]
+    texts = [spoken_text(memory) for memory in rows]
+    documents = [(text, memory.entity_canonical_name) for text, memory in zip(texts, rows, strict=True)]
     if expansion.is_off:
-        return IndexedTexts([memory.content for memory in rows], documents)
+        return IndexedTexts(texts, documents)
     sessions = _session_turns(rows, stored)
     positions = {key: {seq: index for index, (seq, _) in enumerate(turns)} for key, turns in sessions.items()}
     vector_texts, lexical_documents = [], []
-    for memory, document in zip(rows, documents, strict=True):
+    for memory, own, document in zip(rows, texts, documents, strict=True):
         key = _session_key(memory)
-        text = memory.content
+        text = own
         if key is not None:
             turns = sessions[key]
             position = positions[key][memory.session_seq]
             before = [content for _, content in turns[max(0, position - expansion.previous) : position]]
             after = [content for _, content in turns[position + 1 : position + 1 + expansion.next]]
-            text = "\n".join([*before, memory.content, *after])
-        vector_texts.append(text if expansion.vector else memory.content)
+            text = "\n".join([*before, own, *after])
+        vector_texts.append(text if expansion.vector else own)
         lexical_documents.append((text, memory.entity_canonical_name) if expansion.lexical else document)
     return IndexedTexts(vector_texts, lexical_documents)
 
 
 def _session_key(memory: MemoryObject) -> SessionKey | None:
-    if memory.node_type is not NodeType.TURN or memory.session_id is None or memory.session_seq is None:
-        return None
-    return (memory.namespace, memory.owner, memory.scope, memory.session_id)
+    return None if memory.session_seq is None else session_key(memory)
 
 
 def _session_turns(rows: Sequence[MemoryObject], stored: Sequence[Any]) -> dict[SessionKey, list[tuple[int, str]]]:
@@ -143,9 +142,9 @@ def _session_turns(rows: Sequence[MemoryObject], stored: Sequence[Any]) -> dict[
             for seq, row in segment.sessions.get(key, ()):
                 neighbour = segment.object_at(row)
                 if neighbour.node_type is NodeType.TURN:
-                    turns.setdefault(seq, neighbour.content)
+                    turns.setdefault(seq, spoken_text(neighbour))
     for memory in rows:
         key = _session_key(memory)
         if key is not None:
-            wanted[key][memory.session_seq] = memory.content
+            wanted[key][memory.session_seq] = spoken_text(memory)
     return {key: sorted(turns.items()) for key, turns in wanted.items()}

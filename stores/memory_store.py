@@ -31,6 +31,7 @@ from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.expansion import TurnExpansion, resolved_expansion
 from rms_retrieval.stores.manifest import (LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, holds_segments,
                                            missing_manifest_message, read_manifest, write_manifest)
+from rms_retrieval.stores.messages import message_turns
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.repair import STORE_FACTS_FILE, write_store_facts
 from rms_retrieval.stores.protocols import (EmbeddingIdentity, EntityRef, GraphIndex, IngestReport, LexicalHit,
@@ -42,6 +43,7 @@ from rms_retrieval.stores.log_compaction import forget
 from rms_retrieval.stores.retrieval_log import read_records
 from rms_retrieval.stores.segments import LoadedSegment
 from rms_retrieval.stores.snapshot import StoreSnapshot
+from rms_retrieval.stores.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
 from rms_retrieval.stores.write_lock import DEFAULT_WRITE_TIMEOUT_SECONDS, WriteLock
 
 LOG_DIRECTORY = "log"
@@ -63,10 +65,12 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
     def __init__(
         self, path: Path, encoder: QueryEncoder | None, *, read_only: bool, write_timeout: float,
         retired_grace: float = writer.RETIRED_GRACE_SECONDS, expansion: TurnExpansion | None = None,
+        speakers: SpeakerRules = DEFAULT_SPEAKER_RULES,
     ) -> None:
         self.path = path
         self._encoder = encoder
         self._expansion = expansion
+        self._speakers = speakers
         self._read_only = read_only
         self._write_timeout = write_timeout
         self._garbage = writer.GarbageCollector(path, retired_grace)
@@ -89,12 +93,14 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         write_timeout: float = DEFAULT_WRITE_TIMEOUT_SECONDS,
         retired_grace: float = writer.RETIRED_GRACE_SECONDS,
         expansion: TurnExpansion | None = None,
+        speakers: SpeakerRules = DEFAULT_SPEAKER_RULES,
     ) -> MemoryStore:
         """Open the store at `path`, creating an empty one when allowed. Opening never writes an
         existing store; `write_timeout` is how long an add waits for another process's write;
         `retired_grace` how long this process's writes keep a merged-away segment's files for
         readers still answering from an older generation; `expansion` is what the first write of
-        an empty store records (stores/expansion.py)."""
+        an empty store records (stores/expansion.py); `speakers` how this process's writes find a
+        plain turn's speaker (stores/speakers.py)."""
         path = Path(path)
         if not (path / MANIFEST_FILE).exists() and not (path / LEGACY_DATABASE_FILE).exists() and create and not read_only:
             if path.exists() and not path.is_dir():
@@ -106,7 +112,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
                 if not (path / MANIFEST_FILE).exists():
                     write_manifest(path, Manifest(0, None))
         return cls(path, encoder, read_only=read_only, write_timeout=write_timeout, retired_grace=retired_grace,
-                   expansion=expansion)
+                   expansion=expansion, speakers=speakers)
 
     def close(self) -> None:
         with self._log_lock:
@@ -182,7 +188,8 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
                 self._garbage.collect(snapshot.manifest, writer_died=lock.holder_died)
                 expansion = resolved_expansion(snapshot.manifest.expansion, snapshot.manifest.object_count, self._expansion)
                 step = "preparing the new segment"
-                prepared = writer.prepare_write(snapshot, objects, encoder, progress=progress, expansion=expansion)
+                prepared = writer.prepare_write(snapshot, objects, encoder, progress=progress, expansion=expansion,
+                                                speakers=self._speakers)
                 step = f"writing generation {snapshot.generation + 1} (its segment, any merge, its manifest)"
                 manifest, segments = writer.commit(self.path, snapshot, prepared, encoder.identity)
             except OSError as error:
@@ -238,7 +245,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             expansion = snapshot.manifest.expansion
             if version.content != old.content:
                 prepared = writer.prepare_write(snapshot, [version], self._checked_encoder(snapshot.embedding_identity),
-                                                progress=False, expansion=expansion, versions={object_id})
+                                                progress=False, expansion=expansion, versions={object_id}, speakers=self._speakers)
             else:
                 prepared = changes.copied_write([(where, version)], expansion)
             manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
@@ -259,7 +266,8 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             retired = changes.new_version(old, {"lifecycle_state": "SUPERSEDED"}, datetime.now(timezone.utc))
             edge = GraphEdge(namespace, changes.SUPERSEDES, new_object.id, old_id, 1.0)
             fresh = writer.prepare_write(snapshot, [new_object], self._checked_encoder(snapshot.embedding_identity),
-                                         progress=False, expansion=snapshot.manifest.expansion, extra_edges=[edge])
+                                         progress=False, expansion=snapshot.manifest.expansion, extra_edges=[edge],
+                                         speakers=self._speakers)
             copied = changes.copied_write([(where, retired)], snapshot.manifest.expansion)
             prepared = writer.joined(fresh, copied)
             manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
@@ -329,6 +337,16 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         if snapshot.embedding_identity is not None:
             return snapshot.embedding_identity
         return self._checked_encoder(None).identity
+
+    def add_messages(
+        self, namespace: str, session_id: str, messages: Sequence[Any], *, owner: str = "default",
+        scope: str = "default", time: datetime | None = None, progress: bool = False,
+    ) -> IngestReport:
+        """Store chat messages (OpenAI/mem0 or Zep dicts, LangChain messages; stores/messages.py) as
+        the next turns of session `session_id`, in order, content as given, each speaker recorded
+        as an ENTITY once per namespace; `time` dates the messages that carry none (default: now)."""
+        return self.add(message_turns(namespace, session_id, messages, owner=owner, scope=scope, time=time),
+                        progress=progress)
 
     def _checked_encoder(self, stored: EmbeddingIdentity | None) -> QueryEncoder:
         if self._encoder is None:

@@ -400,6 +400,11 @@ class LoadedSegment:
         return self.directory / OBJECTS_FILE
 
     @cached_property
+    def session_ends(self) -> dict[SessionKey, int]:
+        """The last (largest) position each session holds in this segment."""
+        return {key: max(seq for seq, _ in turns) for key, turns in self.sessions.items()}
+
+    @cached_property
     def edge_ids_by_key(self) -> dict[tuple[str, UUID, UUID], int]:
         """Edge id by (edge type, source, target): how a re-weight finds the edge it replaces."""
         return {(stored.edge.edge_type, stored.edge.source, stored.edge.target): stored.edge.edge_id for stored in self.edges}

@@ -29,10 +29,12 @@ from rms_retrieval.stores.expansion import TurnExpansion, indexed_texts
 from rms_retrieval.stores.lexical import TermPostings, term_postings
 from rms_retrieval.stores.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.positions import placed_turns
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
 from rms_retrieval.stores.segments import (DELETIONS_PREFIX, SEGMENT_NAME, TEMPORARY_PREFIX, LoadedSegment, StoredEdge,
                                            new_segment_id, write_deletions, write_segment, write_table_segment)
 from rms_retrieval.stores.snapshot import StoreSnapshot
+from rms_retrieval.stores.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
 
 # How long a retired segment's files outlive the write that retired it (GarbageCollector).
 RETIRED_GRACE_SECONDS = 60.0
@@ -58,14 +60,18 @@ class PreparedWrite:
 def prepare_write(
     snapshot: StoreSnapshot, objects: Sequence[MemoryObject], encoder: QueryEncoder, *, progress: bool,
     expansion: TurnExpansion, versions: Collection[UUID] = (), extra_edges: Sequence[GraphEdge] = (),
+    speakers: SpeakerRules = DEFAULT_SPEAKER_RULES,
 ) -> PreparedWrite:
-    """Rows, vectors and numbered edges for `objects` on top of `snapshot`; nothing is written.
-    `versions`: ids of `objects` that are new versions of live objects (their old rows are deleted
-    by the same commit); `extra_edges`: edges to store besides the entity graph's (SUPERSEDES)."""
+    """Rows, vectors and numbered edges for `objects` on top of `snapshot` (positionless session
+    turns placed by arrival, stores/positions.py); nothing is written. `versions`: ids of
+    `objects` that are new versions of live objects (their old rows are deleted by the same
+    commit); `extra_edges`: edges to store besides the entity graph's (SUPERSEDES)."""
     _check_new_ids(snapshot, [memory for memory in objects if memory.id not in versions])
+    objects = placed_turns(objects, snapshot.segments)
     namespaces = sorted({memory.namespace for memory in objects})
     anchors = namespace_anchors(snapshot, objects)
-    graph = entity_graph(objects, snapshot.stored_entities(namespaces), snapshot.co_mention_counts(namespaces), anchors)
+    graph = entity_graph(objects, snapshot.stored_entities(namespaces), snapshot.co_mention_counts(namespaces), anchors,
+                         speakers)
     graph = _without_id_clashes(graph, snapshot, {(memory.namespace, memory.id) for memory in objects}, anchors)
     graph = GraphUpdate(graph.entities, (*graph.edges, *extra_edges), graph.reweighted)
     # grouped by namespace here (stable, as write_segment would) so the postings match the rows

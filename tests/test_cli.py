@@ -291,3 +291,25 @@ def test_a_missing_module_that_no_extra_brings_is_a_bug_not_a_user_error(monkeyp
     monkeypatch.setattr(cli, "build_parser", lambda load: parser)
     with pytest.raises(ModuleNotFoundError):
         cli.main([])
+
+
+def test_ingest_messages_continues_sessions_and_refuses_bad_lines(capsys, tmp_path):
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    lines = [{"namespace": "chat", "session_id": "s1", "role": "user", "name": "Caroline", "content": "I went"},
+             {"namespace": "chat", "session_id": "s1", "role": "assistant", "name": "Mel", "content": "Nice"}]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in [*lines, {**lines[0], "role": "robot"}]) + "\n")
+    store = tmp_path / "store"
+    code, _, err = _run(capsys, "ingest", str(path), "--store", str(store), "--format", "messages")
+    assert code == 2 and "nothing was added" in err and "line 3, role" in err and err.count("\n") == 1
+    assert not (store / "manifest.json").exists()
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    for _ in range(2):
+        code, out, err = _run(capsys, "ingest", str(path), "--store", str(store), "--format", "messages")
+        assert code == 0, err
+    with MemoryStore.open(store, read_only=True) as opened:
+        objects = [o for segment in opened.snapshot().segments for o in segment.objects()]
+    assert sorted((o.session_seq, o.content) for o in objects if o.node_type == "TURN") == [
+        (0, "I went"), (1, "Nice"), (2, "I went"), (3, "Nice")]
+    assert sorted(o.content for o in objects if o.node_type == "ENTITY") == ["Caroline", "Mel"]

@@ -117,3 +117,16 @@ def test_default_encoder_is_one_lazily_loaded_model_that_needs_no_environment():
     assert done.stderr == ""
 
 
+
+
+def test_a_vector_does_not_depend_on_the_texts_embedded_with_it(encoder):
+    """Batch invariance (RFC-0005): in a padded batch, or on another thread count, the same text's
+    floats differed in the last bits; the packaged encoder embeds each text alone on one thread."""
+    texts = ["Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
+             "Melanie: Wow!", "Caroline: Thanks, Mel. The transgender stories were so inspiring."]
+    together = encoder.encode(texts)
+    for position, text in enumerate(texts):
+        assert np.array_equal(encoder.encode([text])[0], together[position])
+    stored = encode_many(encoder, texts, progress=False)  # what a store's add computes
+    assert np.array_equal(encode_many(encoder, texts[::-1], progress=False)[::-1], stored)
+    assert all(np.array_equal(encode_many(encoder, [text], progress=False)[0], stored[i]) for i, text in enumerate(texts))

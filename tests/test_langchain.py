@@ -86,3 +86,23 @@ def test_every_document_says_when_the_min_score_floor_was_skipped(demo_store, de
                                request_options={"min_score": 0.5}, encoder=OtherModelEncoder())
         documents = floored.invoke(QUESTION)
     assert documents and all(d.metadata["min_score_skipped"] is True for d in documents)
+
+
+def test_the_retriever_writes_chat_messages_and_reads_them_back(tmp_path, encoder):
+    from datetime import datetime, timezone
+
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    when = datetime(2025, 3, 3, 9, 15, tzinfo=timezone.utc)
+    with MemoryStore.open(tmp_path / "store", encoder) as store:
+        retriever = RmsRetriever(store=store, namespaces="chat", reference_time=when, encoder=encoder)
+        retriever.add_messages([HumanMessage("I signed the lease on a flat in Leeds", name="Priya"),
+                                AIMessage("Congratulations! When do you move?")], session_id="s1", time=when)
+        retriever.add_messages([{"role": "user", "name": "Priya", "content": "On the 20th of March"}],
+                               session_id="s1", time=when)
+        assert retriever.add_messages([], session_id="s1").objects_added == 0
+        documents = retriever.invoke("Where is Priya's new flat?")
+        assert documents[0].page_content == "I signed the lease on a flat in Leeds"
+        assert "Priya: I signed the lease on a flat in Leeds" in retriever.bundle("Where is Priya's new flat?").context
+        with pytest.raises(ValueError, match="say which one"):
+            RmsRetriever(store=store, namespaces=["a", "b"]).add_messages([], session_id="s1")

@@ -20,7 +20,7 @@ from typing import Any
 EXIT_FAILED_CHECK = 1
 RESULTS_FILE = "results.json"
 SCALE_RESULTS_FILE = "scale_results.json"
-INGEST_PATHS = ("locomo", "jsonl")
+INGEST_PATHS = ("locomo", "jsonl", "plain", "messages")
 JSONL_FILE = "locomo-turns.jsonl"
 _VERSIONED = ("torch", "duckdb", "faiss-cpu", "apache-hamilton", "numpy", "pandas", "sentence-transformers",
               "tiktoken", "pydantic")
@@ -46,8 +46,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     locomo.add_argument("--budgets", nargs="+", type=int, default=list(DEFAULT_BUDGETS), metavar="TOKENS")
     locomo.add_argument("--limit-questions", type=int, help="evaluate N evenly spaced questions per question set")
     locomo.add_argument("--ingest", choices=INGEST_PATHS, default="locomo",
-                        help="how an empty --store is built: locomo (ingest-locomo: speaker entities and turns) "
-                             "or jsonl (plain TURN objects written as JSON Lines and read back as rms ingest does)")
+                        help="how an empty --store is built: locomo (ingest-locomo: speaker entities and turns), "
+                             "jsonl (TURN objects with positions and speakers, written as JSON Lines and read back as "
+                             "rms ingest does), plain (MemoryStore.add of turns with content, session id, time and "
+                             "source_ref only) or messages (MemoryStore.add_messages, one call per session)")
+    locomo.add_argument("--no-leading-name", action="store_true",
+                        help="build an empty --store with SpeakerRules(leading_name=False): a plain turn's "
+                             "\"Name: \" does not name its speaker (stores/speakers.py)")
     locomo.add_argument("--expansion", metavar="NAME",
                         help="ingest-time expansion an empty --store is built with, a preset of "
                              "stores/expansion.py (off, previous, ...; default: the store default); "
@@ -185,8 +190,29 @@ def _ingest_jsonl(dataset: Any, store_path: str, out: Path, progress: bool, expa
         return store.add(read_jsonl(path), progress=progress)
 
 
+def _ingest_chat(dataset: Any, store_path: str, ingest_path: str, progress: bool, expansion: Any,
+                 leading_name: bool) -> Any:
+    """The public API as a new user calls it: plain turns in one `add`, or `add_messages` per session."""
+    from rms_retrieval.dataflows.ingest import chat_sessions, plain_chat_turns
+    from rms_retrieval.stores.embedding import default_encoder
+    from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.protocols import IngestReport
+    from rms_retrieval.stores.speakers import SpeakerRules
+
+    started = time.perf_counter()
+    with MemoryStore.open(store_path, encoder=default_encoder(), expansion=expansion,
+                          speakers=SpeakerRules(leading_name=leading_name)) as store:
+        if ingest_path == "plain":
+            return store.add(plain_chat_turns(dataset), progress=progress)
+        reports = [store.add_messages(conversation.sample_id, session_id, messages)
+                   for conversation in dataset.conversations for session_id, messages in chat_sessions(conversation)]
+    return IngestReport(sum(r.objects_added for r in reports), sum(r.entities_added for r in reports),
+                        sum(r.edges_added for r in reports), time.perf_counter() - started,
+                        {"adds": len(reports), **reports[-1].details})
+
+
 def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool, ingest_path: str = "locomo",
-                   out: Path | None = None, expansion: str | None = None) -> dict[str, Any]:
+                   out: Path | None = None, expansion: str | None = None, leading_name: bool = True) -> dict[str, Any]:
     """Reuse the store when it holds objects, else build it from the LoCoMo file and time that."""
     from rms_retrieval.dataflows.bench.speed_bench import directory_size_mb, peak_memory_mb
     from rms_retrieval.dataflows.ingest import ingest_locomo
@@ -206,6 +232,8 @@ def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool, in
     if present == 0:
         if ingest_path == "jsonl":
             report = _ingest_jsonl(dataset, store_path, out or Path(store_path), progress, asked)
+        elif ingest_path in ("plain", "messages"):
+            report = _ingest_chat(dataset, store_path, ingest_path, progress, asked, leading_name)
         else:
             report, _ = ingest_locomo(data, store_path, progress=progress, expansion=asked)
         turns = sum(len(c.turns) for c in dataset.conversations)
@@ -259,7 +287,8 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
         "targets": locomo_bench.TARGETS,
         "configuration_fingerprint": locomo_bench.arm_settings("pipeline").fingerprint(),
     }
-    results["store"] = _prepare_store(data, args.store, dataset, progress, args.ingest, out, args.expansion)
+    results["store"] = _prepare_store(data, args.store, dataset, progress, args.ingest, out, args.expansion,
+                                      not args.no_leading_name)
     results_path = out / RESULTS_FILE
     encoder = default_query_encoder()
     questions = locomo_bench.benchmark_questions(dataset, args.limit_questions, args.split)
