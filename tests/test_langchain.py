@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from langchain_core.documents import Document
@@ -11,7 +12,9 @@ from pydantic import ValidationError
 
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.langchain import RmsRetriever
+from rms_retrieval.stores.log_compaction import LogRetention, compact
 from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.retrieval_log import LOG_DIRECTORY, list_segments
 
 QUESTION = "Where does Tomas work now?"
 
@@ -75,3 +78,29 @@ def test_bad_request_fields_fail_when_the_retriever_is_built(demo_store, demo_co
             RmsRetriever(store=store, namespaces=[demo_store.namespace], token_budget=0)
         with pytest.raises(ValidationError, match="no_such_field"):
             RmsRetriever(store=store, namespaces=[demo_store.namespace], request_options={"no_such_field": 1})
+
+
+def _own_log_segments(store: MemoryStore) -> list[str]:
+    return [path.name for path in list_segments(store.path / LOG_DIRECTORY)[0] if path.name.startswith(f"{os.getpid()}-")]
+
+
+def test_close_leaves_a_store_the_caller_passed_in_open(demo_store, demo_copy):
+    with MemoryStore.open(demo_copy, create=False) as store:
+        retriever = RmsRetriever(store=store, namespaces=demo_store.namespace, reference_time=demo_store.reference_time)
+        retriever.invoke(QUESTION)
+        store.retrieval_log()  # the queued record is written: this process's log segment is open and locked
+        segments = _own_log_segments(store)
+        retriever.close()
+        # A closed store would have released its segment's lock, and compaction would merge it away.
+        compact(store.path / LOG_DIRECTORY, LogRetention())
+        assert len(segments) == 1 and _own_log_segments(store) == segments
+
+
+def test_close_closes_a_store_the_retriever_opened(demo_store, demo_copy):
+    retriever = RmsRetriever(store=str(demo_copy), namespaces=demo_store.namespace,
+                             reference_time=demo_store.reference_time)
+    retriever.invoke(QUESTION)
+    retriever.store.retrieval_log()
+    retriever.close()
+    report = compact(demo_copy / LOG_DIRECTORY, LogRetention())
+    assert report.segments_merged >= 1 and _own_log_segments(retriever.store) == []
