@@ -100,6 +100,18 @@ def _query_fields(query: Any) -> dict[str, Any]:
             "query_truncated": len(text) > MAX_QUERY_CHARS}
 
 
+def answering_code(store_module: str) -> dict[str, str]:
+    """The package version and the fingerprint of every module a bundle depends on (this module,
+    `store_module`, the module of the store class that answers, and all they import), as a log
+    record names them."""
+    return code_identity((__name__, store_module))
+
+
+def bundle_sha256(bundle: MemoryBundle) -> str:
+    """The bundle's hash as the log records it: of its stable JSON."""
+    return hashlib.sha256(bundle.to_json().encode()).hexdigest()
+
+
 def _log_record(
     request_id: UUID,
     request: RetrievalRequest | None,
@@ -138,10 +150,9 @@ def _log_record(
         "index_state": index_state,
         "configuration": settings.model_dump(mode="json"),
         "configuration_fingerprint": settings.fingerprint(),
-        "bundle_sha256": hashlib.sha256(bundle.to_json().encode()).hexdigest() if bundle else None,
-        # Which code answered (this module, the store's, and all they import): replay tells a code
-        # change from a settings or a store change.
-        **code_identity((__name__, store_module)),
+        "bundle_sha256": bundle_sha256(bundle) if bundle else None,
+        # Which code answered: replay tells a code change from a settings or a store change.
+        **answering_code(store_module),
     }
     return {"op_type": "RETRIEVAL_REQUEST", "log_version": LOG_VERSION, "request_id": str(request_id),
             "payload": payload}
