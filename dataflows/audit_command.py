@@ -120,9 +120,10 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
         raise CliError("--out draws one request's what-if: name a REQUEST_ID")
     with open_store(args.store, read_only=True) as store:
         if args.request_id:
-            report = whatif(store, args.request_id, changes)
+            report = whatif(store, args.request_id, changes, namespaces=args.namespace)
         else:
-            records = logged_records(store, last=args.last, since=parse_time(args.since) if args.since else None)
+            records = logged_records(store, last=args.last, since=parse_time(args.since) if args.since else None,
+                                     namespaces=args.namespace)
             summary = whatif_many(store, records, changes)
     if not args.request_id:
         print(json.dumps(summary.to_dict(args.top), indent=2) if args.json else summary.to_text(args.top))
@@ -174,6 +175,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="a changed setting, e.g. scoring.speaker_boost=0 (JSON values; repeat for more)")
     whatif.add_argument("--last", type=int, help="run the change over the latest N successful requests")
     whatif.add_argument("--since", help="run the change over the requests logged since this time (ISO 8601)")
+    whatif.add_argument("--namespace", action="append",
+                        help="only requests that read nothing but these namespaces (repeat for more)")
     whatif.add_argument("--top", type=int, default=5, help="how many of the most changed requests to list")
     whatif.add_argument("--json", action="store_true", help="print the report as JSON")
     whatif.add_argument("--out", help="for one request: draw the DAG with the changed nodes marked (.svg, .png, .pdf)")

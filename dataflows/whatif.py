@@ -41,6 +41,7 @@ from rms_retrieval.nodes.models import (CandidatePool, ChannelResult, FilteredPo
                                         RankedCandidates, ScoredPool, Selection)
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import RetrievalStore, SnapshotSource
+from rms_retrieval.stores.retrieval_log import within_namespaces
 
 if TYPE_CHECKING:
     import graphviz
@@ -399,28 +400,34 @@ def whatif_record(store: RetrievalStore, record: Mapping[str, Any], changes: Map
                         tokens_after=after.bundle.tokens_used, **report)
 
 
-def whatif(store: RetrievalStore, request_id: str | UUID, changes: Mapping[str, Any]) -> WhatIfReport:
+def whatif(store: RetrievalStore, request_id: str | UUID, changes: Mapping[str, Any], *,
+           namespaces: Sequence[str] | None = None) -> WhatIfReport:
     """Run the logged request `request_id` with its logged settings and with `changes`
-    ({"section.field": value}) applied, and compare them node by node (see the module docstring)."""
+    ({"section.field": value}) applied, and compare them node by node (see the module docstring).
+    With `namespaces`, a request that read any other namespace is not found, as if never logged."""
     try:
         record = find_record(store, request_id)
     except ReplayError as error:
         raise WhatIfError(str(error)) from None
+    if not within_namespaces(record, namespaces):
+        raise WhatIfError(f"no retrieval record {request_id} in {getattr(store, 'path', 'the store')}")
     return whatif_record(store, record, changes)
 
 
 # ----- many requests ----------------------------------------------------------------------------
 
 
-def logged_records(store: RetrievalStore, *, last: int | None = None, since: datetime | None = None) -> list[dict[str, Any]]:
-    """The successful logged requests, oldest first: the latest `last`, or those logged at or after `since`."""
+def logged_records(store: RetrievalStore, *, last: int | None = None, since: datetime | None = None,
+                   namespaces: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The successful logged requests (of those that read only `namespaces`, when given), oldest
+    first: the latest `last`, or those logged at or after `since`."""
     if (last is None) == (since is None):
         raise WhatIfError("choose the requests with --last N or with --since TIME")
     if last is not None and last < 1:
         raise WhatIfError(f"--last must be at least 1, got {last}")
     since_ns = None if since is None else int(since.timestamp() * 1e9)
     picked = []
-    entries = store.retrieval_log_newest_first()
+    entries = store.retrieval_log_newest_first(namespaces)
     try:
         for logged_at_ns, record in entries:
             if since_ns is not None and logged_at_ns < since_ns:

@@ -169,3 +169,11 @@ def test_the_picture_marks_the_changed_nodes(store):
 def test_values_compare_by_content():
     assert same_value({"a": np.array([1.0, np.nan])}, {"a": np.array([1.0, np.nan])})
     assert not same_value((np.array([1, 2]),), (np.array([1, 3]),)) and not same_value(1, 1.0)
+
+
+def test_a_request_outside_the_given_namespaces_is_as_if_never_logged(store, demo_store):
+    with pytest.raises(WhatIfError, match=f"no retrieval record {store.logged_ids[0]}"):
+        whatif(store, store.logged_ids[0], {"scoring.speaker_boost": 0}, namespaces=["demo-other-conversation"])
+    assert logged_records(store, last=5, namespaces=["demo-other-conversation"]) == []
+    assert whatif(store, store.logged_ids[0], {"scoring.speaker_boost": 2.0},
+                  namespaces=[demo_store.namespace]).replayable
