@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import shutil
 from importlib import metadata
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ DOT_MISSING = ("Graphviz's `dot` program is not installed (or not on PATH); inst
                "`apt-get install graphviz` (or `make system-deps`) and retry")
 BINDINGS_MISSING = ("drawing the DAG needs the graphviz Python package, part of the [viz] extra: "
                     "pip install 'rms-retrieval[viz]'")
+_MARKED = {"style": "rounded,filled,bold", "fillcolor": "#f9d0cc", "color": "#c62828", "penwidth": "2.5"}
 _STAGE_COLOURS = ("#eef4fb", "#f3f9ee", "#fdf6e9", "#f7eef9", "#eef8f7", "#fbeeee", "#f4f4f4")
 
 
@@ -71,9 +73,11 @@ def _stage_of(variable: driver.Variable) -> str:
     return functions[0].__module__ if functions else "inputs"
 
 
-def _restyle(graph: graphviz.Digraph, dr: driver.Driver, notes: dict[str, str], note_colour: str) -> graphviz.Digraph:
+def _restyle(graph: graphviz.Digraph, dr: driver.Driver, notes: dict[str, str], note_colour: str,
+             marked: Collection[str] = ()) -> graphviz.Digraph:
     """Re-declare each function node with a fuller label, inside one cluster per stage module,
-    and list the driver inputs (hidden as boxes, named in each label) in one table.
+    and list the driver inputs (hidden as boxes, named in each label) in one table. Nodes in
+    `marked` are drawn in red.
 
     A later DOT statement for an existing node updates its attributes and cluster membership,
     so Hamilton's own styling (shapes, colours, the legend) is kept.
@@ -98,7 +102,8 @@ def _restyle(graph: graphviz.Digraph, dr: driver.Driver, notes: dict[str, str], 
                 if switch:
                     type_name += f"  @config.when({switch}={config.get(switch, '?')})"
                 note = notes[name] + (f"\nreads {', '.join(reads)}" if reads else "")
-                cluster.node(name, label=_label(name, type_name, note, note_colour))
+                emphasis = _MARKED if name in marked else {}
+                cluster.node(name, label=_label(name, type_name, note, note_colour), **emphasis)
     rows = "".join(
         f"<tr><td align='left'>{html.escape(name)}</td><td align='left'><i>"
         f"{html.escape(get_type_as_string(variables[name].type) or '')}</i></td></tr>"
@@ -120,20 +125,25 @@ def _hamilton_version() -> str:
         return "unknown"
 
 
-def dag_graph(settings: RetrievalSettings | None = None) -> graphviz.Digraph:
+def dag_graph(settings: RetrievalSettings | None = None, *, notes: Mapping[str, str] | None = None,
+              marked: Collection[str] = (), title: str | None = None) -> graphviz.Digraph:
     """The whole retrieval DAG for these settings: every node `packed_bundle` depends on, its type,
-    its stage module, and (graph label) the Hamilton config and settings fingerprint it was built with."""
+    its stage module, and (graph label) the Hamilton config and settings fingerprint it was built with.
+    `notes` replace the docstring line of the nodes they name, `marked` nodes are drawn in red
+    (what-if marks the nodes a change reaches), and `title` goes before the graph label."""
     require_bindings()
     settings = settings or RetrievalSettings()
     dr = build_driver(settings)
     lineage = pipeline_lineage(dr)
     config = ", ".join(f"{k}={v}" for k, v in settings.hamilton_config().items())
-    title = (f"rms-retrieval DAG ({len(lineage.computed)} nodes): Hamilton config {config}; "
+    label = (f"rms-retrieval DAG ({len(lineage.computed)} nodes): Hamilton config {config}; "
              f"settings fingerprint {settings.fingerprint()}; apache-hamilton {_hamilton_version()}")
-    graph = dr.display_upstream_of(FINAL_NODE, graphviz_kwargs=_graph_attr(title), hide_inputs=True)
+    graph = dr.display_upstream_of(FINAL_NODE, graphviz_kwargs=_graph_attr(f"{title}\n{label}" if title else label),
+                                   hide_inputs=True)
     variables = _variables(dr)
-    notes = {name: _wrap(_first_line(variables[name].documentation)) for name in lineage.computed}
-    return _restyle(graph, dr, notes, "#555555")
+    notes = {name: (notes or {}).get(name) or _wrap(_first_line(variables[name].documentation))
+             for name in lineage.computed}
+    return _restyle(graph, dr, notes, "#555555", marked)
 
 
 def _first_line(text: str | None) -> str:

@@ -1,4 +1,5 @@
-"""`rms dag`, `rms explain` and `rms replay`: pictures of the DAG, score lineage, replay of logged requests.
+"""`rms dag`, `rms explain`, `rms replay` and `rms whatif`: pictures of the DAG, score lineage, replay of
+logged requests, and logged requests under changed settings.
 
 Each opens the store read-only and none writes to the retrieval log: an audit leaves the store
 as it found it.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from uuid import UUID
 
 from rms_retrieval.dataflows.cli_support import (
@@ -102,6 +104,42 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0 if same == len(reports) else EXIT_DIFFERENT
 
 
+def _cmd_whatif(args: argparse.Namespace) -> int:
+    from rms_retrieval.dataflows.whatif import (changed_settings, logged_records, parse_change, whatif, whatif_graph,
+                                                whatif_many)
+    from rms_retrieval.nodes.settings import RetrievalSettings
+
+    if not args.set:
+        raise CliError("name the change with --set section.field=value (e.g. --set scoring.speaker_boost=0)")
+    changes = dict(parse_change(text) for text in args.set)
+    changed_settings(RetrievalSettings(), changes)  # an unknown setting fails before the store is read
+    chosen = sum(bool(x) for x in (args.request_id, args.last, args.since))
+    if chosen != 1:
+        raise CliError("name one REQUEST_ID, or choose logged requests with --last N or --since TIME")
+    if args.out and not args.request_id:
+        raise CliError("--out draws one request's what-if: name a REQUEST_ID")
+    with open_store(args.store, read_only=True) as store:
+        if args.request_id:
+            report = whatif(store, args.request_id, changes, namespaces=args.namespace)
+        else:
+            records = logged_records(store, last=args.last, since=parse_time(args.since) if args.since else None,
+                                     namespaces=args.namespace)
+            summary = whatif_many(store, records, changes)
+    if not args.request_id:
+        print(json.dumps(summary.to_dict(args.top), indent=2) if args.json else summary.to_text(args.top))
+        return 0 if summary.replayed or not summary.reports else EXIT_DIFFERENT
+    if args.out and report.replayable:
+        from rms_retrieval.dataflows.audit import GraphvizMissingError, render
+
+        try:
+            path = render(whatif_graph(report), args.out)
+        except GraphvizMissingError as error:
+            raise CliError(str(error)) from error
+        print(f"wrote the DAG with the {len(report.changed_nodes)} changed nodes marked to {path}", file=sys.stderr)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.to_text())
+    return 0 if report.replayable else EXIT_DIFFERENT
+
+
 def _request_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
     request_arguments(parser, required=required)
     parser.add_argument("--limit", type=int, help="the request's item limit")
@@ -109,7 +147,7 @@ def _request_arguments(parser: argparse.ArgumentParser, *, required: bool) -> No
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add `dag`, `explain` and `replay` to the `rms` parser."""
+    """Add `dag`, `explain`, `replay` and `whatif` to the `rms` parser."""
     dag = sub.add_parser("dag", help="draw the retrieval DAG, or one request's execution (needs Graphviz and the [viz] extra)")
     dag.add_argument("--out", required=True, help="the picture: FILE.svg, FILE.png or FILE.pdf")
     _request_arguments(dag, required=False)
@@ -130,3 +168,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="only requests that read nothing but these namespaces (repeat for several)")
     replay.add_argument("request_id", nargs="*", help="request ids from the retrieval log")
     replay.set_defaults(run=_cmd_replay)
+
+    whatif = sub.add_parser("whatif", help="run logged requests again under changed settings; compare node by node")
+    whatif.add_argument("--store", required=True)
+    whatif.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
+                        help="a changed setting, e.g. scoring.speaker_boost=0 (JSON values; repeat for more)")
+    whatif.add_argument("--last", type=int, help="run the change over the latest N successful requests")
+    whatif.add_argument("--since", help="run the change over the requests logged since this time (ISO 8601)")
+    whatif.add_argument("--namespace", action="append",
+                        help="only requests that read nothing but these namespaces (repeat for more)")
+    whatif.add_argument("--top", type=int, default=5, help="how many of the most changed requests to list")
+    whatif.add_argument("--json", action="store_true", help="print the report as JSON")
+    whatif.add_argument("--out", help="for one request: draw the DAG with the changed nodes marked (.svg, .png, .pdf)")
+    whatif.add_argument("request_id", nargs="?", help="a request id from the retrieval log")
+    whatif.set_defaults(run=_cmd_whatif)

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from rms_retrieval.dataflows.batch_engines import ENGINES
+from rms_retrieval.dataflows.cli_support import CliError
 
 
 def add_engine_options(parser: argparse.ArgumentParser, engines: tuple[str, ...] = ENGINES) -> None:
@@ -37,7 +38,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_batch(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.batch import read_requests, retrieve_many, write_parquet
-    from rms_retrieval.dataflows.cli import CliError
 
     out = Path(args.out)
     if not Path(args.store).is_dir():

@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "how one object's place in the bundle was decided, node by node"),
     "replay": ("rms_retrieval.dataflows.audit_command",
                "replay logged requests without the embedding model; compare bundles"),
+    "whatif": ("rms_retrieval.dataflows.audit_command",
+               "run logged requests again under changed settings; compare node by node"),
     "scan": ("rms_retrieval.dataflows.aggregate_command", "every matching stored object by id, one page at a time"),
     "aggregate": ("rms_retrieval.dataflows.aggregate_command",
                   "exact counts of structured claims and totals of grounded quantities"),

@@ -90,7 +90,7 @@ def value_summary(value: Any) -> str:
     row = value_type_of(type(value))
     if row is not None:
         return row.summary(value)
-    if isinstance(value, list | tuple | dict):
+    if isinstance(value, list | tuple | dict | set | frozenset):
         return f"{len(value)} items"
     return type(value).__name__
 

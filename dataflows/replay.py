@@ -16,8 +16,8 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.nodes.models import MemoryBundle, QueryEmbedding, RetrievalRequest
+from rms_retrieval.dataflows.retrieval import RetrievalResult, retrieve
+from rms_retrieval.nodes.models import MemoryBundle, PathType, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder, RetrievalStore
 
@@ -73,11 +73,15 @@ class ReplayReport:
 
 
 def find_record(store: RetrievalStore, request_id: str | UUID) -> dict[str, Any]:
-    """The logged RETRIEVAL_REQUEST record with this id."""
+    """The logged RETRIEVAL_REQUEST record with this id, searched newest first from the log files' ends."""
     wanted = str(request_id)
-    for record in reversed(store.retrieval_log()):
-        if record.get("request_id") == wanted:
-            return record
+    entries = store.retrieval_log_newest_first()
+    try:
+        for _, record in entries:
+            if record.get("request_id") == wanted:
+                return record
+    finally:
+        entries.close()
     raise ReplayError(f"no retrieval record {wanted} in {getattr(store, 'path', 'the store')}; "
                       f"`rms replay --store DIR --last 5` replays the latest ones")
 
@@ -122,27 +126,55 @@ def _payload_differences(logged: Mapping[str, Any], replayed: Mapping[str, Any])
     return differences
 
 
-def replay_record(store: RetrievalStore, record: Mapping[str, Any]) -> ReplayReport:
-    """Replay one logged record (see module docstring)."""
+@dataclass(frozen=True)
+class LoggedRequest:
+    """What a record holds to run its request again without the model: the request, the settings
+    it ran with, the logged query embedding (None when it searched no vectors) and an encoder
+    with the logged identity that refuses to embed."""
+
+    request_id: str
+    request: RetrievalRequest
+    settings: RetrievalSettings
+    embedding: QueryEmbedding | None
+    encoder: RefusingEncoder
+    payload: Mapping[str, Any]
+
+    def run(self, store: RetrievalStore, settings: RetrievalSettings | None = None,
+            extra_nodes: Sequence[str] = ()) -> RetrievalResult:
+        """The request again on `store` (not logged), under its own settings or `settings`, with
+        the logged vector in place of the `query_embedding` node wherever the vector path is on."""
+        settings = settings or self.settings
+        searches_vectors = PathType.VECTOR in settings.candidates.enabled_paths
+        return retrieve(store, self.request, config=settings, encoder=self.encoder, extra_nodes=extra_nodes,
+                        overrides={"query_embedding": self.embedding if searches_vectors else None}, log=False)
+
+
+def logged_request(store: RetrievalStore, record: Mapping[str, Any]) -> LoggedRequest:
+    """The request a successful record logged, ready to run again (ReplayError for a failed one)."""
     payload = record.get("payload") or {}
     request_id = str(record.get("request_id"))
     if payload.get("status") != "ok" or payload.get("bundle_sha256") is None:
         raise ReplayError(f"request {request_id} failed when it ran ({payload.get('error')}); there is no bundle to replay")
-    request = RetrievalRequest.model_validate(payload["request"])
-    settings = settings_as_logged(payload["configuration"])
-    differences = []
-    if settings.fingerprint() != payload.get("configuration_fingerprint"):
-        differences.append(f"the logged configuration reads back with fingerprint {settings.fingerprint()}, "
-                           f"logged {payload.get('configuration_fingerprint')}: "
-                           f"{_fingerprint_cause(settings, payload['configuration'])}")
     vector = payload.get("query_embedding")
     embedding = None
     identity = store.embedding_identity or EmbeddingIdentity("none", "none", 0)
     if vector is not None:
         identity = _identity(store, payload.get("embedding_model_version"), len(vector))
         embedding = QueryEmbedding(np.asarray(vector, dtype=np.float32), identity)
-    result = retrieve(store, request, config=settings, encoder=RefusingEncoder(identity),
-                      overrides={"query_embedding": embedding}, log=False)
+    return LoggedRequest(request_id, RetrievalRequest.model_validate(payload["request"]),
+                         settings_as_logged(payload["configuration"]), embedding, RefusingEncoder(identity), payload)
+
+
+def replay_record(store: RetrievalStore, record: Mapping[str, Any]) -> ReplayReport:
+    """Replay one logged record (see module docstring)."""
+    logged = logged_request(store, record)
+    payload, settings = logged.payload, logged.settings
+    differences = []
+    if settings.fingerprint() != payload.get("configuration_fingerprint"):
+        differences.append(f"the logged configuration reads back with fingerprint {settings.fingerprint()}, "
+                           f"logged {payload.get('configuration_fingerprint')}: "
+                           f"{_fingerprint_cause(settings, payload['configuration'])}")
+    result = logged.run(store)
     replayed = result.log_record["payload"]
     digest = replayed["bundle_sha256"]
     logged_state, current_state = payload.get("index_state"), store.state_fingerprint()
@@ -150,7 +182,8 @@ def replay_record(store: RetrievalStore, record: Mapping[str, Any]) -> ReplayRep
     if not identical:
         if logged_state != current_state:
             differences.insert(0, f"the index state changed since the request was logged: {logged_state} -> {current_state}")
-        for field, what in (("package_version", "the package version"), ("dag_fingerprint", "the DAG's code")):
+        for field, what in (("package_version", "the package version"),
+                            ("dag_fingerprint", "the code of every module a bundle depends on")):
             if payload.get(field) is not None and payload.get(field) != replayed.get(field):
                 differences.insert(0, f"{what} changed since the request was logged: "
                                       f"{payload[field]} -> {replayed[field]}")
@@ -160,8 +193,8 @@ def replay_record(store: RetrievalStore, record: Mapping[str, Any]) -> ReplayRep
         differences += _payload_differences(payload, replayed)
         if not differences:
             differences.append("the bundles differ only in fields the log does not keep")
-    return ReplayReport(request_id, request.query, identical, payload["bundle_sha256"], digest, logged_state,
-                        current_state, tuple(differences), result.bundle)
+    return ReplayReport(logged.request_id, logged.request.query, identical, payload["bundle_sha256"], digest,
+                        logged_state, current_state, tuple(differences), result.bundle)
 
 
 def replay(store: RetrievalStore, request_id: str | UUID) -> ReplayReport:

@@ -11,12 +11,12 @@ from functools import partial
 from typing import Any
 from uuid import UUID, uuid4
 
-from rms_retrieval.dataflows.pipeline import FINAL_NODE, STAGE_MODULES, build_driver, pipeline_inputs
+from rms_retrieval.dataflows.code_identity import code_identity
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
 from rms_retrieval.nodes.models import MAX_QUERY_CHARS, MemoryBundle, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.onnx_encoder import default_query_encoder
 from rms_retrieval.stores.protocols import QueryEncoder, RetrievalStore, SnapshotSource
-from rms_retrieval.stores.retrieval_log import code_identity
 
 LOG_VERSION = 1
 # A rejected request's error can quote its input; the record keeps this much of the message.
@@ -100,11 +100,24 @@ def _query_fields(query: Any) -> dict[str, Any]:
             "query_truncated": len(text) > MAX_QUERY_CHARS}
 
 
+def answering_code(store_module: str) -> dict[str, str]:
+    """The package version and the fingerprint of every module a bundle depends on (this module,
+    `store_module`, the module of the store class that answers, and all they import), as a log
+    record names them."""
+    return code_identity((__name__, store_module))
+
+
+def bundle_sha256(bundle: MemoryBundle) -> str:
+    """The bundle's hash as the log records it: of its stable JSON."""
+    return hashlib.sha256(bundle.to_json().encode()).hexdigest()
+
+
 def _log_record(
     request_id: UUID,
     request: RetrievalRequest | None,
     query: Any,
     settings: RetrievalSettings,
+    store_module: str,
     index_state: str,
     bundle: MemoryBundle | None,
     embedding: QueryEmbedding | None,
@@ -140,9 +153,9 @@ def _log_record(
         "index_state": index_state,
         "configuration": settings.model_dump(mode="json"),
         "configuration_fingerprint": settings.fingerprint(),
-        "bundle_sha256": hashlib.sha256(bundle.to_json().encode()).hexdigest() if bundle else None,
+        "bundle_sha256": bundle_sha256(bundle) if bundle else None,
         # Which code answered: replay tells a code change from a settings or a store change.
-        **code_identity(STAGE_MODULES),
+        **answering_code(store_module),
     }
     return {"op_type": "RETRIEVAL_REQUEST", "log_version": LOG_VERSION, "request_id": str(request_id),
             "payload": payload}
@@ -193,13 +206,13 @@ def retrieve(
         )
     except Exception as error:
         if log:
-            store.log_retrieval(LazyRecord(partial(_log_record, request_id, request, query, settings,
+            store.log_retrieval(LazyRecord(partial(_log_record, request_id, request, query, settings, type(store).__module__,
                                                    store.state_fingerprint(), None, None, error)))
         raise
     bundle: MemoryBundle = results[FINAL_NODE]
     embedding: QueryEmbedding = results["query_embedding"]
-    record = LazyRecord(partial(_log_record, request_id, request, request, settings, store.state_fingerprint(),
-                                bundle, embedding, None))
+    record = LazyRecord(partial(_log_record, request_id, request, request, settings, type(store).__module__,
+                                store.state_fingerprint(), bundle, embedding, None))
     if log:
         store.log_retrieval(record)
     extras = {name: results[name] for name in extra_nodes}

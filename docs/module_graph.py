@@ -2,8 +2,11 @@
 
 `python docs/module_graph.py` rewrites docs/modules.md from the code; `--check` only reports
 whether the committed file is current (exit 1 if not). The layer rules are checked here too:
-imports point dataflows -> nodes -> stores, never back up, and nothing in nodes/ imports duckdb or
-faiss. Standard library only, so any Python 3.11 runs it before the project is installed.
+imports point dataflows -> nodes -> stores, never back up, nothing in nodes/ imports duckdb or
+faiss, and no modules import each other in a cycle, counting imports inside functions and the
+lazy `import_module("rms_retrieval....")` of a module that names its targets as strings (the root
+package, the CLI's command table). Standard library only, so any Python 3.11 runs it before the
+project is installed.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ FORBIDDEN_IN_NODES = frozenset({"duckdb", "faiss"})
 
 @dataclass(frozen=True, order=True)
 class Import:
-    """`source` imports `target`; `deferred` when the import statement sits inside a function."""
+    """`source` imports `target`; `deferred` when the import statement sits inside a function;
+    `typing_only` when it sits under `if TYPE_CHECKING:` (it never runs, so it makes no cycle)."""
 
     source: str
     target: str
     deferred: bool
+    typing_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,11 +66,21 @@ def _modules(dirs: Mapping[str, Path]) -> dict[str, Path]:
     return found
 
 
-def _imported(tree: ast.Module, module: str, is_package: bool, modules: Mapping[str, Path]) -> Iterable[tuple[str, bool]]:
-    """(what, deferred) per import: a module of the package, or another distribution's top-level name.
+def _typing_only_nodes(tree: ast.Module) -> set[int]:
+    """The ids of every AST node under an `if TYPE_CHECKING:` block."""
+    return {id(inner) for node in ast.walk(tree)
+            if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING"
+            for statement in node.body for inner in ast.walk(statement)}
+
+
+def _imported(tree: ast.Module, module: str, is_package: bool,
+              modules: Mapping[str, Path]) -> Iterable[tuple[str, bool, bool]]:
+    """(what, deferred, typing_only) per import: a module of the package, or another distribution's top-level name.
 
     `from package import name` depends on `package.name` when that is a module, else on `package`.
-    An import is deferred when its statement sits inside a function.
+    An import is deferred when its statement sits inside a function, typing-only when it sits
+    under `if TYPE_CHECKING:`. A module that calls
+    `import_module` depends, deferred, on every module of the package it names in a string.
     """
     deferred_nodes = {
         id(inner)
@@ -73,11 +88,12 @@ def _imported(tree: ast.Module, module: str, is_package: bool, modules: Mapping[
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         for inner in ast.walk(node)
     }
+    typing_nodes = _typing_only_nodes(tree)
     for node in ast.walk(tree):
-        deferred = id(node) in deferred_nodes
+        deferred, typing = id(node) in deferred_nodes, id(node) in typing_nodes
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield _known_prefix(alias.name, modules) or alias.name.split(".")[0], deferred
+                yield _known_prefix(alias.name, modules) or alias.name.split(".")[0], deferred, typing
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -86,7 +102,13 @@ def _imported(tree: ast.Module, module: str, is_package: bool, modules: Mapping[
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
                 dotted = f"{base}.{alias.name}"
-                yield (dotted if dotted in modules else _known_prefix(base, modules) or base.split(".")[0]), deferred
+                yield (dotted if dotted in modules else _known_prefix(base, modules) or base.split(".")[0]), deferred, typing
+    calls = {node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+             for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    if "import_module" in calls:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in modules:
+                yield node.value, True, False
 
 
 def module_graph(root: Path = ROOT) -> ModuleGraph:
@@ -97,9 +119,11 @@ def module_graph(root: Path = ROOT) -> ModuleGraph:
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         deferred_only: dict[str, bool] = {}
-        for target, deferred in _imported(tree, name, path.name == "__init__.py", modules):
+        typing_only: dict[str, bool] = {}
+        for target, deferred, typing in _imported(tree, name, path.name == "__init__.py", modules):
             deferred_only[target] = deferred_only.get(target, True) and deferred
-        imports += [Import(name, target, deferred) for target, deferred in deferred_only.items()
+            typing_only[target] = typing_only.get(target, True) and typing
+        imports += [Import(name, target, deferred, typing_only[target]) for target, deferred in deferred_only.items()
                     if target in modules and target != name]
         external[name] = frozenset(target for target in deferred_only if target not in modules) - {"__future__"}
     packages = frozenset(name for name, path in modules.items() if path.name == "__init__.py")
@@ -124,7 +148,7 @@ def layer_of(module: str) -> str | None:
 
 
 def violations(graph: ModuleGraph) -> list[str]:
-    """Imports that point up the layers, and duckdb or faiss imported in nodes/, one line each."""
+    """Imports that point up the layers, duckdb or faiss imported in nodes/, and import cycles, one line each."""
     found = []
     for edge in graph.imports:
         source, target = layer_of(edge.source), layer_of(edge.target)
@@ -134,7 +158,46 @@ def violations(graph: ModuleGraph) -> list[str]:
         if layer_of(module) == f"{PACKAGE}.nodes":
             found += [f"{module} imports {name}: nodes/ stays free of storage engines"
                       for name in sorted(names & FORBIDDEN_IN_NODES)]
+    found += [f"import cycle: {', '.join(group)} import each other (imports inside functions count)"
+              for group in cycles(graph)]
     return found
+
+
+def cycles(graph: ModuleGraph) -> list[tuple[str, ...]]:
+    """Every group of modules that import each other in a cycle (Tarjan's strongly connected
+    components over every import that runs, deferred ones included), each group sorted, groups in order."""
+    targets: dict[str, list[str]] = {}
+    for edge in graph.imports:
+        if not edge.typing_only:
+            targets.setdefault(edge.source, []).append(edge.target)
+    index: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[tuple[str, ...]] = []
+
+    def visit(module: str) -> None:
+        index[module] = lowest[module] = len(index)
+        stack.append(module)
+        for target in targets.get(module, ()):
+            if target not in index:
+                visit(target)
+                lowest[module] = min(lowest[module], lowest[target])
+            elif target in stack:
+                lowest[module] = min(lowest[module], index[target])
+        if lowest[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(tuple(sorted(group)))
+
+    for module in graph.modules:
+        if module not in index:
+            visit(module)
+    return sorted(found)
 
 
 def _short(module: str) -> str:

@@ -9,13 +9,11 @@ imported on first use, so `import rms_retrieval` stays cheap.
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-try:
-    __version__ = version("rms-retrieval")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+source"
+from rms_retrieval.dataflows.code_identity import package_version
+
+__version__ = package_version()
 
 _PUBLIC = {
     "retrieve": "rms_retrieval.dataflows.retrieval",

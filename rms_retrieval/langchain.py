@@ -22,7 +22,7 @@ try:
 except ImportError as error:  # the integration is optional; say which extra brings it
     raise ImportError("RmsRetriever needs langchain-core, part of the [langchain] extra: "
                       "pip install 'rms-retrieval[langchain]'") from error
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, field_validator, model_validator
 
 from rms_retrieval.dataflows.retrieval import RetrievalResult, as_request, retrieve
 from rms_retrieval.nodes.models import DEFAULT_TOKEN_BUDGET, BundleItem, MemoryBundle
@@ -36,7 +36,8 @@ _PROBE = "probe"
 class RmsRetriever(BaseRetriever):
     """Memories relevant to a question, as LangChain `Document`s in bundle order.
 
-    `store` is an open store or the path of one (then opened here, and closed by `close()`);
+    `store` is an open store, which stays the caller's to close, or the path of one, which is
+    opened here and closed by `close()`;
     `namespaces` a list, or one namespace as a string; `token_budget` bounds the packed items.
     `reference_time` (default: now, per call) and `request_options` (the other
     `RetrievalRequest` fields: retrieval_mode, limit, min_score, max_per_source, time windows)
@@ -52,15 +53,26 @@ class RmsRetriever(BaseRetriever):
     request_options: dict[str, Any] = Field(default_factory=dict)
     settings: RetrievalSettings | None = None
     encoder: QueryEncoder | None = None
+    _opened_store: bool = PrivateAttr(default=False)
 
-    @field_validator("store", mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _open_path(cls, value: Any) -> Any:
-        if isinstance(value, str | Path):
-            from rms_retrieval.stores.memory_store import MemoryStore
+    def _open_path(cls, data: Any, handler: ModelWrapValidatorHandler[RmsRetriever]) -> RmsRetriever:
+        """Open a store given as a path, remember that this retriever owns it, and close it again
+        when the other fields are invalid."""
+        path = data.get("store") if isinstance(data, dict) else None
+        if not isinstance(path, str | Path):
+            return handler(data)
+        from rms_retrieval.stores.memory_store import MemoryStore
 
-            return MemoryStore.open(value, create=False)
-        return value
+        store = MemoryStore.open(path, create=False)
+        try:
+            retriever = handler({**data, "store": store})
+        except Exception:
+            store.close()
+            raise
+        retriever._opened_store = True
+        return retriever
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -96,8 +108,9 @@ class RmsRetriever(BaseRetriever):
         return self.store.add_messages(namespace, session_id, messages, time=time)
 
     def close(self) -> None:
-        """Close the store (for a retriever built from a path)."""
-        self.store.close()
+        """Close the store this retriever opened from a path; a store the caller passed in is left open."""
+        if self._opened_store:
+            self.store.close()
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         return documents(self.retrieve(query))

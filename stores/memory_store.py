@@ -40,7 +40,7 @@ from rms_retrieval.stores.protocols import (EmbeddingIdentity, EntityRef, GraphI
 from rms_retrieval.stores.entity_graph import GraphEdge
 from rms_retrieval.stores.log_buffer import BufferedLogWriter
 from rms_retrieval.stores.log_compaction import forget
-from rms_retrieval.stores.retrieval_log import read_records
+from rms_retrieval.stores.retrieval_log import entries_newest_first, flush_queued, read_records
 from rms_retrieval.stores.segments import LoadedSegment
 from rms_retrieval.stores.snapshot import StoreSnapshot
 from rms_retrieval.stores.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
@@ -419,3 +419,10 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         """Logged records of every process, oldest first; with `limit`, only the latest `limit`; with
         `namespaces`, only those of requests that read nothing but those namespaces."""
         return read_records(self.path / LOG_DIRECTORY, limit, namespaces)
+
+    def retrieval_log_newest_first(self, namespaces: Sequence[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(logged_at_ns, record) of every process's logged records (with `namespaces`, as for
+        `retrieval_log`), newest first, read lazily from the files' ends: a recent record costs
+        what was logged after it."""
+        flush_queued(self.path / LOG_DIRECTORY)
+        return entries_newest_first(self.path / LOG_DIRECTORY, namespaces)

@@ -21,26 +21,21 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
-import hashlib
 import heapq
-import inspect
 import json
 import os
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
-from types import ModuleType
 from typing import IO, Any
 from uuid import UUID
 
 import numpy as np
-
-from rms_retrieval import __version__
 
 # The log's directory inside a store directory.
 LOG_DIRECTORY = "log"
@@ -75,31 +70,6 @@ def json_default(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def package_version() -> str:
-    """The installed version, read once at import by the root package (a metadata lookup costs
-    about 0.7 ms, too much for every logged request)."""
-    return __version__
-
-
-_FINGERPRINTS: dict[tuple[str, ...], str] = {}
-
-
-def source_fingerprint(modules: Sequence[ModuleType]) -> str:
-    """sha256 over the modules' source, e.g. the DAG's node modules: changes when the code does."""
-    key = tuple(module.__name__ for module in modules)
-    if key not in _FINGERPRINTS:
-        digest = hashlib.sha256()
-        for module in sorted(modules, key=lambda module: module.__name__):
-            digest.update(module.__name__.encode() + b"\0" + inspect.getsource(module).encode() + b"\0")
-        _FINGERPRINTS[key] = digest.hexdigest()
-    return _FINGERPRINTS[key]
-
-
-def code_identity(dag_modules: Sequence[ModuleType]) -> dict[str, str]:
-    """The fields a record carries to name the code that answered it."""
-    return {"package_version": package_version(), "dag_fingerprint": source_fingerprint(dag_modules)}
 
 
 def _encode_embedding(record: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -380,19 +350,29 @@ def within_namespaces(record: Mapping[str, Any], namespaces: Collection[str] | N
     return bool(scope) and set(scope) <= set(namespaces)
 
 
-def records_newest_first(directory: Path, namespaces: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
-    """Every segment's records (of requests that read only `namespaces`, when given), newest first,
-    read lazily from the files' ends: finding a recent record (replay by request id) costs what
-    lies after it, not the whole log."""
+def entries_newest_first(directory: Path, namespaces: Collection[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(logged_at_ns, record) of every segment's records (of requests that read only `namespaces`,
+    when given), newest first, read lazily from the files' ends: finding a recent record (replay by
+    request id) costs what lies after it, not the whole log."""
     handles = _open_segments(Path(directory))
     try:
         newest = heapq.merge(*map(_records_backwards, handles), key=lambda entry: entry[0], reverse=True)
-        for _, record in newest:
+        for logged_at_ns, record in newest:
             if within_namespaces(record, namespaces):
-                yield _decode_embedding(record)
+                yield logged_at_ns, _decode_embedding(record)
     finally:
         for handle in handles:
             handle.close()
+
+
+def records_newest_first(directory: Path, namespaces: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Every segment's records, newest first, read lazily (`entries_newest_first`)."""
+    entries = entries_newest_first(directory, namespaces)
+    try:
+        for _, record in entries:
+            yield record
+    finally:
+        entries.close()
 
 
 def read_records(directory: Path, limit: int | None = None, namespaces: Collection[str] | None = None) -> list[dict[str, Any]]:

@@ -115,3 +115,42 @@ def test_audit_commands_open_the_store_read_only(demo_store, tmp_path, monkeypat
     main(["replay", "--store", str(demo_store.path), "--last", "1"])
     capsys.readouterr()
     assert opened == [True, True, True]
+
+
+def test_rms_whatif_one_request_as_text_json_and_a_marked_picture(tmp_path, demo_store, capsys):
+    with MemoryStore.open(demo_store.path, create=False) as store:
+        request_id = str(retrieve(store, QUESTION, namespaces=[demo_store.namespace],
+                                  reference_time=demo_store.reference_time, token_budget=200).request_id)
+    change = ["--set", "candidates.vector_k=3"]
+    assert main(["whatif", "--store", str(demo_store.path), request_id, *change]) == 0
+    out = capsys.readouterr().out
+    assert "what if candidates.vector_k=3" in out and "first difference: candidate_limits" in out
+    assert main(["whatif", "--store", str(demo_store.path), request_id, *change, "--json",
+                 "--out", str(tmp_path / "diff.svg")]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["replayable"] and report["first_difference"] == "candidate_limits"
+    assert "#c62828" in (tmp_path / "diff.svg").read_text() and "diff.svg" in captured.err
+
+
+def test_rms_whatif_over_the_latest_requests(demo_store, capsys):
+    with MemoryStore.open(demo_store.path, create=False) as store:
+        for question in (QUESTION, "What is wrong with Tomas's knee?"):
+            retrieve(store, question, namespaces=[demo_store.namespace], reference_time=demo_store.reference_time)
+    assert main(["whatif", "--store", str(demo_store.path), "--last", "2", "--set", "session.window=0", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["requests"] == summary["replayed"] == 2 and summary["changes"] == {"session.window": 0}
+    assert summary["first_difference"] == {"session_context": 2}
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--set", "scoring.speeker_boost=0", "--last", "1"], "did you mean scoring.speaker_boost?"),
+    (["--set", "scoring.speaker_boost=20", "--last", "1"], "Input should be less than or equal to 10"),
+    (["--last", "1"], "name the change with --set"),
+    (["--set", "scoring.speaker_boost=0"], "name one REQUEST_ID, or choose logged requests with --last N"),
+    (["--set", "scoring.speaker_boost=0", "no-such-request"], "no retrieval record no-such-request"),
+])
+def test_rms_whatif_bad_input_is_one_line(demo_store, capsys, arguments, message):
+    assert main(["whatif", "--store", str(demo_store.path), *arguments]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err

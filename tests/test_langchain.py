@@ -11,7 +11,9 @@ from pydantic import ValidationError
 
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.langchain import RmsRetriever
+from rms_retrieval.stores.log_compaction import LogRetention, compact
 from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.retrieval_log import LOG_DIRECTORY, list_segments
 
 QUESTION = "Where does Tomas work now?"
 
@@ -106,3 +108,32 @@ def test_the_retriever_writes_chat_messages_and_reads_them_back(tmp_path, encode
         assert "Priya: I signed the lease on a flat in Leeds" in retriever.bundle("Where is Priya's new flat?").context
         with pytest.raises(ValueError, match="say which one"):
             RmsRetriever(store=store, namespaces=["a", "b"]).add_messages([], session_id="s1")
+
+
+def _log_segments(path) -> set[str]:
+    return {segment.name for segment in list_segments(path / LOG_DIRECTORY)[0]}
+
+
+def test_close_leaves_a_store_the_caller_passed_in_open(demo_store, demo_copy):
+    with MemoryStore.open(demo_copy, create=False) as store:
+        retriever = RmsRetriever(store=store, namespaces=demo_store.namespace, reference_time=demo_store.reference_time)
+        before = _log_segments(demo_copy)
+        retriever.invoke(QUESTION)
+        store.retrieval_log()  # the queued record is written: the store's log segment is open and locked
+        ours = _log_segments(demo_copy) - before
+        retriever.close()
+        # A closed store would have released its segment's lock, and compaction would merge it away.
+        compact(demo_copy / LOG_DIRECTORY, LogRetention())
+        assert len(ours) == 1 and ours <= _log_segments(demo_copy)
+
+
+def test_close_closes_a_store_the_retriever_opened(demo_store, demo_copy):
+    before = _log_segments(demo_copy)
+    retriever = RmsRetriever(store=str(demo_copy), namespaces=demo_store.namespace,
+                             reference_time=demo_store.reference_time)
+    retriever.invoke(QUESTION)
+    retriever.store.retrieval_log()
+    ours = _log_segments(demo_copy) - before
+    retriever.close()
+    compact(demo_copy / LOG_DIRECTORY, LogRetention())
+    assert len(ours) == 1 and not ours & _log_segments(demo_copy)

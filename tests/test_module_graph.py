@@ -69,7 +69,33 @@ def test_upward_imports_and_storage_engines_in_nodes_are_reported(tmp_path):
         "rms_retrieval.nodes",
         "rms_retrieval.nodes.b imports duckdb: nodes/ stays free of storage engines",
         "rms_retrieval.nodes.rel imports faiss: nodes/ stays free of storage engines",
+        "import cycle: rms_retrieval.dataflows.c, rms_retrieval.nodes.b, rms_retrieval.stores.a import each other "
+        "(imports inside functions count)",
     ]
+
+
+CYCLES = {
+    # A function-level import back to the importer: a cycle.
+    "dataflows/cli.py": "from rms_retrieval.dataflows import support\n",
+    "dataflows/support.py": "def f():\n    from rms_retrieval.dataflows.cli import main\n",
+    # The root package imports lazily by name; a module that imports the root closes a cycle.
+    "rms_retrieval/__init__.py": ("from importlib import import_module\n_PUBLIC = {'x': 'rms_retrieval.stores.log'}\n"
+                                  "def __getattr__(name):\n    return import_module(_PUBLIC[name])\n"),
+    "stores/log.py": "from rms_retrieval import __version__\n",
+    # An import under TYPE_CHECKING never runs: no cycle.
+    "stores/protocols.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rms_retrieval.stores.adj import A\n",
+    "stores/adj.py": "from rms_retrieval.stores.protocols import Edge\n",
+}
+
+
+def test_import_cycles_are_found_with_function_level_and_lazy_imports_counted(tmp_path):
+    graph = module_graph.module_graph(_tree(tmp_path, CYCLES))
+    assert module_graph.cycles(graph) == [
+        ("rms_retrieval", "rms_retrieval.stores.log"),
+        ("rms_retrieval.dataflows.cli", "rms_retrieval.dataflows.support"),
+    ]
+    assert Import("rms_retrieval.stores.protocols", "rms_retrieval.stores.adj", False, typing_only=True) in graph.imports
+    assert Import("rms_retrieval", "rms_retrieval.stores.log", deferred=True) in graph.imports
 
 
 @pytest.mark.parametrize("files, exit_codes, drawn", [

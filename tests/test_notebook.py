@@ -33,4 +33,6 @@ def test_the_notebook_runs_on_the_demo_store(tmp_path, demo_store, monkeypatch):
     assert "outcome: INCLUDED at packed_bundle" in outputs
     assert "EXCLUDED at filtered_candidates" in outputs
     assert "position_rrf" in outputs and "in both bundles" in outputs
+    assert "what if scoring.speaker_boost=0" in outputs and "first difference: " in outputs
+    assert "rank moves" in outputs and "#c62828" in outputs  # the node table and the marked DAG
     assert not (tmp_path / ".rms").exists()  # it used the store it was given

@@ -8,10 +8,14 @@ from itertools import cycle, islice
 import numpy as np
 import pytest
 
+from rms_retrieval.dataflows import retrieval
+from rms_retrieval.dataflows.code_identity import code_fingerprint
 from rms_retrieval.dataflows.replay import RefusingEncoder, ReplayError, find_record, replay, replay_record
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, SessionSettings
-from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores import snapshot
+from rms_retrieval.stores.memory_store import LOG_DIRECTORY, MemoryStore
+from rms_retrieval.stores.retrieval_log import EMBEDDING_ENCODING, RetrievalLogWriter
 
 CONFIGS = [
     RetrievalSettings(),
@@ -114,4 +118,21 @@ def test_a_record_names_the_code_that_answered_and_replay_says_when_it_changed(s
     payload["bundle_sha256"] = "0" * 64
     report = replay_record(store, record)
     assert not report.identical
-    assert report.differences[0] == f"the DAG's code changed since the request was logged: {'f' * 64} -> {current}"
+    assert report.differences[0] == (f"the code of every module a bundle depends on changed since the request was "
+                                     f"logged: {'f' * 64} -> {current}")
+    # The fingerprint covers the helpers of the stages and the store's own modules (tests/test_code_identity.py).
+    assert current == code_fingerprint((retrieval.__name__, snapshot.__name__))
+
+
+def test_a_record_is_found_newest_first_without_reading_older_records(demo_store, demo_copy):
+    with MemoryStore.open(demo_copy, create=False) as store:
+        # An older record whose embedding cannot be decoded: reading the whole log would fail on it.
+        with RetrievalLogWriter(demo_copy / LOG_DIRECTORY) as writer:
+            writer.append({"request_id": "old", "payload": {"query_embedding": {EMBEDDING_ENCODING: "QUJD"}}},
+                          logged_at_ns=1)
+        result = retrieve(store, "Where does Tomas work now?", namespaces=[demo_store.namespace],
+                          reference_time=demo_store.reference_time)
+        assert find_record(store, result.request_id)["payload"]["bundle_sha256"] == \
+            result.log_record["payload"]["bundle_sha256"]
+        with pytest.raises(ValueError):
+            store.retrieval_log()

@@ -20,10 +20,8 @@ from rms_retrieval.stores.retrieval_log import (
     EMBEDDING_ENCODING,
     RetrievalLogWarning,
     RetrievalLogWriter,
-    code_identity,
     read_records,
     records_newest_first,
-    source_fingerprint,
 )
 
 from tests.factories import append_around_a_fork, append_from_threads, appends_to_a_blocked_log, log_record
@@ -222,15 +220,6 @@ def test_an_unwritable_directory_fails_open_with_one_warning(tmp_path):
     assert appended == [False, False, False]
     assert len(caught) == 1 and issubclass(caught[0].category, RetrievalLogWarning)
     assert "queries still answer" in str(caught[0].message)
-
-
-def test_code_identity_names_the_version_and_the_source():
-    from rms_retrieval.stores import errors
-
-    identity = code_identity([errors, retrieval_log])
-    assert identity["package_version"] and len(identity["dag_fingerprint"]) == 64
-    assert identity["dag_fingerprint"] == source_fingerprint([retrieval_log, errors])
-    assert source_fingerprint([errors]) != identity["dag_fingerprint"]
 
 
 def test_newest_first_is_lazy_and_closes_its_files(tmp_path):

@@ -149,7 +149,7 @@ def table_line(row: dict[str, Any]) -> str:
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from rms_retrieval.dataflows.bench.command import machine_info
+    from rms_retrieval.dataflows.bench.machine import machine_info
     from rms_retrieval.dataflows.ingest import ingest_locomo
     from rms_retrieval.dataflows.locomo import load_locomo
 

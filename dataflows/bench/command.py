@@ -6,24 +6,21 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from rms_retrieval.dataflows.bench.machine import machine_info
 
 EXIT_FAILED_CHECK = 1
 RESULTS_FILE = "results.json"
 SCALE_RESULTS_FILE = "scale_results.json"
 INGEST_PATHS = ("locomo", "jsonl", "plain", "messages")
 JSONL_FILE = "locomo-turns.jsonl"
-_VERSIONED = ("torch", "duckdb", "faiss-cpu", "apache-hamilton", "numpy", "pandas", "sentence-transformers",
-              "tiktoken", "pydantic")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -114,58 +111,6 @@ def _set_torch_threads(threads: int) -> int:
 def _positive(name: str, value: int | None, *, zero_ok: bool = False) -> None:
     if value is not None and (value < 0 or (value == 0 and not zero_ok)):
         raise ValueError(f"{name} must be {'non-negative' if zero_ok else 'positive'}, got {value}")
-
-
-def machine_info() -> dict[str, Any]:
-    """Cores, CPU model, load, Python and library versions, and the repository commit."""
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    versions = {}
-    for name in _VERSIONED:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return {
-        "cores": os.cpu_count(),
-        "cpu_model": cpu,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "versions": versions,
-        "load_average": list(os.getloadavg()),
-        "memory_gb": _memory_gb(),
-        "git": _git_state(),
-    }
-
-
-def _memory_gb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1024 / 1024, 1)
-    except OSError:
-        pass
-    return None
-
-
-def _git_state() -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[2]
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    status = git("status", "--porcelain")
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
 
 
 def _sha256(path: Path) -> str:
