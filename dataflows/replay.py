@@ -3,7 +3,9 @@
 A retrieval log record holds the request, the settings, the query embedding and the store's
 index state. Replay rebuilds the request and settings from it, overrides the
 `query_embedding` node with the logged vector, and passes an encoder that refuses to run, so
-the model is provably not used. Equal bundle hashes mean the identical bundle; otherwise the
+the model is provably not used. A record of the opt-in reranker holds the cross-encoder's scores
+and a reformulated one its alternative questions with their vectors: replay hands them to
+`cross_encoder_scores` and `query_reformulations`, and neither model nor provider runs. Equal bundle hashes mean the identical bundle; otherwise the
 report lists what differs, and says whether the store changed since the record was written.
 """
 
@@ -17,9 +19,9 @@ from uuid import UUID
 import numpy as np
 
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.nodes.models import MemoryBundle, QueryEmbedding, RetrievalRequest
+from rms_retrieval.nodes.models import CrossEncoderScores, MemoryBundle, QueryEmbedding, Reformulations, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder, RetrievalStore
+from rms_retrieval.stores.protocols import CrossEncoder, EmbeddingIdentity, QueryEncoder, RetrievalStore
 
 # Fields of the log payload that describe the bundle; replay compares them when the hashes differ.
 COMPARED_FIELDS = ("query_intent", "candidates_generated", "candidates_after_filter", "objects_included_in_bundle",
@@ -92,6 +94,37 @@ def _identity(store: RetrievalStore, logged_version: str | None, dimension: int)
     return EmbeddingIdentity(name, model_hash, dimension)
 
 
+class RefusingCrossEncoder(CrossEncoder):
+    """A cross-encoder with the logged identity that refuses to score: replay uses the logged scores."""
+
+    def __init__(self, identity: str) -> None:
+        self._identity = identity
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
+        raise ReplayError("replay tried to run the cross-encoder; it must use the logged reranker scores")
+
+
+def policy_overrides(payload: Mapping[str, Any]) -> tuple[dict[str, Any], CrossEncoder | None]:
+    """The node values a record's opt-in policies logged (the cross-encoder's scores, the
+    reformulation's alternatives), as driver overrides, and the refusing cross-encoder."""
+    overrides: dict[str, Any] = {}
+    cross_encoder = None
+    reranker = payload.get("reranker")
+    if reranker is not None:
+        overrides["cross_encoder_scores"] = CrossEncoderScores(
+            tuple(UUID(oid) for oid in reranker["object_ids"]), np.asarray(reranker["scores"], dtype=np.float64),
+            reranker["model"])
+        cross_encoder = RefusingCrossEncoder(reranker["model"])
+    reformulation = payload.get("reformulation")
+    if reformulation is not None:
+        overrides["query_reformulations"] = Reformulations.from_record(reformulation)
+    return overrides, cross_encoder
+
+
 def settings_as_logged(configuration: Mapping[str, Any]) -> RetrievalSettings:
     """The settings a record was made with."""
     return RetrievalSettings.model_validate(configuration)
@@ -141,8 +174,9 @@ def replay_record(store: RetrievalStore, record: Mapping[str, Any]) -> ReplayRep
     if vector is not None:
         identity = _identity(store, payload.get("embedding_model_version"), len(vector))
         embedding = QueryEmbedding(np.asarray(vector, dtype=np.float32), identity)
-    result = retrieve(store, request, config=settings, encoder=RefusingEncoder(identity),
-                      overrides={"query_embedding": embedding}, log=False)
+    overrides, cross_encoder = policy_overrides(payload)
+    result = retrieve(store, request, config=settings, encoder=RefusingEncoder(identity), cross_encoder=cross_encoder,
+                      overrides={"query_embedding": embedding, **overrides}, log=False)
     replayed = result.log_record["payload"]
     digest = replayed["bundle_sha256"]
     logged_state, current_state = payload.get("index_state"), store.state_fingerprint()
