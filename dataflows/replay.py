@@ -21,7 +21,8 @@ import numpy as np
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.models import CrossEncoderScores, MemoryBundle, QueryEmbedding, Reformulations, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import CrossEncoder, EmbeddingIdentity, QueryEncoder, RetrievalStore
+from rms_retrieval.stores.protocols import (CrossEncoder, EmbeddingIdentity, QueryEncoder, QueryReformulator,
+                                            RetrievalStore)
 
 # Fields of the log payload that describe the bundle; replay compares them when the hashes differ.
 COMPARED_FIELDS = ("query_intent", "candidates_generated", "candidates_after_filter", "objects_included_in_bundle",
@@ -108,11 +109,27 @@ class RefusingCrossEncoder(CrossEncoder):
         raise ReplayError("replay tried to run the cross-encoder; it must use the logged reranker scores")
 
 
-def policy_overrides(payload: Mapping[str, Any]) -> tuple[dict[str, Any], CrossEncoder | None]:
+class RefusingReformulator(QueryReformulator):
+    """A reformulation provider that refuses to run: replay uses the logged alternatives."""
+
+    def __init__(self, identity: str | None) -> None:
+        self._identity = identity or "none"
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    def alternatives(self, question: str, limit: int) -> tuple[str, ...]:
+        raise ReplayError("replay tried to ask the reformulation provider; it must use the logged alternatives")
+
+
+def policy_overrides(
+    payload: Mapping[str, Any],
+) -> tuple[dict[str, Any], CrossEncoder | None, QueryReformulator | None]:
     """The node values a record's opt-in policies logged (the cross-encoder's scores, the
-    reformulation's alternatives), as driver overrides, and the refusing cross-encoder."""
+    reformulation's alternatives and their vectors), as driver overrides, and the refusing models."""
     overrides: dict[str, Any] = {}
-    cross_encoder = None
+    cross_encoder = reformulator = None
     reranker = payload.get("reranker")
     if reranker is not None:
         overrides["cross_encoder_scores"] = CrossEncoderScores(
@@ -122,7 +139,8 @@ def policy_overrides(payload: Mapping[str, Any]) -> tuple[dict[str, Any], CrossE
     reformulation = payload.get("reformulation")
     if reformulation is not None:
         overrides["query_reformulations"] = Reformulations.from_record(reformulation)
-    return overrides, cross_encoder
+        reformulator = RefusingReformulator(reformulation.get("provider"))
+    return overrides, cross_encoder, reformulator
 
 
 def settings_as_logged(configuration: Mapping[str, Any]) -> RetrievalSettings:
@@ -174,9 +192,9 @@ def replay_record(store: RetrievalStore, record: Mapping[str, Any]) -> ReplayRep
     if vector is not None:
         identity = _identity(store, payload.get("embedding_model_version"), len(vector))
         embedding = QueryEmbedding(np.asarray(vector, dtype=np.float32), identity)
-    overrides, cross_encoder = policy_overrides(payload)
+    overrides, cross_encoder, reformulator = policy_overrides(payload)
     result = retrieve(store, request, config=settings, encoder=RefusingEncoder(identity), cross_encoder=cross_encoder,
-                      overrides={"query_embedding": embedding, **overrides}, log=False)
+                      reformulator=reformulator, overrides={"query_embedding": embedding, **overrides}, log=False)
     replayed = result.log_record["payload"]
     digest = replayed["bundle_sha256"]
     logged_state, current_state = payload.get("index_state"), store.state_fingerprint()
