@@ -17,7 +17,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -200,10 +200,12 @@ def ingest(store, questions: Sequence[LmeQuestion], sessions: Mapping[str, list[
 
 def run_interleaved(
     bench: LocomoBench, questions: Sequence, arms: Sequence[str], *, progress: bool = True,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Every arm on every question, question by question (the arms interleaved, so a noisy shared
     machine slows them alike): summaries by question type, paired comparisons with the first arm,
-    and each arm's latency per question (p50, p95; the query embedding is made before the arms run)."""
+    and each arm's latency per question (p50, p95; the query embedding is made before the arms run).
+    `checkpoint` receives the results over the questions done so far after each question."""
     from tqdm import tqdm
 
     unknown = [arm for arm in arms if arm not in ARMS]
@@ -220,6 +222,14 @@ def run_interleaved(
             run = bench.run(question, settings[arm])
             outcomes[arm].append(run.outcome)
             seconds[arm].append(run.seconds)
+        if checkpoint is not None:
+            checkpoint(_interleaved_results(bench, arms, settings, outcomes, seconds))
+    return _interleaved_results(bench, arms, settings, outcomes, seconds)
+
+
+def _interleaved_results(bench: LocomoBench, arms: Sequence[str], settings: Mapping[str, Any],
+                         outcomes: Mapping[str, list[QuestionOutcome]],
+                         seconds: Mapping[str, list[float]]) -> dict[str, Any]:
     first = arms[0]
     results: dict[str, Any] = {"arms": {}, "paired": {}, "per_question": {}}
     for arm in arms:

@@ -59,14 +59,28 @@ def _cross_encoder(arms: list[str]):
     return ScoreCache(default_cross_encoder()) if any(arm_settings(a).rerank.enabled for a in arms) else None
 
 
+def _write(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
+
+
+def _checkpoint(args: argparse.Namespace, results: dict[str, Any]):
+    """Writes results.json with the questions done so far, marked partial: a long run keeps what it did."""
+    def write(relevance: dict[str, Any]) -> None:
+        _write(args, {**results, "status": "partial", "relevance": relevance})
+
+    return write
+
+
 def _finish(args: argparse.Namespace, results: dict[str, Any], budgets: list[int]) -> int:
     from rms_retrieval.dataflows.bench.command import machine_info
     from rms_retrieval.dataflows.bench.lme_bench import interleaved_lines
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     results["machine"] = machine_info()
-    (out / "results.json").write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
+    results["status"] = "complete"
+    _write(args, results)
+    out = Path(args.out)
     for line in interleaved_lines(results["relevance"], budgets):
         print(line)
     print(f"wrote {out / 'results.json'}")
@@ -93,11 +107,12 @@ def _cmd_lme(args: argparse.Namespace) -> int:
     with MemoryStore.open(args.store, read_only=True) as store:
         bench = lme_bench.LmeBench(store, questions, answers, default_query_encoder(), budgets,
                                    cross_encoder=_cross_encoder(args.arms))
-        relevance = lme_bench.run_interleaved(bench, questions, args.arms, progress=not args.no_progress)
-    results = {"benchmark": "LongMemEval-S (rms bench lme)", "split": args.split, "per_type": args.per_type,
-               "questions": [q.question_id for q in questions], "ingest": ingest, "vector_cache_size": len(vectors),
-               "relevance": relevance, "seconds": time.perf_counter() - started,
-               "targets": lme_bench.TARGETS}
+        results = {"benchmark": "LongMemEval-S (rms bench lme)", "split": args.split, "per_type": args.per_type,
+                   "questions": [q.question_id for q in questions], "ingest": ingest, "vector_cache_size": len(vectors),
+                   "targets": lme_bench.TARGETS}
+        results["relevance"] = lme_bench.run_interleaved(bench, questions, args.arms, progress=not args.no_progress,
+                                                         checkpoint=_checkpoint(args, results))
+    results["seconds"] = time.perf_counter() - started
     return _finish(args, results, budgets)
 
 
@@ -114,8 +129,9 @@ def _cmd_policies(args: argparse.Namespace) -> int:
     with MemoryStore.open(args.store, read_only=True) as store:
         bench = locomo_bench.LocomoBench(store, dataset, default_query_encoder(), budgets,
                                          cross_encoder=_cross_encoder(args.arms))
-        relevance = lme_bench.run_interleaved(bench, questions, args.arms, progress=not args.no_progress)
-    results = {"benchmark": "LoCoMo, arms interleaved (rms bench policies)", "split": args.split,
-               "limit_questions": args.limit_questions, "relevance": relevance,
-               "seconds": time.perf_counter() - started, "targets": locomo_bench.TARGETS}
+        results = {"benchmark": "LoCoMo, arms interleaved (rms bench policies)", "split": args.split,
+                   "limit_questions": args.limit_questions, "targets": locomo_bench.TARGETS}
+        results["relevance"] = lme_bench.run_interleaved(bench, questions, args.arms, progress=not args.no_progress,
+                                                         checkpoint=_checkpoint(args, results))
+    results["seconds"] = time.perf_counter() - started
     return _finish(args, results, budgets)
