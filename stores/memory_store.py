@@ -414,3 +414,24 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         """Logged records of every process, oldest first; with `limit`, only the latest `limit`; with
         `namespaces`, only those of requests that read nothing but those namespaces."""
         return read_records(self.path / LOG_DIRECTORY, limit, namespaces)
+
+
+def _given_vectors(
+    objects: Sequence[MemoryObject], vectors: np.ndarray | None, identity: EmbeddingIdentity | None,
+    expected: EmbeddingIdentity,
+) -> dict[UUID, np.ndarray] | None:
+    """Precomputed vectors by object id, checked: their model, their shape, finite unit rows."""
+    if vectors is None:
+        if identity is not None:
+            raise StoreError("vector_identity was given without vectors; pass both or neither")
+        return None
+    if identity is None:
+        raise StoreError("precomputed vectors need vector_identity=EmbeddingIdentity(...) naming the model that made them")
+    if identity != expected:
+        raise EmbeddingMismatchError(f"the precomputed vectors come from {identity} but this store embeds with "
+                                     f"{expected}; {_MISMATCH_HINT}")
+    try:
+        checked = validated_vectors(vectors, len(objects), expected.dimension)
+    except EmbeddingError as error:
+        raise StoreError(f"precomputed vectors: {error}") from None
+    return {memory.id: row for memory, row in zip(objects, checked)}
