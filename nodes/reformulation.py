@@ -126,7 +126,8 @@ def alternate_candidates(
         failures += _pass_failures(number, results)
         passes.append(results)
         if not failures:
-            objects.update(candidate_objects(*results, none, ChannelResult(path=PathType.KEYWORD_SCAN), object_store))
+            objects.update(candidate_objects(*results, none, ChannelResult(path=PathType.KEYWORD_SCAN), object_store,
+                                             alternate))
     if failures:
         raise ReformulationError("query reformulation aborted before merging: " + "; ".join(failures))
     return AlternatePasses(tuple(passes), objects)
