@@ -19,16 +19,18 @@ from rms_retrieval.dataflows.cli_support import (
     check_question,
     open_store,
     parse_time,
+    policy_arguments,
     request_arguments,
+    settings_from,
 )
 
 EXIT_DIFFERENT = 1
 
 
-def _settings(fusion: str):
+def _settings(args: argparse.Namespace):
     from rms_retrieval.nodes.settings import RetrievalSettings, ScoringSettings
 
-    return RetrievalSettings(scoring=ScoringSettings(fusion=fusion))
+    return settings_from(args, RetrievalSettings(scoring=ScoringSettings(fusion=args.fusion)))
 
 
 def _request(args: argparse.Namespace):
@@ -43,7 +45,7 @@ def _request(args: argparse.Namespace):
 def _cmd_dag(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.audit import GraphvizMissingError, dag_graph, execution_graph, render, require_dot
 
-    settings = _settings(args.fusion)
+    settings = _settings(args)
     try:
         require_dot()
         if args.question is None:
@@ -75,7 +77,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         raise CliError(f"--id {args.id!r} is not an object id (a UUID)") from error
     with open_store(args.store, read_only=True) as store:
         check_namespaces(store, args.store, args.namespace)
-        explanation = explain(store, request, object_id, config=_settings(args.fusion))
+        explanation = explain(store, request, object_id, config=_settings(args))
     print(json.dumps(explanation.to_dict(), indent=2) if args.json else explanation.to_text())
     return 0
 
@@ -144,6 +146,7 @@ def _request_arguments(parser: argparse.ArgumentParser, *, required: bool) -> No
     request_arguments(parser, required=required)
     parser.add_argument("--limit", type=int, help="the request's item limit")
     parser.add_argument("--fusion", choices=["rrf", "weighted"], default="rrf", help="the score formula (Hamilton config)")
+    policy_arguments(parser)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rms_retrieval.stores.memory_store import MemoryStore
@@ -85,3 +85,25 @@ def request_arguments(parser: argparse.ArgumentParser, *, required: bool = True)
     parser.add_argument("--namespace", action="append", required=required, help="repeat for several")
     parser.add_argument("--reference-time", help="ISO 8601 with timezone; default now")
     parser.add_argument("--budget", type=int, default=DEFAULT_TOKEN_BUDGET, help="token budget in cl100k_base tokens")
+
+
+def policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The opt-in cross-encoder reranker's options (RFC 7.3; the [rerank] extra)."""
+    parser.add_argument("--rerank", choices=["legacy", "score_envelope", "anchored_score_envelope"],
+                        help="rerank the top of the scored pool with the cross-encoder under this policy")
+    parser.add_argument("--rerank-top-k", type=int, default=100, help="candidates reranked (default 100)")
+    parser.add_argument("--rerank-prior-weight", type=float, default=0.3,
+                        help="weight of a candidate's own score in the new order (default 0.3; another value "
+                             "needs an envelope policy)")
+
+
+def settings_from(args: argparse.Namespace, base: Any = None) -> Any:
+    """The retrieval settings the options describe, on top of `base` (the defaults)."""
+    from rms_retrieval.nodes.settings import RerankSettings, RetrievalSettings
+
+    settings = base or RetrievalSettings()
+    if getattr(args, "rerank", None) is None:
+        return settings
+    rerank = RerankSettings(enabled=True, policy=args.rerank, top_k=args.rerank_top_k,
+                            prior_weight=args.rerank_prior_weight)
+    return RetrievalSettings.model_validate({**settings.model_dump(), "rerank": rerank.model_dump()})

@@ -2,7 +2,7 @@
 
 The steps come from the driver's lineage, not from a list kept here. Every node upstream of
 `packed_bundle` whose return type has a role in `node_types.NODE_VALUE_TYPES` (the bundle, the
-selection, the ranked and the scored pool, the filtered and the merged pool, each candidate
+selection, the ranked, the reranked and the scored pool, the filtered and the merged pool, each candidate
 path, the limits, the query analysis) gives one step, named after its node, in reverse topological order, with the nodes
 it reads. A renamed node or a new candidate path shows up without a change here.
 """
@@ -25,13 +25,13 @@ from rms_retrieval.dataflows.node_types import Lineage
 from rms_retrieval.dataflows.pipeline import build_driver, pipeline_lineage
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.models import (CandidateLimits, CandidatePool, ChannelResult, FilteredPool, MemoryBundle,
-                                        PathType, QueryAnalysis, RankedCandidates, RetrievalRequest, ScoredPool,
-                                        Selection)
+                                        PathType, QueryAnalysis, RankedCandidates, RerankedPool, RetrievalRequest,
+                                        ScoredPool, Selection)
 from rms_retrieval.nodes.formatting import format_item
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.tokens import count_tokens
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import QueryEncoder, RetrievalStore
+from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, RetrievalStore
 
 _COUNT_SUFFIXES = ("_rank", "_hops", "_offset")
 SELECTION_SCORE_CUTS = frozenset({"limit", "min_score"})
@@ -202,6 +202,25 @@ def _scores_step(scores: ScoredPool, ctx: _Context) -> tuple[str, dict]:
     return summary, {"scored": True, "rank": rank, "candidates": len(frame), "row": row}
 
 
+def _rerank_step(reranked: RerankedPool, ctx: _Context) -> tuple[str, dict]:
+    if reranked.policy is None:
+        return "reranker off: the scored order goes on unchanged", {"reranked": False}
+    found = _row(scored_frame(reranked), ctx.object_id)
+    if found is None:
+        return "not scored", {"reranked": False}
+    rank, row = found
+    if row.get("rerank_model_score") is None:
+        return (f"rank {rank} of {len(reranked.pool)}, score {row['score']:.6f}: below the reranked top "
+                f"{reranked.reranked}, kept its score"), {"reranked": False, "rank": rank}
+    anchored = "; the anchor, put first" if reranked.anchor == ctx.object_id else ""
+    summary = (f"reranked ({reranked.policy}): cross-encoder score {row['rerank_model_score']:.4f}, blend "
+               f"{row['rerank_blend']:.4f} (prior weight {row['rerank_prior_weight']:g}, own score "
+               f"{row['rerank_prior_score']:.6f}), assigned place {row['rerank_rank']} of {reranked.reranked}, "
+               f"score {row['score']:.6f}, rank {rank} of {len(reranked.pool)}{anchored}")
+    return summary, {"reranked": True, "rank": rank, "policy": reranked.policy, "model": reranked.model,
+                     "anchor": reranked.anchor == ctx.object_id, "row": row}
+
+
 def _filter_step(pool: FilteredPool, ctx: _Context) -> tuple[str, dict]:
     if ctx.object_id in pool.excluded:
         reason = pool.excluded[ctx.object_id]
@@ -274,6 +293,7 @@ _STEP_BUILDERS: dict[str, Callable[[Any, _Context], tuple[str, dict]]] = {
     "bundle": _bundle_step,
     "selection": _selection_step,
     "ranking": _ranking_step,
+    "rerank": _rerank_step,
     "scores": _scores_step,
     "filter": _filter_step,
     "merge": _merge_step,
@@ -334,6 +354,7 @@ def explain(
     *,
     config: RetrievalSettings | None = None,
     encoder: QueryEncoder | None = None,
+    cross_encoder: CrossEncoder | None = None,
     **request_fields: Any,
 ) -> Explanation:
     """Run `question` once (every node of the DAG kept, nothing logged) and explain `object_id`.
@@ -345,8 +366,8 @@ def explain(
     object_id = UUID(str(object_id))
     settings = config or RetrievalSettings()
     lineage = pipeline_lineage(build_driver(settings))
-    result = retrieve(store, question, config=settings, encoder=encoder, extra_nodes=lineage.computed, log=False,
-                      **request_fields)
+    result = retrieve(store, question, config=settings, encoder=encoder, cross_encoder=cross_encoder,
+                      extra_nodes=lineage.computed, log=False, **request_fields)
     request = RetrievalRequest.model_validate(result.log_record["payload"]["request"])
     stored = store.get_objects([object_id], request.namespaces).get(object_id)
     ctx = _Context(object_id, request, settings, stored, result.nodes)

@@ -16,7 +16,7 @@ from uuid import UUID
 import pandas as pd
 
 from rms_retrieval.nodes.models import (CandidatePool, ChannelResult, FilteredPool, MemoryBundle, PathType,
-                                        QueryAnalysis, QueryEmbedding, RankedCandidates, ScoredPool, Selection,
+                                        QueryAnalysis, QueryEmbedding, RankedCandidates, RerankedPool, ScoredPool, Selection,
                                         mask_paths)
 from rms_retrieval.stores.models import MemoryObject
 
@@ -28,7 +28,8 @@ SCORE_COLUMNS = [
     "graph_proximity", "graph_hops", "graph_rank", "recency", "salience", "confidence",
     "epistemic_weight", "epistemic_factor", "node_type_boost", "node_type_factor",
     "temporal_affinity", "temporal_factor", "speaker_factor", "recency_boost_factor", "tie_break",
-    "current_update_factor", "base_score",
+    "current_update_factor", "base_score", "rerank_model_score", "rerank_prior_weight", "rerank_blend",
+    "rerank_prior_score", "rerank_rank",
 ]
 SESSION_COLUMNS = ["session_trigger", "session_offset", "session_decay"]
 
@@ -103,11 +104,11 @@ def bundle_frame(bundle: MemoryBundle) -> pd.DataFrame:
                                        "paths", "path_count", "node_type", "text"])
 
 
-def _pool_of(value: ScoredPool | RankedCandidates | Selection) -> ScoredPool:
+def _pool_of(value: ScoredPool | RerankedPool | RankedCandidates | Selection) -> ScoredPool:
     return value if isinstance(value, ScoredPool) else value.pool
 
 
-def scored_frame(value: ScoredPool | RankedCandidates | Selection) -> pd.DataFrame:
+def scored_frame(value: ScoredPool | RerankedPool | RankedCandidates | Selection) -> pd.DataFrame:
     """A scored pool in rank order, one column per input, rank and factor (`SCORE_COLUMNS`); after
     session context also each row's trigger, offset and decay (`SESSION_COLUMNS`)."""
     pool = _pool_of(value)

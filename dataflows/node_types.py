@@ -16,8 +16,9 @@ from typing import Any
 import pandas as pd
 
 from rms_retrieval.dataflows import frames
-from rms_retrieval.nodes.models import (CandidateLimits, CandidatePool, ChannelResult, FilteredPool, MemoryBundle,
-                                        PathType, QueryAnalysis, QueryEmbedding, RankedCandidates, ScoredPool,
+from rms_retrieval.nodes.models import (AlternatePasses, CandidateLimits, CandidatePool, ChannelResult,
+                                        CrossEncoderScores, FilteredPool, MemoryBundle, PathType, QueryAnalysis,
+                                        QueryEmbedding, RankedCandidates, Reformulations, RerankedPool, ScoredPool,
                                         Selection, path_mask)
 
 
@@ -47,6 +48,13 @@ def _ranking(value: RankedCandidates) -> str:
     return f"{len(value.pool)} ranked ({joined} joined by session context)"
 
 
+def _reranking(value: RerankedPool) -> str:
+    if value.policy is None:
+        return "reranker off"
+    anchor = f", anchor {value.anchor}" if value.anchor else ""
+    return f"{value.reranked} reranked ({value.policy}{anchor})"
+
+
 def _analysis(value: QueryAnalysis) -> str:
     entities = ", ".join(e.name for e in value.entities) or "no entities"
     return f"intent {value.intent}\n{entities}"
@@ -58,6 +66,7 @@ NODE_VALUE_TYPES: tuple[NodeValueType, ...] = (
     NodeValueType(Selection, "selection", lambda v: f"{len(v.pool)} selected, {len(v.excluded)} left out",
                   frames.ranked_frame),
     NodeValueType(RankedCandidates, "ranking", _ranking, frames.ranked_frame),
+    NodeValueType(RerankedPool, "rerank", _reranking, frames.scored_frame),
     NodeValueType(ScoredPool, "scores", _scores, frames.scored_frame),
     NodeValueType(FilteredPool, "filter", lambda v: f"{len(v.candidates)} kept, {len(v.excluded)} excluded",
                   frames.filtered_frame),
@@ -66,6 +75,11 @@ NODE_VALUE_TYPES: tuple[NodeValueType, ...] = (
     NodeValueType(CandidateLimits, "limits",
                   lambda v: f"vector {v.vector_k}, lexical {v.lexical_k}, graph {v.graph_max_candidates}"),
     NodeValueType(QueryAnalysis, "analysis", _analysis, frames.analysis_frame),
+    NodeValueType(CrossEncoderScores, None, lambda v: f"{len(v.object_ids)} pairs scored by {v.model}"),
+    NodeValueType(Reformulations, None,
+                  lambda v: f"{len(v.alternatives)} alternatives" + (f", provider failed: {v.provider_failure}"
+                                                                     if v.provider_failure else "")),
+    NodeValueType(AlternatePasses, None, lambda v: f"{len(v.passes)} alternative passes, {len(v.objects)} objects"),
     NodeValueType(QueryEmbedding, None,
                   lambda v: f"{v.identity.dimension}-d, {v.identity.model_name.rsplit('/', 1)[-1]}",
                   frames.embedding_frame),

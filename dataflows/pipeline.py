@@ -12,39 +12,50 @@ from typing import Any
 
 from hamilton import driver
 
-from rms_retrieval.nodes import candidate_generation, filtering, merging, packing, query_analysis, scoring, session_context
+from rms_retrieval.nodes import (candidate_generation, filtering, merging, packing, query_analysis, reformulation,
+                                 reranking, scoring, session_context)
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import QueryEncoder
+from rms_retrieval.stores.cross_encoder import default_cross_encoder
+from rms_retrieval.stores.chat_reformulator import ChatCompletionsReformulator
+from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, QueryReformulator
 
 STAGE_MODULES = (
     query_analysis,
     candidate_generation,
+    reformulation,
     merging,
     filtering,
     scoring,
+    reranking,
     session_context,
     packing,
 )
 FINAL_NODE = "packed_bundle"
 
 
-@lru_cache(maxsize=8)
-def _cached_driver(fusion: str) -> driver.Driver:
-    return driver.Builder().with_modules(*STAGE_MODULES).with_config({"fusion": fusion}).build()
+@lru_cache(maxsize=16)
+def _cached_driver(switches: tuple[tuple[str, str], ...]) -> driver.Driver:
+    return driver.Builder().with_modules(*STAGE_MODULES).with_config(dict(switches)).build()
 
 
 def build_driver(settings: RetrievalSettings | None = None) -> driver.Driver:
     """The retrieval DAG for these settings' structural switches (built once per switch value)."""
     settings = settings or RetrievalSettings()
-    return _cached_driver(settings.hamilton_config()["fusion"])
+    return _cached_driver(tuple(sorted(settings.hamilton_config().items())))
 
 
 def pipeline_inputs(
-    store: Any, request: RetrievalRequest, settings: RetrievalSettings, encoder: QueryEncoder
+    store: Any,
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+    encoder: QueryEncoder,
+    cross_encoder: CrossEncoder | None = None,
+    reformulator: QueryReformulator | None = None,
 ) -> dict[str, Any]:
-    """The driver inputs for one request. One store object serves every store protocol."""
-    return {
+    """The driver inputs for one request. One store object serves every store protocol; the
+    cross-encoder and the reformulation provider are inputs only while the settings enable them."""
+    inputs = {
         "request": request,
         "settings": settings,
         "query_encoder": encoder,
@@ -53,6 +64,11 @@ def pipeline_inputs(
         "graph_index": store,
         "object_store": store,
     }
+    if settings.rerank.enabled:
+        inputs["cross_encoder"] = cross_encoder or default_cross_encoder()
+    if settings.reformulation.enabled:
+        inputs["query_reformulator"] = reformulator or ChatCompletionsReformulator.from_settings(settings.reformulation)
+    return inputs
 
 
 def pipeline_lineage(dr: driver.Driver, final_node: str = FINAL_NODE):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rms_retrieval.dataflows.cli_support import check_budget, check_namespaces, check_question, open_store, parse_time, request_arguments
+from rms_retrieval.dataflows.cli_support import (check_budget, check_namespaces, check_question, open_store, parse_time,
+                                                 policy_arguments, request_arguments, settings_from)
 from rms_retrieval.stores.visibility import RetrievalMode
 
 
@@ -18,7 +19,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     with open_store(args.store) as store:
         check_namespaces(store, args.store, args.namespace)
         result = retrieve(store, args.question, namespaces=args.namespace, reference_time=parse_time(args.reference_time),
-                          token_budget=args.budget, **_selection_options(args))
+                          token_budget=args.budget, config=settings_from(args), **_selection_options(args))
     print(result.bundle.model_dump_json(indent=2) if args.json else format_bundle(result.bundle))
     return 0
 
@@ -58,6 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     query.add_argument("--max-per-source", type=int, help="at most this many memories with the same evidence and text")
     for name, what in zip(_TIME_FILTERS, _TIME_FILTER_HELP):
         query.add_argument("--" + name.replace("_", "-"), help=f"{what} (ISO 8601 with timezone)")
+    policy_arguments(query)
     query.add_argument("--json", action="store_true", help="print the bundle's JSON")
     query.add_argument("question")
     query.set_defaults(run=_cmd_query)

@@ -3,7 +3,9 @@
 A retrieval log record holds the request, the settings, the query embedding and the store's
 index state. Replay rebuilds the request and settings from it, overrides the
 `query_embedding` node with the logged vector, and passes an encoder that refuses to run, so
-the model is provably not used. Equal bundle hashes mean the identical bundle; otherwise the
+the model is provably not used. A record of the opt-in reranker holds the cross-encoder's scores
+and a reformulated one its alternative questions with their vectors: replay hands them to
+`cross_encoder_scores` and `query_reformulations`, and neither model nor provider runs. Equal bundle hashes mean the identical bundle; otherwise the
 report lists what differs, and says whether the store changed since the record was written.
 """
 
@@ -17,9 +19,11 @@ from uuid import UUID
 import numpy as np
 
 from rms_retrieval.dataflows.retrieval import RetrievalResult, retrieve
-from rms_retrieval.nodes.models import MemoryBundle, PathType, QueryEmbedding, RetrievalRequest
+from rms_retrieval.nodes.models import (CrossEncoderScores, MemoryBundle, PathType, QueryEmbedding, Reformulations,
+                                        RetrievalRequest)
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder, RetrievalStore
+from rms_retrieval.stores.protocols import (CrossEncoder, EmbeddingIdentity, QueryEncoder, QueryReformulator,
+                                            RetrievalStore)
 
 # Fields of the log payload that describe the bundle; replay compares them when the hashes differ.
 COMPARED_FIELDS = ("query_intent", "candidates_generated", "candidates_after_filter", "objects_included_in_bundle",
@@ -96,6 +100,54 @@ def _identity(store: RetrievalStore, logged_version: str | None, dimension: int)
     return EmbeddingIdentity(name, model_hash, dimension)
 
 
+class RefusingCrossEncoder(CrossEncoder):
+    """A cross-encoder with the logged identity that refuses to score: replay uses the logged scores."""
+
+    def __init__(self, identity: str) -> None:
+        self._identity = identity
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
+        raise ReplayError("replay tried to run the cross-encoder; it must use the logged reranker scores")
+
+
+class RefusingReformulator(QueryReformulator):
+    """A reformulation provider that refuses to run: replay uses the logged alternatives."""
+
+    def __init__(self, identity: str | None) -> None:
+        self._identity = identity or "none"
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    def alternatives(self, question: str, limit: int) -> tuple[str, ...]:
+        raise ReplayError("replay tried to ask the reformulation provider; it must use the logged alternatives")
+
+
+def policy_overrides(
+    payload: Mapping[str, Any],
+) -> tuple[dict[str, Any], CrossEncoder | None, QueryReformulator | None]:
+    """The node values a record's opt-in policies logged (the cross-encoder's scores, the
+    reformulation's alternatives and their vectors), as driver overrides, and the refusing models."""
+    overrides: dict[str, Any] = {}
+    cross_encoder = reformulator = None
+    reranker = payload.get("reranker")
+    if reranker is not None:
+        overrides["cross_encoder_scores"] = CrossEncoderScores(
+            tuple(UUID(oid) for oid in reranker["object_ids"]), np.asarray(reranker["scores"], dtype=np.float64),
+            reranker["model"])
+        cross_encoder = RefusingCrossEncoder(reranker["model"])
+    reformulation = payload.get("reformulation")
+    if reformulation is not None:
+        overrides["query_reformulations"] = Reformulations.from_record(reformulation)
+        reformulator = RefusingReformulator(reformulation.get("provider"))
+    return overrides, cross_encoder, reformulator
+
+
 def settings_as_logged(configuration: Mapping[str, Any]) -> RetrievalSettings:
     """The settings a record was made with."""
     return RetrievalSettings.model_validate(configuration)
@@ -145,8 +197,10 @@ class LoggedRequest:
         the logged vector in place of the `query_embedding` node wherever the vector path is on."""
         settings = settings or self.settings
         searches_vectors = PathType.VECTOR in settings.candidates.enabled_paths
+        logged, cross_encoder, reformulator = policy_overrides(self.payload)
         return retrieve(store, self.request, config=settings, encoder=self.encoder, extra_nodes=extra_nodes,
-                        overrides={"query_embedding": self.embedding if searches_vectors else None}, log=False)
+                        cross_encoder=cross_encoder, reformulator=reformulator,
+                        overrides={"query_embedding": self.embedding if searches_vectors else None, **logged}, log=False)
 
 
 def logged_request(store: RetrievalStore, record: Mapping[str, Any]) -> LoggedRequest:

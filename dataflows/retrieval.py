@@ -16,7 +16,7 @@ from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_
 from rms_retrieval.nodes.models import MAX_QUERY_CHARS, MemoryBundle, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.onnx_encoder import default_query_encoder
-from rms_retrieval.stores.protocols import QueryEncoder, RetrievalStore, SnapshotSource
+from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, QueryReformulator, RetrievalStore, SnapshotSource
 
 LOG_VERSION = 1
 # A rejected request's error can quote its input; the record keeps this much of the message.
@@ -122,6 +122,7 @@ def _log_record(
     bundle: MemoryBundle | None,
     embedding: QueryEmbedding | None,
     error: BaseException | None,
+    policies: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The RFC 10 RETRIEVAL_REQUEST record, plus what replay needs (embedding, index state, settings)."""
     meta = bundle.retrieval_metadata if bundle else {}
@@ -156,9 +157,38 @@ def _log_record(
         "bundle_sha256": bundle_sha256(bundle) if bundle else None,
         # Which code answered: replay tells a code change from a settings or a store change.
         **answering_code(store_module),
+        # The opt-in policies' provenance (the cross-encoder's scores, the alternative questions), only
+        # when one ran: records of requests without them keep their bytes.
+        **(policies or {}),
     }
     return {"op_type": "RETRIEVAL_REQUEST", "log_version": LOG_VERSION, "request_id": str(request_id),
             "payload": payload}
+
+
+def policy_nodes(settings: RetrievalSettings) -> tuple[str, ...]:
+    """The nodes whose values the log keeps for the opt-in policies these settings enable."""
+    return (("cross_encoder_scores", "reranked_scores") if settings.rerank.enabled else ()) + (
+        ("query_reformulations",) if settings.reformulation.enabled else ())
+
+
+def policy_provenance(settings: RetrievalSettings, results: Mapping[str, Any]) -> dict[str, Any]:
+    """What the log records of the opt-in policies that ran: the reranker's model, policy, every
+    reranked candidate's model score and assigned place (replay uses the scores instead of the
+    model), and the reformulation's alternatives, their vectors and any provider failure."""
+    provenance: dict[str, Any] = {}
+    if settings.rerank.enabled:
+        given, reranked = results["cross_encoder_scores"], results["reranked_scores"]
+        places = {obj.id: int(rank) for obj, rank in zip(reranked.pool.objects, reranked.pool.factors.rerank_rank.tolist())
+                  if rank == rank}
+        provenance["reranker"] = {
+            "model": given.model, "policy": settings.rerank.policy, "top_k": settings.rerank.top_k,
+            "prior_weight": settings.rerank.prior_weight, "anchor": str(reranked.anchor) if reranked.anchor else None,
+            "object_ids": [str(oid) for oid in given.object_ids], "scores": [float(v) for v in given.scores],
+            "ranks": [places.get(oid) for oid in given.object_ids],
+        }
+    if settings.reformulation.enabled:
+        provenance["reformulation"] = results["query_reformulations"].as_record()
+    return provenance
 
 
 def retrieve(
@@ -170,6 +200,8 @@ def retrieve(
     token_budget: int | None = None,
     config: RetrievalSettings | None = None,
     encoder: QueryEncoder | None = None,
+    cross_encoder: CrossEncoder | None = None,
+    reformulator: QueryReformulator | None = None,
     extra_nodes: Sequence[str] = (),
     overrides: dict[str, Any] | None = None,
     log: bool = True,
@@ -185,7 +217,10 @@ def retrieve(
     limit, min_score, max_per_source). The question may be at most `MAX_QUERY_CHARS` (8,192)
     characters. `extra_nodes` returns intermediate nodes (e.g. "fused_scores") in
     `RetrievalResult.nodes`; `overrides` replaces node values (replay passes the logged
-    "query_embedding"). Every call logs one retrieval record in the store, a rejected request
+    "query_embedding"). `cross_encoder` scores pairs when the settings enable the reranker
+    (default: the packaged ms-marco MiniLM, the `[rerank]` extra), `reformulator` gives alternative
+    questions when they enable query reformulation (default: the chat-completions endpoint of the
+    `reformulation` settings). Every call logs one retrieval record in the store, a rejected request
     included (with the question capped at `MAX_QUERY_CHARS`, its length and hash); the record is
     built and written off the request path (stores/log_buffer.py), and `log=False` builds none
     unless `RetrievalResult.log_record` is read.
@@ -198,10 +233,11 @@ def retrieve(
     try:
         request = as_request(query, namespaces=namespaces, reference_time=reference_time, token_budget=token_budget,
                              **options)
-        wanted = list(dict.fromkeys([FINAL_NODE, "query_embedding", *extra_nodes]))
+        wanted = list(dict.fromkeys([FINAL_NODE, "query_embedding", *policy_nodes(settings), *extra_nodes]))
         results = build_driver(settings).execute(
             wanted,
-            inputs=pipeline_inputs(store, request, settings, encoder or default_query_encoder()),
+            inputs=pipeline_inputs(store, request, settings, encoder or default_query_encoder(), cross_encoder,
+                                   reformulator),
             overrides=overrides or {},
         )
     except Exception as error:
@@ -212,7 +248,7 @@ def retrieve(
     bundle: MemoryBundle = results[FINAL_NODE]
     embedding: QueryEmbedding = results["query_embedding"]
     record = LazyRecord(partial(_log_record, request_id, request, request, settings, type(store).__module__,
-                                store.state_fingerprint(), bundle, embedding, None))
+                                store.state_fingerprint(), bundle, embedding, None, policy_provenance(settings, results)))
     if log:
         store.log_retrieval(record)
     extras = {name: results[name] for name in extra_nodes}

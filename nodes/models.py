@@ -154,6 +154,36 @@ class QueryEmbedding:
     identity: EmbeddingIdentity
 
 
+@dataclass(frozen=True)
+class Reformulations:
+    """A provider's alternative questions (experimental policies), each with its query vector (None
+    while the vector path is off), and the provider failure that left none, counted apart."""
+
+    alternatives: tuple[str, ...] = ()
+    embeddings: tuple[QueryEmbedding | None, ...] = ()
+    provider: str | None = None
+    provider_failure: str | None = None
+
+    def as_record(self) -> dict[str, Any]:
+        """The log's form: replay reads it back with `from_record` and asks no provider."""
+        return {
+            "provider": self.provider, "provider_failure": self.provider_failure,
+            "alternatives": list(self.alternatives),
+            "embeddings": [None if e is None else {"vector": [float(x) for x in e.vector],
+                                                   "model": e.identity.model_name, "model_hash": e.identity.model_hash}
+                           for e in self.embeddings],
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Reformulations:
+        embeddings = tuple(
+            None if e is None else QueryEmbedding(
+                np.asarray(e["vector"], dtype=np.float32),
+                EmbeddingIdentity(e["model"], e["model_hash"], len(e["vector"])))
+            for e in record["embeddings"])
+        return cls(tuple(record["alternatives"]), embeddings, record.get("provider"), record.get("provider_failure"))
+
+
 @dataclass(frozen=True, slots=True)
 class CandidateLimits:
     """Per-path candidate limits for one request; count and list questions widen them (RFC 4.3)."""
@@ -241,6 +271,15 @@ class CandidatePool:
 
 
 @dataclass(frozen=True)
+class AlternatePasses:
+    """What the vector, lexical and graph paths found for each alternative question, and the
+    stored objects behind their hits (experimental policies, query reformulation)."""
+
+    passes: tuple[tuple[ChannelResult, ...], ...] = ()
+    objects: Mapping[UUID, MemoryObject] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class FilteredPool:
     """Candidates that may be scored, the removed ones, and each removed object's reason."""
 
@@ -311,6 +350,14 @@ class ScoreFactors:
     tie_break: np.ndarray
     current_update_factor: np.ndarray
     base_score: np.ndarray
+    # The cross-encoder (RFC 7.3), NaN outside the reranked prefix: the model's score, the prior
+    # weight the blend gave the candidate's own score, the blend, the score before reranking and
+    # the 1-based place the policy assigned.
+    rerank_model_score: np.ndarray
+    rerank_prior_weight: np.ndarray
+    rerank_blend: np.ndarray
+    rerank_prior_score: np.ndarray
+    rerank_rank: np.ndarray
 
     def take(self, order: np.ndarray) -> ScoreFactors:
         return ScoreFactors(**_take(self, order))
@@ -387,6 +434,37 @@ def rank_order(score: np.ndarray, path_count: np.ndarray, objects: Sequence[Memo
     high = np.fromiter((i >> 64 for i in ints), dtype=np.uint64, count=len(ints))
     low = np.fromiter((i & _LOW_64 for i in ints), dtype=np.uint64, count=len(ints))
     return np.lexsort((low, high, -path_count, -score))
+
+
+RERANK_COLUMNS = ("rerank_model_score", "rerank_prior_weight", "rerank_blend", "rerank_prior_score", "rerank_rank")
+
+
+@dataclass(frozen=True)
+class CrossEncoderScores:
+    """The cross-encoder's score for each object of the reranked prefix, and which model gave them:
+    what the log records and replay hands back instead of running the model."""
+
+    object_ids: tuple[UUID, ...]
+    scores: np.ndarray
+    model: str
+
+    def __post_init__(self) -> None:
+        if self.scores.shape != (len(self.object_ids),) or not np.isfinite(self.scores).all():
+            raise ValueError(f"cross-encoder scores must be {len(self.object_ids)} finite numbers, "
+                             f"got shape {self.scores.shape}")
+
+
+@dataclass(frozen=True, eq=False)
+class RerankedPool:
+    """The scored pool after the optional cross-encoder, in final order (RFC 7.3). `policy` is None
+    when the reranker is off (the pool is `fused_scores` itself); `anchor` is the candidate the
+    anchored policy put first, if any."""
+
+    pool: ScoredPool
+    policy: str | None = None
+    reranked: int = 0
+    anchor: UUID | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -22,6 +22,7 @@ from hamilton.function_modifiers import config
 
 from rms_retrieval.nodes.models import (
     PRIMARY_PATHS,
+    RERANK_COLUMNS,
     FilteredPool,
     PathType,
     QueryAnalysis,
@@ -179,6 +180,7 @@ def _pool(
         graph_hops=inputs.graph_hops, salience=inputs.salience, confidence=inputs.confidence,
         epistemic_weight=inputs.epistemic_weight, node_type_boost=inputs.node_type_boost,
         temporal_affinity=inputs.temporal_affinity, **factors,
+        **{name: np.full(len(inputs), np.nan) for name in RERANK_COLUMNS},
     )
     unordered = ScoredPool(
         formula_version=formula_version, objects=inputs.objects, score=score,

@@ -1,4 +1,4 @@
-"""Adjacent session context (RFC 4.5): after primary scoring, neighbours of the top candidates
+"""Adjacent session context (RFC 4.5): after primary scoring (and the optional reranker), neighbours of the top candidates
 in their own session join or are promoted with an inherited, decayed score.
 
 A neighbour keeps its own score when that is higher; either way SESSION_CONTEXT joins its
@@ -20,6 +20,7 @@ from rms_retrieval.nodes.models import (
     FilteredPool,
     PathType,
     RankedCandidates,
+    RerankedPool,
     RetrievalRequest,
     ScoredPool,
     path_mask,
@@ -33,14 +34,15 @@ _SESSION_BIT = path_mask([PathType.SESSION_CONTEXT])
 
 
 def session_context(
-    fused_scores: ScoredPool, object_store: ObjectStore, request: RetrievalRequest, settings: RetrievalSettings
+    reranked_scores: RerankedPool, object_store: ObjectStore, request: RetrievalRequest, settings: RetrievalSettings
 ) -> list[SessionNeighbour]:
     """Objects within the session window of the top-scored candidates, read from the store."""
     cfg = settings.session
-    if cfg.window == 0 or cfg.top_triggers == 0 or not len(fused_scores):
+    scored_pool = reranked_scores.pool
+    if cfg.window == 0 or cfg.top_triggers == 0 or not len(scored_pool):
         return []
-    scored = np.flatnonzero(fused_scores.score > 0)[: cfg.top_triggers]
-    triggers = [fused_scores.objects[i].id for i in scored.tolist()]
+    scored = np.flatnonzero(scored_pool.score > 0)[: cfg.top_triggers]
+    triggers = [scored_pool.objects[i].id for i in scored.tolist()]
     return object_store.session_neighbours(triggers, cfg.window, request.namespaces) if triggers else []
 
 
@@ -52,7 +54,7 @@ def _decay(fusion: str, settings: RetrievalSettings) -> float:
 
 
 def ranked_candidates(
-    fused_scores: ScoredPool,
+    reranked_scores: RerankedPool,
     session_context: list[SessionNeighbour],
     filtered_candidates: FilteredPool,
     request: RetrievalRequest,
@@ -60,7 +62,7 @@ def ranked_candidates(
     fusion: str,
 ) -> RankedCandidates:
     """The scored pool with session context applied, in final rank order."""
-    fused = fused_scores
+    fused = reranked_scores.pool
     size = len(fused)
     # Keyed by the id's integer, which hashes in C (a UUID hashes through Python code).
     position = {obj.id.int: i for i, obj in enumerate(fused.objects)}

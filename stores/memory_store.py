@@ -26,8 +26,8 @@ import numpy as np
 
 from rms_retrieval.stores import changes, compaction, writer
 from rms_retrieval.stores.adjacency import Adjacency
-from rms_retrieval.stores.embedding import default_encoder
-from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
+from rms_retrieval.stores.embedding import default_encoder, validated_vectors
+from rms_retrieval.stores.errors import EmbeddingError, EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.expansion import TurnExpansion, resolved_expansion
 from rms_retrieval.stores.manifest import (LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, holds_segments,
                                            missing_manifest_message, read_manifest, write_manifest)
@@ -171,14 +171,26 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
 
     # ----- writing -------------------------------------------------------------------------------
 
-    def add(self, objects: Sequence[MemoryObject], *, progress: bool = False) -> IngestReport:
-        """Store `objects` with their entities, edges and vectors as one new generation, all or nothing."""
+    def add(
+        self,
+        objects: Sequence[MemoryObject],
+        *,
+        progress: bool = False,
+        vectors: np.ndarray | None = None,
+        vector_identity: EmbeddingIdentity | None = None,
+    ) -> IngestReport:
+        """Store `objects` with their entities, edges and vectors as one new generation, all or nothing.
+
+        `vectors` (one row per object, in order) are used instead of embedding the objects; they must
+        come from the model `vector_identity` names, which must be the store's encoder (it still
+        embeds the entities the store adds) and the model of the vectors already stored."""
         started = time.perf_counter()
         if self._read_only:
             raise StoreError(f"{self.path} is open read-only; reopen it writable to add objects")
         if not objects:
             return IngestReport(0, 0, 0, time.perf_counter() - started, {"generation": self.snapshot().generation})
         encoder = self._checked_encoder(self.snapshot().embedding_identity)
+        given = _given_vectors(objects, vectors, vector_identity, encoder.identity)
         with self._add_lock, WriteLock(self.path, self._write_timeout) as lock:
             self._refresh()
             snapshot = self._snapshot
@@ -189,7 +201,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
                 expansion = resolved_expansion(snapshot.manifest.expansion, snapshot.manifest.object_count, self._expansion)
                 step = "preparing the new segment"
                 prepared = writer.prepare_write(snapshot, objects, encoder, progress=progress, expansion=expansion,
-                                                speakers=self._speakers)
+                                                speakers=self._speakers, given_vectors=given)
                 step = f"writing generation {snapshot.generation + 1} (its segment, any merge, its manifest)"
                 manifest, segments = writer.commit(self.path, snapshot, prepared, encoder.identity)
             except OSError as error:
@@ -426,3 +438,24 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         what was logged after it."""
         flush_queued(self.path / LOG_DIRECTORY)
         return entries_newest_first(self.path / LOG_DIRECTORY, namespaces)
+
+
+def _given_vectors(
+    objects: Sequence[MemoryObject], vectors: np.ndarray | None, identity: EmbeddingIdentity | None,
+    expected: EmbeddingIdentity,
+) -> dict[UUID, np.ndarray] | None:
+    """Precomputed vectors by object id, checked: their model, their shape, finite unit rows."""
+    if vectors is None:
+        if identity is not None:
+            raise StoreError("vector_identity was given without vectors; pass both or neither")
+        return None
+    if identity is None:
+        raise StoreError("precomputed vectors need vector_identity=EmbeddingIdentity(...) naming the model that made them")
+    if identity != expected:
+        raise EmbeddingMismatchError(f"the precomputed vectors come from {identity} but this store embeds with "
+                                     f"{expected}; {_MISMATCH_HINT}")
+    try:
+        checked = validated_vectors(vectors, len(objects), expected.dimension)
+    except EmbeddingError as error:
+        raise StoreError(f"precomputed vectors: {error}") from None
+    return {memory.id: row for memory, row in zip(objects, checked)}

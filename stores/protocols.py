@@ -87,6 +87,36 @@ class QueryEncoder(ABC):
         ...
 
 
+class CrossEncoder(ABC):
+    """A model that scores (question, record) pairs together: higher is more relevant (RFC 7.3)."""
+
+    @property
+    @abstractmethod
+    def identity(self) -> str:
+        """The model's name and a hash of its files; logged beside the scores it gave."""
+        ...
+
+    @abstractmethod
+    def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
+        """One finite float64 score per text, in order."""
+        ...
+
+
+class QueryReformulator(ABC):
+    """Turns a question into alternative questions (experimental policies, query reformulation)."""
+
+    @property
+    @abstractmethod
+    def identity(self) -> str:
+        """The provider, endpoint and model (never a credential)."""
+        ...
+
+    @abstractmethod
+    def alternatives(self, question: str, limit: int) -> tuple[str, ...]:
+        """At most `limit` alternative questions; raises on a provider failure."""
+        ...
+
+
 class LexicalIndex(ABC):
     @abstractmethod
     def search_lexical(self, text: str, namespaces: Sequence[str], limit: int) -> list[LexicalHit]:

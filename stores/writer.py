@@ -60,12 +60,13 @@ class PreparedWrite:
 def prepare_write(
     snapshot: StoreSnapshot, objects: Sequence[MemoryObject], encoder: QueryEncoder, *, progress: bool,
     expansion: TurnExpansion, versions: Collection[UUID] = (), extra_edges: Sequence[GraphEdge] = (),
-    speakers: SpeakerRules = DEFAULT_SPEAKER_RULES,
+    speakers: SpeakerRules = DEFAULT_SPEAKER_RULES, given_vectors: Mapping[UUID, np.ndarray] | None = None,
 ) -> PreparedWrite:
     """Rows, vectors and numbered edges for `objects` on top of `snapshot` (positionless session
     turns placed by arrival, stores/positions.py); nothing is written. `versions`: ids of
     `objects` that are new versions of live objects (their old rows are deleted by the same
-    commit); `extra_edges`: edges to store besides the entity graph's (SUPERSEDES)."""
+    commit); `extra_edges`: edges to store besides the entity graph's (SUPERSEDES);
+    `given_vectors`: checked unit vectors by object id, used instead of embedding those objects."""
     _check_new_ids(snapshot, [memory for memory in objects if memory.id not in versions])
     objects = placed_turns(objects, snapshot.segments)
     namespaces = sorted({memory.namespace for memory in objects})
@@ -78,7 +79,7 @@ def prepare_write(
     rows = tuple(sorted((*objects, *graph.entities), key=lambda memory: memory.namespace))
     texts = indexed_texts(rows, snapshot.segments, expansion)
     started = time.perf_counter()
-    vectors = encode_many(encoder, texts.vector, progress=progress)
+    vectors = _row_vectors(rows, texts.vector, encoder, given_vectors or {}, progress)
     embedding_seconds = time.perf_counter() - started
     next_id = snapshot.max_edge_id + 1
     edges: list[StoredEdge] = []
@@ -102,6 +103,26 @@ def joined(first: PreparedWrite, second: PreparedWrite) -> PreparedWrite:
         raise StoreError("joined writes must share one namespace and the second must add no edges; this is a bug, report it")
     return PreparedWrite((*first.rows, *second.rows), np.concatenate([first.vectors, second.vectors]), first.edges, first.graph,
                          first.embedding_seconds, TermPostings.concatenate([first.postings, second.postings]), first.expansion)
+
+
+def _row_vectors(rows: Sequence[MemoryObject], texts: Sequence[str], encoder: QueryEncoder,
+                 given: Mapping[UUID, np.ndarray], progress: bool) -> np.ndarray:
+    """Each row's vector: the given one, else the encoder's (entities the store adds are always embedded)."""
+    if not given:
+        return encode_many(encoder, texts, progress=progress)
+    for memory, text in zip(rows, texts, strict=True):
+        if memory.id in given and text != memory.content:
+            raise StoreError(f"object {memory.id} is embedded with its neighbouring turns in this store (its "
+                             "expansion embeds expanded text), so a precomputed vector of its content alone does not "
+                             "fit; add it without vectors, or use a store whose expansion leaves vectors alone")
+    missing = [i for i, memory in enumerate(rows) if memory.id not in given]
+    vectors = np.empty((len(rows), encoder.identity.dimension), dtype=np.float32)
+    if missing:
+        vectors[missing] = encode_many(encoder, [texts[i] for i in missing], progress=progress)
+    for i, memory in enumerate(rows):
+        if memory.id in given:
+            vectors[i] = given[memory.id]
+    return vectors
 
 
 def _stored(edge: GraphEdge, edge_id: int) -> StoredEdge:

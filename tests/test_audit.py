@@ -26,8 +26,9 @@ def test_the_whole_dag_renders_every_node_with_its_type_and_configuration(tmp_pa
     for name in pipeline_lineage(build_driver(settings)).computed:
         assert f">{name}<" in svg, name
     assert f"fusion={fusion}" in svg and settings.fingerprint() in svg
-    assert f"@config.when(fusion={fusion})" in svg
-    assert ">CandidatePool<" in svg and ">MemoryBundle<" in svg and ">rms_retrieval.nodes.scoring<" in svg
+    assert f"@config.when(fusion={fusion})" in svg and "@config.when(reranker=off)" in svg
+    assert "reformulation=off" in svg and ">RerankedPool" in svg
+    assert ">CandidatePool" in svg and ">MemoryBundle<" in svg and ">rms_retrieval.nodes.scoring<" in svg
     assert "driver inputs" in svg
 
 

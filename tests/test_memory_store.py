@@ -4,10 +4,12 @@ from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
 import duckdb
+import numpy as np
 import pytest
 
 from rms_retrieval.stores import segments, writer
 from rms_retrieval.stores.entity_graph import entity_id
+from rms_retrieval.stores.expansion import PRESETS
 from rms_retrieval.stores.lexical import FTS_EXTENSION
 from rms_retrieval.stores.segments import SEGMENT_FILES
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
@@ -284,3 +286,50 @@ def test_a_grown_store_answers_byte_identically_to_a_loaded_one(tmp_path, encode
                                       token_budget=budget, log=False, encoder=encoder).bundle.to_json()
                              for question in questions for budget in (200, 2000)]
     assert len(bundles["loaded"]) >= 10 and bundles["grown"] == bundles["loaded"]
+
+def _plain_turns(count: int) -> list[MemoryObject]:
+    when = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    return [MemoryObject(namespace="pre", node_type=NodeType.TURN, content=f"turn number {i} about gardening",
+                         session_id="s", session_seq=i, event_time=when, created_at=when, updated_at=when)
+            for i in range(count)]
+
+
+def test_precomputed_vectors_are_stored_instead_of_embedding(tmp_path):
+    from tests.factories import FakeEncoder
+
+    encoder = FakeEncoder()
+    objects = _plain_turns(3)
+    vectors = np.eye(4, dtype=np.float32)[[2, 0, 3]] * 3.0  # not unit: the store normalises them
+    with MemoryStore.open(tmp_path / "store", encoder, expansion=PRESETS["off"]) as store:
+        store.add(objects, vectors=vectors, vector_identity=encoder.identity)
+        for row, memory in zip((2, 0, 3), objects):
+            hit = store.search_vector(np.eye(4, dtype=np.float32)[row], ["pre"], 1)[0]
+            assert hit.object_id == memory.id and hit.cosine == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("vectors, identity, message", [
+    (np.ones((3, 4)), None, "need vector_identity"),
+    (np.ones((3, 4)), EmbeddingIdentity("another-model", "f" * 16, 4), "come from"),
+    (np.ones((2, 4)), "store", "expected 3 vectors"),
+    (np.full((3, 4), np.nan), "store", "NaN"),
+    (None, "store", "without vectors"),
+])
+def test_bad_precomputed_vectors_are_refused_and_the_store_is_unchanged(tmp_path, vectors, identity, message):
+    from tests.factories import FakeEncoder
+
+    encoder = FakeEncoder()
+    with MemoryStore.open(tmp_path / "store", encoder, expansion=PRESETS["off"]) as store:
+        before = store.state_fingerprint()
+        with pytest.raises((StoreError, EmbeddingMismatchError), match=message):
+            store.add(_plain_turns(3), vectors=vectors, vector_identity=encoder.identity if identity == "store" else identity)
+        assert store.state_fingerprint() == before and store.count_objects() == 0
+
+
+def test_precomputed_vectors_are_refused_where_the_store_embeds_expanded_turns(tmp_path):
+    from tests.factories import FakeEncoder
+
+    encoder = FakeEncoder()
+    with MemoryStore.open(tmp_path / "store", encoder, expansion=PRESETS["previous"]) as store:
+        with pytest.raises(StoreError, match="embedded with its neighbouring turns"):
+            store.add(_plain_turns(2), vectors=np.ones((2, 4)), vector_identity=encoder.identity)
+        assert store.count_objects() == 0

@@ -1,4 +1,4 @@
-from rms_retrieval.nodes.merging import merged_candidates
+from rms_retrieval.nodes.merging import merged_candidates__primary as merged_candidates
 from rms_retrieval.nodes.models import ChannelHit, ChannelResult, PathType
 from tests.factories import make_object
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from rms_retrieval.nodes.models import CandidatePool, FilteredPool, PathType, QueryAnalysis
+from rms_retrieval.nodes.models import CandidatePool, FilteredPool, PathType, QueryAnalysis, RerankedPool
 from rms_retrieval.nodes.formatting import format_item, group_header
 from rms_retrieval.nodes.packing import SEPARATOR, packed_bundle, selected_candidates
 from rms_retrieval.nodes.scoring import fused_scores__rrf
@@ -24,7 +24,7 @@ def _bundle(candidates, request=None, settings=SETTINGS, backend_failures=None):
     merged = CandidatePool(tuple(candidates), backend_failures=backend_failures or {})
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
     fusion = settings.scoring.fusion
-    ranked = ranked_candidates(fused_scores__rrf(pool, analysis, settings), [], pool, request, settings, fusion)
+    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(pool, analysis, settings)), [], pool, request, settings, fusion)
     selection = selected_candidates(ranked, merged, request, fusion)
     return packed_bundle(selection, ranked, pool, merged, analysis, request, settings, fusion)
 
@@ -166,7 +166,7 @@ def test_no_excluded_object_is_ever_packed(kinds):
     merged = CandidatePool(tuple(candidates))
     filtered = filtered_candidates(merged, request, SETTINGS)
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(fused_scores__rrf(filtered, analysis, SETTINGS), [], filtered, request, SETTINGS, "rrf")
+    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(filtered, analysis, SETTINGS)), [], filtered, request, SETTINGS, "rrf")
     bundle = packed_bundle(selected_candidates(ranked, merged, request, "rrf"), ranked, filtered, merged, analysis, request,
                            SETTINGS, "rrf")
     packed = {item.id for item in bundle.items}
@@ -181,7 +181,7 @@ def _count_bundle(candidates, budget):
     pool = FilteredPool(tuple(candidates), {})
     analysis = QueryAnalysis(raw_query=request.query, aggregation=AggregationKind.COUNT,
                              namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(fused_scores__rrf(pool, analysis, SETTINGS), [], pool, request, SETTINGS, "rrf")
+    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(pool, analysis, SETTINGS)), [], pool, request, SETTINGS, "rrf")
     merged = CandidatePool(tuple(candidates))
     return packed_bundle(selected_candidates(ranked, merged, request, "rrf"), ranked, pool, merged,
                          analysis, request, SETTINGS, "rrf")

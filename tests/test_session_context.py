@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rms_retrieval.dataflows.frames import scored_frame
-from rms_retrieval.nodes.models import FilteredPool, QueryAnalysis
+from rms_retrieval.nodes.models import FilteredPool, QueryAnalysis, RerankedPool
 from rms_retrieval.nodes.scoring import fused_scores__rrf
 from rms_retrieval.nodes.session_context import ranked_candidates, session_context
 from rms_retrieval.nodes.settings import RetrievalSettings, SessionSettings
@@ -22,8 +22,8 @@ def _run(candidates, objects, settings=None):
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
     fused = fused_scores__rrf(pool, analysis, settings)
     store = FakeStore(objects)
-    links = session_context(fused, store, make_request(namespaces=("ns",)), settings)
-    return fused, ranked_candidates(fused, links, pool, make_request(), settings, "rrf")
+    links = session_context(RerankedPool(fused), store, make_request(namespaces=("ns",)), settings)
+    return fused, ranked_candidates(RerankedPool(fused), links, pool, make_request(), settings, "rrf")
 
 
 def test_new_neighbours_join_with_the_decayed_trigger_score_and_provenance():

@@ -10,6 +10,8 @@ from rms_retrieval.nodes.settings import (
     CandidateSettings,
     FilterSettings,
     IgnoredSettingWarning,
+    ReformulationSettings,
+    RerankSettings,
     RetrievalSettings,
     ScoringSettings,
     SessionSettings,
@@ -18,8 +20,10 @@ from rms_retrieval.nodes.settings import (
 
 def test_defaults_and_the_structural_switch():
     settings = RetrievalSettings()
-    assert settings.hamilton_config() == {"fusion": "rrf"}
-    assert RetrievalSettings(scoring=ScoringSettings(fusion="weighted")).hamilton_config() == {"fusion": "weighted"}
+    assert settings.hamilton_config() == {"fusion": "rrf", "reranker": "off", "reformulation": "off"}
+    assert RetrievalSettings(scoring=ScoringSettings(fusion="weighted")).hamilton_config()["fusion"] == "weighted"
+    assert RetrievalSettings(rerank=RerankSettings(enabled=True)).hamilton_config()["reranker"] == "cross_encoder"
+    assert RetrievalSettings(reformulation={"enabled": True}).hamilton_config()["reformulation"] == "on"
     assert settings.candidates.graph_max_hops == 2 and settings.candidates.graph_max_candidates == 50
     assert settings.scoring.rank_fusion.rrf_k == 60 and settings.session.rank_fusion_score_decay == 0.6
 
@@ -39,6 +43,40 @@ def test_defaults_and_the_structural_switch():
 def test_bad_settings_are_rejected_naming_the_field(build, field):
     with pytest.raises(ValueError, match=field):
         build()
+
+
+def test_a_prior_weight_other_than_0_3_needs_an_envelope_policy():
+    with pytest.raises(ValueError, match="needs an envelope policy"):
+        RerankSettings(prior_weight=0.0)
+    with pytest.raises(ValueError, match="needs an envelope policy"):
+        RerankSettings(prior_weight=0.5, policy="legacy")
+    assert RerankSettings(prior_weight=0.0, policy="score_envelope").prior_weight == 0.0
+    assert RerankSettings(prior_weight=0.0, policy="anchored_score_envelope").policy == "anchored_score_envelope"
+    with pytest.raises(ValueError, match="policy"):
+        RerankSettings(policy="calibrated")
+    with pytest.raises(ValueError, match="merge_policy"):
+        ReformulationSettings(merge_policy="everything")
+
+
+def test_the_opt_in_policies_change_the_fingerprint_only_when_set():
+    default = RetrievalSettings().fingerprint()
+    # The fingerprint of the defaults before the policies existed (main at fb14f7a): bundles keep their bytes.
+    assert default == "7803951dbddcd649"
+    assert RetrievalSettings(rerank=RerankSettings(), reformulation=ReformulationSettings()).fingerprint() == default
+    variants = [RetrievalSettings(rerank=RerankSettings(enabled=True)),
+                RetrievalSettings(rerank=RerankSettings(enabled=True, policy="score_envelope")),
+                RetrievalSettings(rerank=RerankSettings(enabled=True, policy="score_envelope", prior_weight=0.0)),
+                RetrievalSettings(rerank=RerankSettings(policy="score_envelope")),
+                RetrievalSettings(reformulation=ReformulationSettings(enabled=True)),
+                RetrievalSettings(reformulation=ReformulationSettings(enabled=True, merge_policy="max_signals"))]
+    fingerprints = {v.fingerprint() for v in variants}
+    assert len(fingerprints) == len(variants) and default not in fingerprints
+
+
+def test_an_api_key_is_never_dumped():
+    settings = RetrievalSettings(reformulation=ReformulationSettings(enabled=True, api_key="sk-secret"))
+    assert "sk-secret" not in str(settings.model_dump(mode="json"))
+    assert settings.reformulation.api_key.get_secret_value() == "sk-secret"
 
 
 def test_the_fingerprint_follows_the_values_and_is_the_same_in_every_process():

@@ -25,9 +25,9 @@ JSONL_FILE = "locomo-turns.jsonl"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `bench locomo` and `bench scale` to the `rms` parser."""
-    from rms_retrieval.dataflows.bench import compare, identical, latency_bench, published
+    from rms_retrieval.dataflows.bench import compare, identical, latency_bench, policies_command, published
     from rms_retrieval.dataflows.bench.batch_bench import add_parser as add_batch
-    from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_BUDGETS, SPLITS
+    from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_ARMS, DEFAULT_BUDGETS, SPLITS
     from rms_retrieval.dataflows.bench.store_command import register as register_store_benches
 
     bench = sub.add_parser("bench", help="benchmarks: LoCoMo relevance and operations, scaling")
@@ -38,8 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     locomo.add_argument("--data", required=True, help="the LoCoMo JSON file (locomo10.json)")
     locomo.add_argument("--store", required=True, help="store directory; built from --data when it is empty")
     locomo.add_argument("--out", required=True, help="directory for results.json and the plots")
-    locomo.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), metavar="ARM",
-                        help=f"arms to run (default all: {', '.join(ARMS)})")
+    locomo.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(DEFAULT_ARMS), metavar="ARM",
+                        help=f"arms to run (default all but the reranking ones: {', '.join(DEFAULT_ARMS)})")
     locomo.add_argument("--budgets", nargs="+", type=int, default=list(DEFAULT_BUDGETS), metavar="TOKENS")
     locomo.add_argument("--limit-questions", type=int, help="evaluate N evenly spaced questions per question set")
     locomo.add_argument("--ingest", choices=INGEST_PATHS, default="locomo",
@@ -84,6 +84,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_batch(commands)
     compare.register(commands)
     published.register(commands)
+    policies_command.register(commands)
 
     export = commands.add_parser(
         "locomo-jsonl", help="write LoCoMo's turns as plain TURN MemoryObjects in JSON Lines, for rms ingest")

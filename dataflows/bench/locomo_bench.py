@@ -40,7 +40,7 @@ from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.query_analysis import query_embedding
 from rms_retrieval.nodes.models import MemoryBundle, PathType, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import QueryEncoder
+from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder
 
 DEFAULT_BUDGETS = (4000, 8000)
 BASELINE_ARM = "pipeline"
@@ -50,7 +50,7 @@ REPACK_NODES = ("ranked_candidates", "selected_candidates", "filtered_candidates
 # The stages before scoring read only these settings (checked: no candidate, filtering or query
 # analysis node reads scoring, session or packing), so arms equal in them share a question's
 # pool and query analysis, computed once: the re-packing argument, one stage earlier.
-POOL_SETTINGS = ("candidates", "filtering", "query_intent_order")
+POOL_SETTINGS = ("candidates", "filtering", "query_intent_order", "reformulation")
 POOL_NODES = ("filtered_candidates", "merged_candidates", "query_analysis")
 RANKED_LIST = (
     "ranked_candidates.pool.object_ids: the scored candidate pool after session context, in "
@@ -143,6 +143,35 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
 }
 
 
+def _rerank(policy: str, top_k: int, prior_weight: float = 0.3) -> Callable[[RetrievalSettings], dict[str, Any]]:
+    def change(base: RetrievalSettings) -> dict[str, Any]:
+        return {"rerank": base.rerank.model_copy(update={"enabled": True, "policy": policy, "top_k": top_k,
+                                                         "prior_weight": prior_weight})}
+
+    return change
+
+
+# The cross-encoder (RFC 7.3, off by default): each policy at the blend weight 0.3, and the
+# envelopes at 0.0 (the model alone orders the prefix), over the first 50, 100 or 300 candidates.
+RERANK_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
+    **{f"rerank_{short}_{top_k}": _variant(_rerank(policy, top_k))
+       for top_k in (50, 100, 300)
+       for short, policy in (("legacy", "legacy"), ("envelope", "score_envelope"),
+                             ("anchored", "anchored_score_envelope"))},
+    **{f"rerank_{short}_{top_k}_w0": _variant(_rerank(policy, top_k, 0.0))
+       for top_k in (50, 100, 300)
+       for short, policy in (("envelope", "score_envelope"), ("anchored", "anchored_score_envelope"))},
+}
+# Issue 15's third-round defaults one at a time, for data sets they were not chosen on (LongMemEval-S).
+ROUND3_PART_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
+    "lists_150": _variant(lambda s: _with_candidates(s, vector_k=150, lexical_k=150)),
+    "tier_depth_off": _variant(lambda s: _with_packing(s, tier_path_depth=None)),
+}
+# The arms `rms bench locomo` runs unless told: the reranking ones cost a model run per question.
+DEFAULT_ARMS = tuple(ARMS)
+ARMS = {**ARMS, **RERANK_ARMS, **ROUND3_PART_ARMS}
+
+
 def arm_settings(name: str, base: RetrievalSettings | None = None) -> RetrievalSettings:
     """The settings of arm `name`, derived from `base` (the defaults when omitted)."""
     if name not in ARMS:
@@ -196,6 +225,7 @@ class LocomoBench:
         budgets: Sequence[int] = DEFAULT_BUDGETS,
         *,
         share_pools: bool = False,
+        cross_encoder: CrossEncoder | None = None,
     ) -> None:
         if not budgets or any(b < 1 for b in budgets):
             raise ValueError(f"budgets must be positive token counts, got {list(budgets)}")
@@ -206,6 +236,7 @@ class LocomoBench:
         self._embeddings: dict[str, QueryEmbedding] = {}
         self._pools: dict[tuple[str, str], dict[str, Any]] = {}
         self.share_pools = share_pools
+        self.cross_encoder = cross_encoder
 
     def request(self, question: LocomoQuestion, budget: int) -> RetrievalRequest:
         return RetrievalRequest(
@@ -236,7 +267,8 @@ class LocomoBench:
         result = retrieve(
             self.store, question.question, namespaces=[question.sample_id],
             reference_time=self._reference[question.sample_id], token_budget=largest, config=settings,
-            encoder=self.encoder, extra_nodes=REPACK_NODES, overrides=overrides, log=False,
+            encoder=self.encoder, cross_encoder=self.cross_encoder, extra_nodes=REPACK_NODES, overrides=overrides,
+            log=False,
         )
         if self.share_pools:
             self._pools.setdefault(pool_key, {name: result.nodes[name] for name in POOL_NODES})
@@ -246,14 +278,19 @@ class LocomoBench:
             bundles[budget] = self.repack(question, settings, budget, upstream)
         seconds = time.perf_counter() - started
         ranked = result.nodes["ranked_candidates"].pool.object_ids
-        outcome = QuestionOutcome(question.key, question.category, question_metrics(question, ranked, bundles))
+        outcome = QuestionOutcome(question.key, question.category,
+                                  question_metrics(self.evidence(question), ranked, bundles))
         return QuestionRun(outcome, ranked, bundles, seconds)
+
+    def evidence(self, question: LocomoQuestion) -> tuple[UUID, ...]:
+        """The objects that hold the question's evidence."""
+        return evidence_object_ids(question)
 
     def repack(
         self, question: LocomoQuestion, settings: RetrievalSettings, budget: int, upstream: Mapping[str, Any]
     ) -> MemoryBundle:
         """`packed_bundle` at `budget`, its upstream nodes given (they do not read the budget)."""
-        inputs = pipeline_inputs(self.store, self.request(question, budget), settings, self.encoder)
+        inputs = pipeline_inputs(self.store, self.request(question, budget), settings, self.encoder, self.cross_encoder)
         return build_driver(settings).execute([FINAL_NODE], inputs=inputs, overrides=dict(upstream))[FINAL_NODE]
 
 
@@ -271,7 +308,8 @@ def shared_pool_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], s
         direct = retrieve(
             bench.store, question.question, namespaces=[question.sample_id],
             reference_time=bench.request(question, bench.budgets[-1]).reference_time,
-            token_budget=bench.budgets[-1], config=settings, encoder=bench.encoder, log=False,
+            token_budget=bench.budgets[-1], config=settings, encoder=bench.encoder,
+            cross_encoder=bench.cross_encoder, log=False,
         ).bundle
         compared += 1
         if direct.to_json() != shared.to_json():
@@ -280,10 +318,9 @@ def shared_pool_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], s
 
 
 def question_metrics(
-    question: LocomoQuestion, ranked_ids: Sequence[UUID], bundles: Mapping[int, MemoryBundle]
+    evidence: Sequence[UUID], ranked_ids: Sequence[UUID], bundles: Mapping[int, MemoryBundle]
 ) -> dict[str, float | bool]:
     """precision@5, recall@10, all-in-top-10, evidence anywhere in the pool, and per budget packed."""
-    evidence = evidence_object_ids(question)
     metrics: dict[str, float | bool] = {
         "precision@5": precision_at_k(ranked_ids, evidence, 5),
         "recall@10": recall_at_k(ranked_ids, evidence, 10),
@@ -306,7 +343,7 @@ def repack_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], settin
             direct = retrieve(
                 bench.store, question.question, namespaces=[question.sample_id],
                 reference_time=bench.request(question, budget).reference_time, token_budget=budget,
-                config=settings, encoder=bench.encoder, log=False,
+                config=settings, encoder=bench.encoder, cross_encoder=bench.cross_encoder, log=False,
             ).bundle
             compared += 1
             if direct.to_json() != run.bundles[budget].to_json():
