@@ -74,7 +74,7 @@ def _checkpoint(args: argparse.Namespace, results: dict[str, Any]):
 
 
 def _finish(args: argparse.Namespace, results: dict[str, Any], budgets: list[int]) -> int:
-    from rms_retrieval.dataflows.bench.command import machine_info
+    from rms_retrieval.dataflows.bench.machine import machine_info
     from rms_retrieval.dataflows.bench.lme_bench import interleaved_lines
 
     results["machine"] = machine_info()
