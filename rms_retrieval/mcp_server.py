@@ -29,7 +29,7 @@ try:
     from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 except ImportError as error:  # the integration is optional; say which extra brings it
     raise ModuleNotFoundError("the MCP server needs mcp, part of the [mcp] extra: pip install 'rms-retrieval[mcp]'",
-                              name=error.name) from error
+                              name="mcp") from error
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from uuid import UUID
 

@@ -225,3 +225,15 @@ def test_the_cli_refuses_a_bad_binding_in_one_line(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "error: --namespace 'a/b' is neither a namespace name (letters, digits, _ . : -) nor a pattern (with * ? or [)"]
+
+
+def test_without_the_mcp_package_the_extra_is_named_in_one_line(capsys, monkeypatch, tmp_path):
+    import rms_retrieval
+    from rms_retrieval.dataflows.cli import main
+
+    for name in [name for name in sys.modules if name == "mcp" or name.startswith("mcp.")] + ["mcp"]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if the [mcp] extra were not installed
+    monkeypatch.delitem(sys.modules, "rms_retrieval.mcp_server")
+    monkeypatch.delattr(rms_retrieval, "mcp_server", raising=False)
+    assert main(["mcp", "--store", str(tmp_path / "store"), "--namespace", "a"]) == 2
+    assert capsys.readouterr().err == "error: `rms mcp` needs mcp, part of the [mcp] extra: pip install 'rms-retrieval[mcp]'\n"
