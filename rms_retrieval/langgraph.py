@@ -135,8 +135,9 @@ class RmsStore(BaseStore):
 
     def _read(self, op: Op) -> Result:
         if isinstance(op, GetOp):
-            found = self.store.get_objects([item_id(op.namespace, op.key)]).get(item_id(op.namespace, op.key))
-            return Item(**_item_fields(found)) if found is not None and found.namespace == namespace_of(op.namespace) else None
+            wanted = item_id(op.namespace, op.key)
+            found = self.store.get_objects([wanted], [namespace_of(op.namespace)]).get(wanted)
+            return None if found is None else Item(**_item_fields(found))
         if isinstance(op, SearchOp):
             return self._search(op)
         if isinstance(op, ListNamespacesOp):
@@ -155,7 +156,7 @@ class RmsStore(BaseStore):
         if op.query:
             result = retrieve(self.store, op.query, namespaces=scope, token_budget=self.token_budget,
                               config=self.settings)
-            ranked = self.store.get_objects([item.id for item in result.bundle.items])
+            ranked = self.store.get_objects([item.id for item in result.bundle.items], scope)
             found = [(ranked[item.id], item.score) for item in result.bundle.items if item.id in ranked]
         else:
             found = sorted(((memory, None) for name in scope for memory in iter_objects(self.store, namespace=name)),
@@ -171,7 +172,7 @@ class RmsStore(BaseStore):
                              "which this store does not have; nothing was written")
         latest = {(tuple(op.namespace), op.key): op for op in puts}  # the last put of a key wins, as in LangGraph
         ids = {item_id(*where): where for where in latest}
-        stored = self.store.get_objects(ids)
+        stored = self.store.get_objects(ids, sorted({namespace_of(namespace) for namespace, _ in latest}))
         if stored:
             namespace, key = ids[next(iter(stored))]
             raise StoreError(f"RmsStore cannot replace the item {key!r} in {namespace!r} yet: replacing needs "
