@@ -11,31 +11,26 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore
 from pydantic import ValidationError
 
-from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.langchain import RmsRetriever as LangChainRetriever
 from rms_retrieval.llama_index import RmsRetriever
-
-QUESTION = "Where does Tomas work now?"
+from tests.factories import DEMO_QUESTION as QUESTION, demo_bundle, demo_retriever_fields
 
 
 @pytest.fixture
 def retriever(demo_store, demo_copy):
-    built = RmsRetriever(store=str(demo_copy), namespaces=demo_store.namespace, token_budget=300,
-                         reference_time=demo_store.reference_time)
+    built = RmsRetriever(**demo_retriever_fields(demo_store, str(demo_copy)))
     yield built
     built.close()
 
 
 def test_nodes_follow_the_bundle_with_the_langchain_metadata(retriever, demo_store):
     found = retriever.retrieve(QUESTION)
-    bundle = retrieve(retriever.fields.store, QUESTION, namespaces=[demo_store.namespace],
-                      reference_time=demo_store.reference_time, token_budget=300, log=False).bundle
+    bundle = demo_bundle(retriever.fields.store, demo_store)
     assert isinstance(retriever, BaseRetriever) and all(isinstance(n, NodeWithScore) for n in found)
     assert [n.node.node_id for n in found] == [str(item.id) for item in bundle.items]
     assert [n.score for n in found] == [item.score for item in bundle.items]
     assert [n.node.get_content(MetadataMode.LLM) for n in found] == [item.content for item in bundle.items]
-    documents = LangChainRetriever(store=retriever.fields.store, namespaces=demo_store.namespace, token_budget=300,
-                                   reference_time=demo_store.reference_time).invoke(QUESTION)
+    documents = LangChainRetriever(**demo_retriever_fields(demo_store, retriever.fields.store)).invoke(QUESTION)
     without_request = [{k: v for k, v in n.node.metadata.items() if k != "request_id"} for n in found]
     assert without_request == [{k: v for k, v in d.metadata.items() if k != "request_id"} for d in documents]
     assert len({n.node.metadata["request_id"] for n in found}) == 1
