@@ -19,11 +19,11 @@ ITEM = BundleItem(id=UUID(int=7), namespace="ns", node_type="TURN", content="Tom
 
 
 def test_item_metadata_is_json_ready():
-    assert item_metadata(ITEM, 3, "r1") == {
+    assert item_metadata(ITEM, 3, "r1", False) == {
         "id": "00000000-0000-0000-0000-000000000007", "score": 0.5, "paths": ["VECTOR", "LEXICAL"], "tier": 2,
         "tokens": 4, "event_time": "2025-04-19T10:00:00+00:00", "namespace": "ns", "node_type": "TURN",
-        "position": 3, "request_id": "r1"}
-    assert item_metadata(ITEM.model_copy(update={"event_time": None}), 1, "r")["event_time"] is None
+        "position": 3, "request_id": "r1", "min_score_skipped": False}
+    assert item_metadata(ITEM.model_copy(update={"event_time": None}), 1, "r", True)["event_time"] is None
 
 
 def test_fields_open_a_path_take_one_namespace_and_follow_the_bundle(demo_store, demo_copy):
@@ -37,6 +37,7 @@ def test_fields_open_a_path_take_one_namespace_and_follow_the_bundle(demo_store,
     assert [item.id for item, _ in pairs] == [item.id for item in expected.items]
     assert [metadata["position"] for _, metadata in pairs] == list(range(1, len(pairs) + 1))
     assert {metadata["request_id"] for _, metadata in pairs} == {str(result.request_id)}
+    assert {metadata["min_score_skipped"] for _, metadata in pairs} == {False}
     fields.close()
 
 
