@@ -22,9 +22,9 @@ whole value as JSON; the value itself is kept in `metadata["langgraph"]`. Every 
 `index=False` is accepted and indexes the value as JSON. Objects the store derives from an item
 (the ENTITY objects of the names in it) are not items and are never returned.
 
-**Not yet.** Replacing an item (a put on an existing key) and deleting one need the store's
-update and delete (issue 22), which this store does not have yet: both raise `StoreError` and
-leave the store as it was. TTLs are not supported (`supports_ttl = False`).
+**Changes.** A put on an existing key replaces the item's value through the store's `update`
+(content embedded and indexed again), and a delete (a put of None) goes through its `delete`.
+New keys of one batch are written as one add. TTLs are not supported (`supports_ttl = False`).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class RmsStore(BaseStore):
         self.store.close()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run the operations in order; the puts among them are written as one add, all or nothing."""
+        """Run the operations: the puts first (new keys as one add, then replacements and deletes), then the reads."""
         ops = list(ops)
         puts = [op for op in ops if isinstance(op, PutOp)]
         if puts:
@@ -167,18 +167,22 @@ class RmsStore(BaseStore):
     # ----- writes ----------------------------------------------------------------------------------
 
     def _put(self, puts: Sequence[PutOp]) -> None:
-        if any(op.value is None for op in puts):
-            raise StoreError("RmsStore cannot delete an item yet: deleting needs MemoryStore.delete (issue 22), "
-                             "which this store does not have; nothing was written")
         latest = {(tuple(op.namespace), op.key): op for op in puts}  # the last put of a key wins, as in LangGraph
         ids = {item_id(*where): where for where in latest}
         stored = self.store.get_objects(ids, sorted({namespace_of(namespace) for namespace, _ in latest}))
-        if stored:
-            namespace, key = ids[next(iter(stored))]
-            raise StoreError(f"RmsStore cannot replace the item {key!r} in {namespace!r} yet: replacing needs "
-                             "MemoryStore.update (issue 22), which this store does not have; nothing was written")
         now = datetime.now(timezone.utc)
-        self.store.add([self._object(op, now) for op in latest.values()])
+        new = [self._object(op, now) for where, op in latest.items() if op.value is not None
+               and item_id(*where) not in stored]
+        if new:
+            self.store.add(new)
+        for where, op in latest.items():
+            if item_id(*where) not in stored:
+                continue
+            if op.value is None:
+                self.store.delete(namespace_of(where[0]), [item_id(*where)])
+            else:
+                replaced = self._object(op, now)
+                self.store.update(replaced.namespace, replaced.id, content=replaced.content, metadata=replaced.metadata)
 
     def _object(self, op: PutOp, now: datetime) -> MemoryObject:
         labels = tuple(op.namespace)

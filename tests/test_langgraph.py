@@ -118,15 +118,15 @@ def test_async_operations_give_the_same_answers(stores):
     assert ("users", "carol") in namespaces
 
 
-def test_replacing_or_deleting_an_item_says_what_is_missing_and_writes_nothing(stores):
+def test_a_put_on_a_key_replaces_its_value_and_a_delete_removes_it(stores):
     ours, _ = stores
-    generation = ours.store.snapshot().generation
-    with pytest.raises(StoreError, match=r"cannot replace the item 'm1' .* needs MemoryStore.update \(issue 22\)"):
-        ours.put(("users", "alice", "memories"), "m1", {"text": "Alice is allergic to shellfish."})
-    with pytest.raises(StoreError, match=r"cannot delete an item yet: deleting needs MemoryStore.delete"):
-        ours.delete(("users", "alice", "memories"), "m1")
-    assert ours.store.snapshot().generation == generation
-    assert ours.get(("users", "alice", "memories"), "m1").value["text"] == "Alice is allergic to peanuts."
+    ours.put(("users", "alice", "memories"), "m1", {"text": "Alice is allergic to shellfish."})
+    assert ours.get(("users", "alice", "memories"), "m1").value == {"text": "Alice is allergic to shellfish."}
+    assert ours.search(("users", "alice"), query="What is Alice allergic to?")[0].value["text"] == \
+        "Alice is allergic to shellfish."
+    ours.delete(("users", "alice", "memories"), "m1")
+    assert ours.get(("users", "alice", "memories"), "m1") is None
+    assert all(item.key != "m1" for item in ours.search(("users", "alice"), query="allergic"))
 
 
 class _Chat(TypedDict):
