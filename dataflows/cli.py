@@ -50,11 +50,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compact": ("rms_retrieval.dataflows.change_command",
                 "rewrite segments without deleted rows and remove every unnamed file now"),
     "log": ("rms_retrieval.dataflows.log_command", "the retrieval log: compact it, show its latest records"),
+    "mcp": ("rms_retrieval.dataflows.mcp_command", "serve a store to MCP hosts over stdio or HTTP (needs the [mcp] extra)"),
 }
 VERBOSE = "--verbose"
 # Optional imports and the extra that brings each (pyproject.toml), for a one-line hint.
 EXTRA_OF_MODULE = {"matplotlib": "bench", "graphviz": "viz", "langchain_core": "langchain", "ray": "ray",
-                   "dask": "dask", "distributed": "dask", "langchain_community": "peers", "rank_bm25": "peers"}
+                   "dask": "dask", "distributed": "dask", "langchain_community": "peers", "rank_bm25": "peers", "mcp": "mcp"}
 
 
 def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:

@@ -252,3 +252,23 @@ def append_from_threads(writer, threads: int, each: int) -> None:
     writer.close()
     assert appended == [True] * (threads * each)
 
+
+
+# ----- the framework retrievers over the demo store (tests/test_langchain.py, tests/test_llama_index.py) -----
+
+DEMO_QUESTION = "Where does Tomas work now?"
+DEMO_BUDGET = 300
+
+
+def demo_retriever_fields(demo_store, store) -> dict:
+    """The keyword arguments both retrievers are built with in their tests."""
+    return {"store": store, "namespaces": demo_store.namespace, "token_budget": DEMO_BUDGET,
+            "reference_time": demo_store.reference_time}
+
+
+def demo_bundle(store, demo_store, **options):
+    """The bundle `retrieve()` gives for DEMO_QUESTION with those fields (not logged)."""
+    from rms_retrieval.dataflows.retrieval import retrieve
+
+    return retrieve(store, DEMO_QUESTION, namespaces=[demo_store.namespace], reference_time=demo_store.reference_time,
+                    token_budget=DEMO_BUDGET, log=False, **options).bundle

@@ -14,22 +14,19 @@ from rms_retrieval.langchain import RmsRetriever
 from rms_retrieval.stores.log_compaction import LogRetention, compact
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.retrieval_log import LOG_DIRECTORY, list_segments
-
-QUESTION = "Where does Tomas work now?"
+from tests.factories import DEMO_QUESTION as QUESTION, demo_bundle, demo_retriever_fields
 
 
 @pytest.fixture
 def retriever(demo_store, demo_copy):
-    built = RmsRetriever(store=str(demo_copy), namespaces=demo_store.namespace, token_budget=300,
-                         reference_time=demo_store.reference_time)
+    built = RmsRetriever(**demo_retriever_fields(demo_store, str(demo_copy)))
     yield built
     built.close()
 
 
 def test_documents_follow_the_bundle_with_their_metadata(retriever, demo_store):
     documents = retriever.invoke(QUESTION)
-    bundle = retrieve(retriever.store, QUESTION, namespaces=[demo_store.namespace],
-                      reference_time=demo_store.reference_time, token_budget=300, log=False).bundle
+    bundle = demo_bundle(retriever.store, demo_store)
     assert isinstance(retriever, BaseRetriever) and all(isinstance(d, Document) for d in documents)
     assert [d.metadata["id"] for d in documents] == [str(item.id) for item in bundle.items]
     for position, (document, item) in enumerate(zip(documents, bundle.items), start=1):
