@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Iterable, Sequence
 from importlib import import_module
 
-from rms_retrieval.dataflows.cli_support import EXIT_USAGE, CliError
+from rms_retrieval.dataflows.cli_support import EXIT_USAGE, CliError, one_line
 
 # Command name -> (the module whose add_parser adds it, the one-line help `rms --help` shows).
 # tests/test_cli.py checks that each module registers exactly these names with this help.
@@ -128,18 +128,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     finally:
         hamilton_log.setLevel(level)
-
-
-def one_line(error: BaseException) -> str:
-    """The error as one line; a validation error lists each field and what is wrong with it."""
-    from pydantic import ValidationError
-
-    if isinstance(error, ValidationError):
-        parts = [f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()]
-        text = "; ".join(parts)
-    else:
-        text = str(error)
-    return " ".join(text.split())
 
 
 if __name__ == "__main__":

@@ -107,3 +107,15 @@ def settings_from(args: argparse.Namespace, base: Any = None) -> Any:
     rerank = RerankSettings(enabled=True, policy=args.rerank, top_k=args.rerank_top_k,
                             prior_weight=args.rerank_prior_weight)
     return RetrievalSettings.model_validate({**settings.model_dump(), "rerank": rerank.model_dump()})
+
+
+def one_line(error: BaseException) -> str:
+    """The error as one line; a validation error lists each field and what is wrong with it."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        parts = [f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()]
+        text = "; ".join(parts)
+    else:
+        text = str(error)
+    return " ".join(text.split())

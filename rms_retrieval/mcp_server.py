@@ -33,7 +33,7 @@ except ImportError as error:  # the integration is optional; say which extra bri
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from uuid import UUID
 
-from rms_retrieval.dataflows.cli import one_line
+from rms_retrieval.dataflows.cli_support import one_line
 from rms_retrieval.dataflows.retrieval import as_request, retrieve
 from rms_retrieval.integration import bundle_items
 from rms_retrieval.nodes.models import RetrievalRequest
