@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable
 from uuid import UUID
 
+from hamilton.function_modifiers import group, inject, source
+
 from rms_retrieval.nodes.models import (
     CandidateLimits,
     ChannelHit,
@@ -40,6 +42,12 @@ from rms_retrieval.stores.protocols import (
 )
 
 logger = logging.getLogger(__name__)
+
+# The candidate paths, each a node of this module returning a `ChannelResult`: the one list that
+# `candidate_objects` and `merging.merged_candidates` read them from (a new path is one more name).
+CANDIDATE_CHANNELS = group(*(source(name) for name in (
+    "vector_candidates", "lexical_candidates", "graph_candidates", "pinned_candidates", "keyword_scan_candidates",
+)))
 
 
 def _guarded(path: PathType, limit: int, search: Callable[[], ChannelResult]) -> ChannelResult:
@@ -212,26 +220,20 @@ def pinned_candidates(
     return _guarded(PathType.PINNED, 0, search)
 
 
+@inject(channels=CANDIDATE_CHANNELS)
 def candidate_objects(
-    vector_candidates: ChannelResult,
-    lexical_candidates: ChannelResult,
-    graph_candidates: ChannelResult,
-    pinned_candidates: ChannelResult,
-    keyword_scan_candidates: ChannelResult,
-    object_store: ObjectStore,
-    request: RetrievalRequest,
+    channels: list[ChannelResult], object_store: ObjectStore, request: RetrievalRequest
 ) -> dict[UUID, MemoryObject]:
-    """The stored objects behind every hit, read in one round trip, in id order."""
+    """The stored objects behind every hit, read in one round trip, in id order; a channel that
+    read its objects itself (the pinned path) brings them along."""
     # Keyed by the id's integer, which hashes and compares in C (a UUID does both in Python code);
     # integers sort as the ids do.
-    wanted = {
-        hit.object_id.int: hit.object_id
-        for result in (vector_candidates, lexical_candidates, graph_candidates, keyword_scan_candidates)
-        for hit in result.hits
-    }
-    for pinned in pinned_candidates.objects:
-        wanted.pop(pinned.int, None)
-    objects = dict(pinned_candidates.objects)
+    wanted = {hit.object_id.int: hit.object_id for result in channels for hit in result.hits}
+    objects: dict[UUID, MemoryObject] = {}
+    for result in channels:
+        objects.update(result.objects)
+    for known in objects:
+        wanted.pop(known.int, None)
     if wanted:
         objects.update(object_store.get_objects([wanted[key] for key in sorted(wanted)], request.namespaces))
     return objects

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from hamilton.function_modifiers import inject
+
+from rms_retrieval.nodes.candidate_generation import CANDIDATE_CHANNELS
 from rms_retrieval.nodes.models import Candidate, CandidatePool, ChannelHit, ChannelResult, PathType
 from rms_retrieval.stores.models import MemoryObject
 
 
-def merged_candidates(
-    vector_candidates: ChannelResult,
-    lexical_candidates: ChannelResult,
-    graph_candidates: ChannelResult,
-    pinned_candidates: ChannelResult,
-    keyword_scan_candidates: ChannelResult,
-    candidate_objects: dict[UUID, MemoryObject],
-) -> CandidatePool:
+@inject(channels=CANDIDATE_CHANNELS)
+def merged_candidates(channels: list[ChannelResult], candidate_objects: dict[UUID, MemoryObject]) -> CandidatePool:
     """One candidate per object id with its `paths`, `path_count` and each path's rank and raw score."""
-    channels = (vector_candidates, lexical_candidates, graph_candidates, pinned_candidates, keyword_scan_candidates)
     # Keyed by the id's integer (hashed in C, not in UUID's Python code); integers sort as the
     # ids' strings do, both being the same 128 bits in fixed-width hex.
     hits: dict[int, dict[PathType, ChannelHit]] = {}

@@ -318,11 +318,14 @@ class ScoreFactors:
                                for f in dataclasses.fields(self)})
 
 
+WEIGHTED_FORMULA, RANK_FUSION_FORMULA = 1, 2
+
+
 @dataclass(frozen=True, eq=False)
 class ScoredPool:
     """The scored candidates as aligned columns, in final order: score descending, then path
-    count descending, then object id. `formula_version` records which formula made the scores;
-    the Hamilton config `fusion` is what chose it, and what downstream nodes read."""
+    count descending, then object id. `formula_version` records which formula made the scores
+    (the Hamilton config `fusion` picked the scoring node); later stages read it here."""
 
     formula_version: int
     objects: tuple[MemoryObject, ...]
@@ -337,6 +340,11 @@ class ScoredPool:
 
     def __len__(self) -> int:
         return len(self.objects)
+
+    @property
+    def rank_fused(self) -> bool:
+        """Scored by formula version 2 (reciprocal rank fusion), whose scores are no relevance."""
+        return self.formula_version == RANK_FUSION_FORMULA
 
     @property
     def object_ids(self) -> tuple[UUID, ...]:
@@ -358,7 +366,7 @@ SCORED_POOL_SCHEMA: Mapping[str, type] = {
 
 def check_scored_pool(pool: ScoredPool) -> None:
     """Raise ValueError unless `pool` matches `SCORED_POOL_SCHEMA`."""
-    if pool.formula_version not in (1, 2):
+    if pool.formula_version not in (WEIGHTED_FORMULA, RANK_FUSION_FORMULA):
         raise ValueError(f"formula_version must be 1 or 2, got {pool.formula_version!r}")
     size = len(pool.objects)
     for name, dtype in SCORED_POOL_SCHEMA.items():

@@ -61,12 +61,12 @@ _REASONS = (None, "min_score", "source_limit", "limit")
 _KEPT, _MIN_SCORE, _SOURCE_LIMIT, _LIMIT = range(len(_REASONS))
 
 
-def selected_candidates(ranked_candidates: RankedCandidates, request: RetrievalRequest, fusion: str) -> Selection:
+def selected_candidates(ranked_candidates: RankedCandidates, request: RetrievalRequest) -> Selection:
     """Apply min_score, max_per_source and limit; pinned objects bypass all three (RFC 4.4)."""
     pool = ranked_candidates.pool
     objects = pool.objects
     pinned = _pinned(objects)
-    rank_fused = fusion == "rrf"
+    rank_fused = pool.rank_fused
     # RFC 7.2: when no candidate has a cosine, the min_score floor fails open.
     skipped = request.min_score > 0 and rank_fused and len(pool) > 0 and bool(np.isnan(pool.factors.semantic).all())
     reason = np.zeros(len(pool), dtype=np.int8)
@@ -176,7 +176,6 @@ def _metadata(
     pool: CandidatePool,
     analysis: QueryAnalysis,
     settings: RetrievalSettings,
-    fusion: str,
     budget_cut: int,
     coverage: dict | None,
 ) -> dict:
@@ -189,8 +188,8 @@ def _metadata(
         "temporal_window": [window[0].isoformat(), window[1].isoformat()] if window else None,
         "reference_time": analysis.reference_time.isoformat(),
         "retrieval_mode": str(analysis.retrieval_mode),
-        "formula_version": 2 if fusion == "rrf" else 1,
-        "rrf_k": settings.scoring.rank_fusion.rrf_k if fusion == "rrf" else None,
+        "formula_version": ranked.pool.formula_version,
+        "rrf_k": settings.scoring.rank_fusion.rrf_k if ranked.pool.rank_fused else None,
         "configuration_fingerprint": settings.fingerprint(),
         "candidates_generated": len(pool.candidates),
         "candidates_after_filter": len(filtered.candidates),
@@ -220,10 +219,10 @@ def packed_bundle(
     query_analysis: QueryAnalysis,
     request: RetrievalRequest,
     settings: RetrievalSettings,
-    fusion: str,
 ) -> MemoryBundle:
     """The Memory Bundle: tiers, then signal-to-token ratio, within the cl100k_base token budget."""
     pool = selected_candidates.pool
+    rank_fused = pool.rank_fused
     item_format = settings.packing.item_format
     items = []
     tiering = _tiering_paths(pool, settings.packing.tier_path_depth)
@@ -264,7 +263,7 @@ def packed_bundle(
             content=item.obj.content,
             text=item.text,
             score=item.score,
-            semantic_relevance=_finite(item.semantic_relevance) if fusion == "rrf" else None,
+            semantic_relevance=_finite(item.semantic_relevance) if rank_fused else None,
             paths=mask_paths(item.mask),
             path_count=item.path_count,
             tier=item.tier,
@@ -284,7 +283,7 @@ def packed_bundle(
         context=context,
         retrieval_metadata=_metadata(
             selected_candidates, ranked_candidates, filtered_candidates, merged_candidates, query_analysis,
-            settings, fusion, budget_cut=len(items) - len(packed),
+            settings, budget_cut=len(items) - len(packed),
             coverage=_aggregation_coverage(
                 selected_candidates, merged_candidates, query_analysis, len(packed),
                 len(items) - len(packed), warning_fits,

@@ -8,7 +8,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from rms_retrieval.nodes.models import CandidatePool, FilteredPool, QueryAnalysis
 from rms_retrieval.nodes.formatting import format_item, group_header
 from rms_retrieval.nodes.packing import SEPARATOR, packed_bundle, selected_candidates
-from rms_retrieval.nodes.scoring import fused_scores__rrf
+from rms_retrieval.nodes.scoring import fused_scores__rrf, fused_scores__weighted
 from rms_retrieval.nodes.session_context import ranked_candidates
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.tokens import count_tokens
@@ -18,14 +18,14 @@ from tests.factories import BASE_TIME, make_candidate, make_object, make_request
 SETTINGS = RetrievalSettings()
 
 
-def _bundle(candidates, request=None, settings=SETTINGS):
+def _bundle(candidates, request=None, settings=SETTINGS, weighted=False):
     request = request or make_request()
     pool = FilteredPool(tuple(candidates), {})
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
-    fusion = settings.scoring.fusion
-    ranked = ranked_candidates(fused_scores__rrf(pool, analysis, settings), [], pool, request, settings, fusion)
-    selection = selected_candidates(ranked, request, fusion)
-    return packed_bundle(selection, ranked, pool, CandidatePool(tuple(candidates)), analysis, request, settings, fusion)
+    score = fused_scores__weighted(pool, analysis, request, settings) if weighted else fused_scores__rrf(pool, analysis, settings)
+    ranked = ranked_candidates(score, [], pool, request, settings)
+    selection = selected_candidates(ranked, request)
+    return packed_bundle(selection, ranked, pool, CandidatePool(tuple(candidates)), analysis, request, settings)
 
 
 def test_tiers_pinned_then_multi_path_then_the_rest():
@@ -82,6 +82,19 @@ def test_min_score_compares_the_cosine_under_rank_fusion():
     assert bundle.retrieval_metadata["min_score_skipped"] is False
 
 
+def test_the_pools_formula_decides_what_min_score_compares_and_what_the_bundle_reports():
+    # Formula 1's score is a relevance: min_score compares it, and a lexical-only pool does not fail open.
+    lexical_only = make_candidate(make_object("lex"), LEXICAL=(1, 1.0))
+    weighted = _bundle([lexical_only], make_request(min_score=0.5), weighted=True)
+    assert weighted.items == () and weighted.retrieval_metadata["min_score_skipped"] is False
+    assert weighted.retrieval_metadata["formula_version"] == 1 and weighted.retrieval_metadata["rrf_k"] is None
+    vector = make_candidate(make_object("vec"), VECTOR=(1, 0.9))
+    assert _bundle([vector], weighted=True).items[0].semantic_relevance is None
+    ranked = _bundle([vector])
+    assert ranked.retrieval_metadata["formula_version"] == 2 and ranked.retrieval_metadata["rrf_k"] == 60
+    assert ranked.items[0].semantic_relevance == 0.9
+
+
 def test_min_score_fails_open_when_no_candidate_has_a_cosine():
     lexical_only = make_candidate(make_object("lex"), LEXICAL=(1, 1.0))
     bundle = _bundle([lexical_only], make_request(min_score=0.5))
@@ -130,9 +143,8 @@ def test_no_excluded_object_is_ever_packed(kinds):
     merged = CandidatePool(tuple(candidates))
     filtered = filtered_candidates(merged, request, SETTINGS)
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(fused_scores__rrf(filtered, analysis, SETTINGS), [], filtered, request, SETTINGS, "rrf")
-    bundle = packed_bundle(selected_candidates(ranked, request, "rrf"), ranked, filtered, merged, analysis, request,
-                           SETTINGS, "rrf")
+    ranked = ranked_candidates(fused_scores__rrf(filtered, analysis, SETTINGS), [], filtered, request, SETTINGS)
+    bundle = packed_bundle(selected_candidates(ranked, request), ranked, filtered, merged, analysis, request, SETTINGS)
     packed = {item.id for item in bundle.items}
     assert packed.isdisjoint(filtered.excluded)
     assert all(str(k) in bundle.retrieval_metadata["excluded"] for k in filtered.excluded)
@@ -145,9 +157,9 @@ def _count_bundle(candidates, budget):
     pool = FilteredPool(tuple(candidates), {})
     analysis = QueryAnalysis(raw_query=request.query, aggregation=AggregationKind.COUNT,
                              namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(fused_scores__rrf(pool, analysis, SETTINGS), [], pool, request, SETTINGS, "rrf")
-    return packed_bundle(selected_candidates(ranked, request, "rrf"), ranked, pool, CandidatePool(tuple(candidates)),
-                         analysis, request, SETTINGS, "rrf")
+    ranked = ranked_candidates(fused_scores__rrf(pool, analysis, SETTINGS), [], pool, request, SETTINGS)
+    return packed_bundle(selected_candidates(ranked, request), ranked, pool, CandidatePool(tuple(candidates)),
+                         analysis, request, SETTINGS)
 
 
 def test_a_count_question_starts_with_the_coverage_warning_and_reports_coverage():

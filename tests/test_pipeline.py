@@ -66,6 +66,14 @@ def test_every_configuration_builds_and_executes(name):
     assert {path for item in bundle.items for path in item.paths} & PRIMARY_PATHS <= settings.candidates.enabled_paths
 
 
+@pytest.mark.parametrize("fusion", ["rrf", "weighted"])
+def test_the_formula_switch_picks_the_scoring_node_and_no_node_reads_it(fusion):
+    dr = build_driver(RetrievalSettings(scoring=ScoringSettings(fusion=fusion)))
+    readers = [v.name for v in dr.list_available_variables()
+               if "fusion" in v.required_dependencies | v.optional_dependencies]
+    assert readers == []
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGURATIONS))
 def test_a_store_embedded_by_another_model_is_refused_or_answered_without_vectors(name):
     settings = CONFIGURATIONS[name]
