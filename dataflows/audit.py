@@ -156,7 +156,7 @@ def execution_graph(
     store: RetrievalStore,
     question: str | RetrievalRequest,
     *,
-    config: RetrievalSettings | None = None,
+    settings: RetrievalSettings | None = None,
     encoder: QueryEncoder | None = None,
     **request_fields: Any,
 ) -> tuple[graphviz.Digraph, RetrievalResult]:
@@ -164,13 +164,13 @@ def execution_graph(
     summary of its value. `question` is a `RetrievalRequest`, or the question with the request
     fields as for `retrieve()`. Returns the picture and the result, whose `nodes` hold every value."""
     require_bindings()
-    settings = config or RetrievalSettings()
+    settings = settings or RetrievalSettings()
     encoder = encoder or default_query_encoder()
     dr = build_driver(settings)
     computed = pipeline_lineage(dr).computed
-    result = retrieve(store, question, config=settings, encoder=encoder, extra_nodes=computed, log=False,
+    result = retrieve(store, question, settings=settings, encoder=encoder, extra_nodes=computed, log=False,
                       **request_fields)
-    request = RetrievalRequest.model_validate(result.log_record["payload"]["request"])
+    request = result.request
     title = (f"{request.query!r} in {', '.join(request.namespaces)} at {request.reference_time:%Y-%m-%d %H:%M}; "
              f"{value_summary(result.bundle)}; config fusion={settings.scoring.fusion}, "
              f"settings {settings.fingerprint()}")

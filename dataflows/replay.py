@@ -141,7 +141,7 @@ def replay_record(store: RetrievalStore, record: Mapping[str, Any]) -> ReplayRep
     if vector is not None:
         identity = _identity(store, payload.get("embedding_model_version"), len(vector))
         embedding = QueryEmbedding(np.asarray(vector, dtype=np.float32), identity)
-    result = retrieve(store, request, config=settings, encoder=RefusingEncoder(identity),
+    result = retrieve(store, request, settings=settings, encoder=RefusingEncoder(identity),
                       overrides={"query_embedding": embedding}, log=False)
     replayed = result.log_record["payload"]
     digest = replayed["bundle_sha256"]

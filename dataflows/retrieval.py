@@ -54,9 +54,11 @@ class LazyRecord(Mapping[str, Any]):
 
 @dataclass(frozen=True)
 class RetrievalResult:
-    """The bundle, its retrieval log record, and any extra nodes the caller asked for."""
+    """The validated request, its bundle, its retrieval log record, and any extra nodes the caller
+    asked for."""
 
     request_id: UUID
+    request: RetrievalRequest
     bundle: MemoryBundle
     record: LazyRecord = field(repr=False)
     nodes: dict[str, Any] = field(default_factory=dict)
@@ -111,7 +113,7 @@ def _log_record(
     error: BaseException | None,
 ) -> dict[str, Any]:
     """The RFC 10 RETRIEVAL_REQUEST record, plus what replay needs (embedding, index state, settings)."""
-    meta = bundle.retrieval_metadata if bundle else {}
+    meta = bundle.retrieval_metadata if bundle else None
     payload: dict[str, Any] = {
         "request_id": str(request_id),
         "status": "failed" if error else "ok",
@@ -121,15 +123,15 @@ def _log_record(
         "retrieval_mode": str(request.retrieval_mode) if request else None,
         "reference_time": request.reference_time.isoformat() if request else None,
         "request": request.model_dump(mode="json") if request else None,
-        "query_intent": meta.get("intent"),
-        "candidates_generated": meta.get("candidates_generated", 0),
-        "candidates_after_filter": meta.get("candidates_after_filter", 0),
+        "query_intent": str(meta.intent) if meta else None,
+        "candidates_generated": meta.candidates_generated if meta else 0,
+        "candidates_after_filter": meta.candidates_after_filter if meta else 0,
         "objects_included_in_bundle": len(bundle.items) if bundle else 0,
         "tokens_used": bundle.tokens_used if bundle else 0,
         "context_budget": request.token_budget if request else None,
         "scores": {str(item.id): item.score for item in bundle.items} if bundle else {},
-        "excluded": meta.get("excluded", {}),
-        "embedding_mismatch": meta.get("embedding_mismatch", False),
+        "excluded": {str(oid): reason for oid, reason in meta.excluded.items()} if meta else {},
+        "embedding_mismatch": meta.embedding_mismatch if meta else False,
         "embedding_model_version": (
             f"{embedding.identity.model_name}@{embedding.identity.model_hash}" if embedding else None
         ),
@@ -152,7 +154,7 @@ def retrieve(
     namespaces: Sequence[str] | str | None = None,
     reference_time: datetime | None = None,
     token_budget: int | None = None,
-    config: RetrievalSettings | None = None,
+    settings: RetrievalSettings | None = None,
     encoder: QueryEncoder | None = None,
     extra_nodes: Sequence[str] = (),
     overrides: dict[str, Any] | None = None,
@@ -174,7 +176,7 @@ def retrieve(
     built and written off the request path (stores/log_buffer.py), and `log=False` builds none
     unless `RetrievalResult.log_record` is read.
     """
-    settings = config or RetrievalSettings()
+    settings = settings or RetrievalSettings()
     if isinstance(store, SnapshotSource):
         store = store.snapshot()  # one generation for the whole request, even while a writer commits
     request_id = uuid4()
@@ -200,4 +202,4 @@ def retrieve(
     if log:
         store.log_retrieval(record)
     extras = {name: results[name] for name in extra_nodes}
-    return RetrievalResult(request_id=request_id, bundle=bundle, record=record, nodes=extras)
+    return RetrievalResult(request_id=request_id, request=request, bundle=bundle, record=record, nodes=extras)

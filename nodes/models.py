@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 from uuid import UUID
 
 import numpy as np
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import EmbeddingIdentity
@@ -439,6 +439,53 @@ class BundleItem(BaseModel):
     source_ref: str | None = None
 
 
+# A time as the metadata's JSON has always written it, `datetime.isoformat()` ("+00:00", not "Z").
+IsoTime = Annotated[AwareDatetime, PlainSerializer(lambda value: value.isoformat(), return_type=str, when_used="json")]
+
+
+class AggregationCoverage(BaseModel):
+    """RFC "aggregation coverage": what a count or list question's bundle can and cannot claim."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: AggregationKind
+    unique_candidates: int
+    returned: int
+    packed: int
+    limitation_codes: tuple[str, ...]
+    candidate_limit_paths: tuple[PathType, ...]
+    exhaustive: bool = False
+
+
+class RetrievalMetadata(BaseModel):
+    """How the bundle was made: the question's analysis, the formula, the pipeline's counts and
+    what was left out (by object id, with the reason). Part of the bundle's versioned JSON, in
+    this field order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    intent: QueryIntent
+    current_state: bool
+    entities: tuple[str, ...]
+    temporal_window: tuple[IsoTime, IsoTime] | None
+    reference_time: IsoTime
+    retrieval_mode: RetrievalMode
+    formula_version: int
+    rrf_k: int | None
+    configuration_fingerprint: str
+    candidates_generated: int
+    candidates_after_filter: int
+    candidates_ranked: int
+    candidates_selected: int
+    cut_by_budget: int
+    paths_at_limit: tuple[PathType, ...]
+    embedding_mismatch: bool
+    backend_failures: dict[PathType, str]
+    min_score_skipped: bool
+    excluded: dict[UUID, str]
+    aggregation_coverage: AggregationCoverage | None
+
+
 class MemoryBundle(BaseModel):
     """What an application puts into an LLM's context. Its JSON form is versioned and stable."""
 
@@ -452,7 +499,7 @@ class MemoryBundle(BaseModel):
     tokens_used: int
     items: tuple[BundleItem, ...]
     context: str = Field(description="The packed text, items joined in order, counted in cl100k_base tokens.")
-    retrieval_metadata: dict[str, Any]
+    retrieval_metadata: RetrievalMetadata
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=None)

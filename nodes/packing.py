@@ -18,12 +18,14 @@ import numpy as np
 
 from rms_retrieval.nodes.formatting import format_item, group_header
 from rms_retrieval.nodes.models import (
+    AggregationCoverage,
     BundleItem,
     CandidatePool,
     FilteredPool,
     MemoryBundle,
     QueryAnalysis,
     RankedCandidates,
+    RetrievalMetadata,
     RetrievalRequest,
     ScoredPool,
     Selection,
@@ -145,7 +147,7 @@ def _order(items: list[_Item], settings: RetrievalSettings) -> list[_Item]:
 def _aggregation_coverage(
     selection: Selection, pool: CandidatePool, analysis: QueryAnalysis, packed: int, budget_cut: int,
     warning_fits: bool,
-) -> dict | None:
+) -> AggregationCoverage | None:
     """RFC "aggregation coverage": what a count or list question's bundle can and cannot claim."""
     if analysis.aggregation is None:
         return None
@@ -158,15 +160,10 @@ def _aggregation_coverage(
         codes.append("score_selection")
     if budget_cut or not warning_fits:
         codes.append("token_budget")
-    return {
-        "kind": str(analysis.aggregation),
-        "unique_candidates": len(pool.candidates),
-        "returned": len(selection.pool),
-        "packed": packed,
-        "limitation_codes": codes,
-        "candidate_limit_paths": [str(p) for p in pool.paths_at_limit],
-        "exhaustive": False,
-    }
+    return AggregationCoverage(
+        kind=analysis.aggregation, unique_candidates=len(pool.candidates), returned=len(selection.pool),
+        packed=packed, limitation_codes=tuple(codes), candidate_limit_paths=pool.paths_at_limit,
+    )
 
 
 def _metadata(
@@ -177,32 +174,31 @@ def _metadata(
     analysis: QueryAnalysis,
     settings: RetrievalSettings,
     budget_cut: int,
-    coverage: dict | None,
-) -> dict:
+    coverage: AggregationCoverage | None,
+) -> RetrievalMetadata:
     excluded = {**filtered.excluded, **ranked.excluded, **selection.excluded}
-    window = analysis.temporal_window
-    return {
-        "intent": str(analysis.intent),
-        "current_state": analysis.current_state,
-        "entities": [e.name for e in analysis.entities],
-        "temporal_window": [window[0].isoformat(), window[1].isoformat()] if window else None,
-        "reference_time": analysis.reference_time.isoformat(),
-        "retrieval_mode": str(analysis.retrieval_mode),
-        "formula_version": ranked.pool.formula_version,
-        "rrf_k": settings.scoring.rank_fusion.rrf_k if ranked.pool.rank_fused else None,
-        "configuration_fingerprint": settings.fingerprint(),
-        "candidates_generated": len(pool.candidates),
-        "candidates_after_filter": len(filtered.candidates),
-        "candidates_ranked": len(ranked.pool),
-        "candidates_selected": len(selection.pool),
-        "cut_by_budget": budget_cut,
-        "paths_at_limit": [str(p) for p in pool.paths_at_limit],
-        "embedding_mismatch": pool.embedding_mismatch,
-        "backend_failures": {str(k): v for k, v in sorted(pool.backend_failures.items())},
-        "min_score_skipped": selection.min_score_skipped,
-        "excluded": {str(k): v for k, v in sorted(excluded.items(), key=lambda kv: kv[0].int)},
-        "aggregation_coverage": coverage,
-    }
+    return RetrievalMetadata(
+        intent=analysis.intent,
+        current_state=analysis.current_state,
+        entities=tuple(e.name for e in analysis.entities),
+        temporal_window=analysis.temporal_window,
+        reference_time=analysis.reference_time,
+        retrieval_mode=analysis.retrieval_mode,
+        formula_version=ranked.pool.formula_version,
+        rrf_k=settings.scoring.rank_fusion.rrf_k if ranked.pool.rank_fused else None,
+        configuration_fingerprint=settings.fingerprint(),
+        candidates_generated=len(pool.candidates),
+        candidates_after_filter=len(filtered.candidates),
+        candidates_ranked=len(ranked.pool),
+        candidates_selected=len(selection.pool),
+        cut_by_budget=budget_cut,
+        paths_at_limit=pool.paths_at_limit,
+        embedding_mismatch=pool.embedding_mismatch,
+        backend_failures=dict(sorted(pool.backend_failures.items(), key=lambda kv: str(kv[0]))),
+        min_score_skipped=selection.min_score_skipped,
+        excluded=dict(sorted(excluded.items(), key=lambda kv: kv[0].int)),
+        aggregation_coverage=coverage,
+    )
 
 
 def _finite(value: float | None) -> float | None:

@@ -77,7 +77,7 @@ class RmsRetriever(BaseRetriever):
 
     def retrieve(self, query: str) -> RetrievalResult:
         """One `retrieve()` call with this retriever's request fields."""
-        return retrieve(self.store, self._request(query), config=self.settings, encoder=self.encoder)
+        return retrieve(self.store, self._request(query), settings=self.settings, encoder=self.encoder)
 
     def bundle(self, query: str) -> MemoryBundle:
         """The whole Memory Bundle for `query`; `.context` is the packed text."""

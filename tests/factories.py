@@ -8,7 +8,7 @@ from uuid import UUID, uuid5
 
 import numpy as np
 
-from rms_retrieval.nodes.models import Candidate, ChannelHit, PathType, RetrievalRequest
+from rms_retrieval.nodes.models import Candidate, ChannelHit, PathType, QueryIntent, RetrievalMetadata, RetrievalRequest
 from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.claims import Assertion, Quantity
 from rms_retrieval.stores.models import MemoryObject, NodeType
@@ -37,6 +37,18 @@ def make_request(query: str = "what happened?", **fields) -> RetrievalRequest:
     values = {"query": query, "namespaces": ("ns",), "reference_time": BASE_TIME + timedelta(days=30)}
     values.update(fields)
     return RetrievalRequest(**values)
+
+
+def make_metadata(**fields) -> RetrievalMetadata:
+    """Bundle metadata for a bundle built by hand: an empty pipeline run, with `fields` replaced."""
+    empty = dict(
+        intent=QueryIntent.SEMANTIC, current_state=False, entities=(), temporal_window=None, reference_time=BASE_TIME,
+        retrieval_mode="DEFAULT", formula_version=2, rrf_k=60, configuration_fingerprint="0" * 16,
+        candidates_generated=0, candidates_after_filter=0, candidates_ranked=0, candidates_selected=0, cut_by_budget=0,
+        paths_at_limit=(), embedding_mismatch=False, backend_failures={}, min_score_skipped=False, excluded={},
+        aggregation_coverage=None,
+    )
+    return RetrievalMetadata(**{**empty, **fields})
 
 
 def make_candidate(obj: MemoryObject, **ranks: tuple[int, float]) -> Candidate:

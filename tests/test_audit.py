@@ -31,9 +31,15 @@ def test_the_whole_dag_renders_every_node_with_its_type_and_configuration(tmp_pa
     assert "driver inputs" in svg
 
 
-def test_one_execution_renders_the_nodes_that_ran_with_their_values(tmp_path, store, demo_store):
+def test_one_execution_renders_the_nodes_that_ran_with_their_values(tmp_path, store, demo_store, monkeypatch):
+    from rms_retrieval.nodes.models import MemoryBundle
+
+    serialised = []  # the log record (which serialises the bundle) is never built: the request is the result's
+    to_json = MemoryBundle.to_json
+    monkeypatch.setattr(MemoryBundle, "to_json", lambda self: serialised.append(self) or to_json(self))
     graph, result = execution_graph(store, "Where does Tomas work now?", namespaces=[demo_store.namespace],
                                     reference_time=demo_store.reference_time, token_budget=300)
+    assert serialised == []
     svg = render(graph, tmp_path / "run.svg").read_text()
     bundle = result.bundle
     assert f"{len(bundle.items)} items, {bundle.tokens_used}/300 tokens" in svg

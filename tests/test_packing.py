@@ -78,20 +78,20 @@ def test_min_score_compares_the_cosine_under_rank_fusion():
     low = make_candidate(make_object("low"), VECTOR=(2, 0.2))
     bundle = _bundle([high, low], make_request(min_score=0.5))
     assert [i.id for i in bundle.items] == [high.object_id]
-    assert bundle.retrieval_metadata["excluded"] == {str(low.object_id): "min_score"}
-    assert bundle.retrieval_metadata["min_score_skipped"] is False
+    assert bundle.retrieval_metadata.excluded == {low.object_id: "min_score"}
+    assert bundle.retrieval_metadata.min_score_skipped is False
 
 
 def test_the_pools_formula_decides_what_min_score_compares_and_what_the_bundle_reports():
     # Formula 1's score is a relevance: min_score compares it, and a lexical-only pool does not fail open.
     lexical_only = make_candidate(make_object("lex"), LEXICAL=(1, 1.0))
     weighted = _bundle([lexical_only], make_request(min_score=0.5), weighted=True)
-    assert weighted.items == () and weighted.retrieval_metadata["min_score_skipped"] is False
-    assert weighted.retrieval_metadata["formula_version"] == 1 and weighted.retrieval_metadata["rrf_k"] is None
+    assert weighted.items == () and weighted.retrieval_metadata.min_score_skipped is False
+    assert weighted.retrieval_metadata.formula_version == 1 and weighted.retrieval_metadata.rrf_k is None
     vector = make_candidate(make_object("vec"), VECTOR=(1, 0.9))
     assert _bundle([vector], weighted=True).items[0].semantic_relevance is None
     ranked = _bundle([vector])
-    assert ranked.retrieval_metadata["formula_version"] == 2 and ranked.retrieval_metadata["rrf_k"] == 60
+    assert ranked.retrieval_metadata.formula_version == 2 and ranked.retrieval_metadata.rrf_k == 60
     assert ranked.items[0].semantic_relevance == 0.9
 
 
@@ -99,7 +99,7 @@ def test_min_score_fails_open_when_no_candidate_has_a_cosine():
     lexical_only = make_candidate(make_object("lex"), LEXICAL=(1, 1.0))
     bundle = _bundle([lexical_only], make_request(min_score=0.5))
     assert [i.id for i in bundle.items] == [lexical_only.object_id]
-    assert bundle.retrieval_metadata["min_score_skipped"] is True
+    assert bundle.retrieval_metadata.min_score_skipped is True
 
 
 def test_limit_and_max_per_source():
@@ -109,7 +109,7 @@ def test_limit_and_max_per_source():
     assert [i.content for i in bundle.items] == ["same claim", "other claim"]
     limited = _bundle(same + [other], make_request(limit=2))
     assert len(limited.items) == 2
-    assert sorted(limited.retrieval_metadata["excluded"].values()) == ["limit", "limit"]
+    assert sorted(limited.retrieval_metadata.excluded.values()) == ["limit", "limit"]
 
 
 def test_pinned_objects_bypass_limit_and_min_score():
@@ -147,7 +147,7 @@ def test_no_excluded_object_is_ever_packed(kinds):
     bundle = packed_bundle(selected_candidates(ranked, request), ranked, filtered, merged, analysis, request, SETTINGS)
     packed = {item.id for item in bundle.items}
     assert packed.isdisjoint(filtered.excluded)
-    assert all(str(k) in bundle.retrieval_metadata["excluded"] for k in filtered.excluded)
+    assert all(k in bundle.retrieval_metadata.excluded for k in filtered.excluded)
 
 
 def _count_bundle(candidates, budget):
@@ -169,7 +169,7 @@ def test_a_count_question_starts_with_the_coverage_warning_and_reports_coverage(
     bundle = _count_bundle(hikes, 500)
     assert bundle.context.splitlines()[0] == COVERAGE_WARNING
     assert bundle.tokens_used == count_tokens(bundle.context) <= 500
-    assert bundle.retrieval_metadata["aggregation_coverage"] == {
+    assert bundle.retrieval_metadata.aggregation_coverage.model_dump(mode="json") == {
         "kind": "COUNT", "unique_candidates": 3, "returned": 3, "packed": 3,
         "limitation_codes": ["semantic_matching"], "candidate_limit_paths": [], "exhaustive": False,
     }
@@ -179,12 +179,12 @@ def test_when_the_warning_cannot_fit_nothing_unqualified_is_packed():
     hikes = [make_candidate(make_object("hike", "hiking"), VECTOR=(1, 0.8))]
     bundle = _count_bundle(hikes, 5)
     assert bundle.items == () and bundle.context == "" and bundle.tokens_used == 0
-    assert "token_budget" in bundle.retrieval_metadata["aggregation_coverage"]["limitation_codes"]
+    assert "token_budget" in bundle.retrieval_metadata.aggregation_coverage.limitation_codes
 
 
 def test_other_questions_have_no_coverage_block():
     bundle = _bundle([make_candidate(make_object("x"), VECTOR=(1, 0.5))])
-    assert bundle.retrieval_metadata["aggregation_coverage"] is None
+    assert bundle.retrieval_metadata.aggregation_coverage is None
 
 
 def test_tier_path_depth_counts_a_path_for_tier_two_only_near_the_top_of_its_channel():

@@ -55,11 +55,11 @@ def test_every_configuration_builds_and_executes(name):
     bundle = result[FINAL_NODE]
     assert bundle.items, name
     assert bundle.tokens_used <= bundle.token_budget
-    assert bundle.retrieval_metadata["configuration_fingerprint"] == settings.fingerprint()
-    assert bundle.retrieval_metadata["formula_version"] == (1 if settings.scoring.fusion == "weighted" else 2)
-    assert set(scored_frame(result["fused_scores"])["formula_version"]) == {bundle.retrieval_metadata["formula_version"]}
+    assert bundle.retrieval_metadata.configuration_fingerprint == settings.fingerprint()
+    assert bundle.retrieval_metadata.formula_version == (1 if settings.scoring.fusion == "weighted" else 2)
+    assert set(scored_frame(result["fused_scores"])["formula_version"]) == {bundle.retrieval_metadata.formula_version}
     assert oid("old") not in {i.id for i in bundle.items}
-    assert bundle.retrieval_metadata["excluded"][str(oid("old"))] == "DEPRECATED"
+    assert bundle.retrieval_metadata.excluded[oid("old")] == "DEPRECATED"
     if PathType.PINNED in settings.candidates.enabled_paths:
         assert bundle.items[0].id == oid("pin")  # pinned first
     # A path switched off reaches no item.
@@ -84,7 +84,7 @@ def test_a_store_embedded_by_another_model_is_refused_or_answered_without_vector
         return
     bundle = _run(settings, store)[FINAL_NODE]
     vector_on = PathType.VECTOR in settings.candidates.enabled_paths
-    assert bundle.retrieval_metadata["embedding_mismatch"] is vector_on
+    assert bundle.retrieval_metadata.embedding_mismatch is vector_on
     assert all(PathType.VECTOR not in item.paths for item in bundle.items)
 
 

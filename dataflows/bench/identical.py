@@ -84,7 +84,7 @@ def bundles(
             for budget in variant.budgets:
                 result = retrieve(
                     store, question.question, namespaces=[question.sample_id], reference_time=when[question.sample_id],
-                    token_budget=budget, config=settings, encoder=encoder, log=False, **variant.options,
+                    token_budget=budget, settings=settings, encoder=encoder, log=False, **variant.options,
                 )
                 yield {"key": question.key, "variant": name, "budget": budget, "bundle": result.bundle.to_json()}
 

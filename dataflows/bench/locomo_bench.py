@@ -235,7 +235,7 @@ class LocomoBench:
             overrides.update(self._pools[pool_key])
         result = retrieve(
             self.store, question.question, namespaces=[question.sample_id],
-            reference_time=self._reference[question.sample_id], token_budget=largest, config=settings,
+            reference_time=self._reference[question.sample_id], token_budget=largest, settings=settings,
             encoder=self.encoder, extra_nodes=REPACK_NODES, overrides=overrides, log=False,
         )
         if self.share_pools:
@@ -271,7 +271,7 @@ def shared_pool_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], s
         direct = retrieve(
             bench.store, question.question, namespaces=[question.sample_id],
             reference_time=bench.request(question, bench.budgets[-1]).reference_time,
-            token_budget=bench.budgets[-1], config=settings, encoder=bench.encoder, log=False,
+            token_budget=bench.budgets[-1], settings=settings, encoder=bench.encoder, log=False,
         ).bundle
         compared += 1
         if direct.to_json() != shared.to_json():
@@ -306,7 +306,7 @@ def repack_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], settin
             direct = retrieve(
                 bench.store, question.question, namespaces=[question.sample_id],
                 reference_time=bench.request(question, budget).reference_time, token_budget=budget,
-                config=settings, encoder=bench.encoder, log=False,
+                settings=settings, encoder=bench.encoder, log=False,
             ).bundle
             compared += 1
             if direct.to_json() != run.bundles[budget].to_json():
