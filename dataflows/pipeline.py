@@ -8,6 +8,7 @@ inputs `retrieve()` uses.
 from __future__ import annotations
 
 from functools import lru_cache
+from importlib import import_module
 from typing import Any
 
 from hamilton import driver
@@ -29,15 +30,20 @@ STAGE_MODULES = (
 FINAL_NODE = "packed_bundle"
 
 
-@lru_cache(maxsize=8)
-def _cached_driver(fusion: str) -> driver.Driver:
-    return driver.Builder().with_modules(*STAGE_MODULES).with_config({"fusion": fusion}).build()
+@lru_cache(maxsize=16)
+def _cached_driver(fusion: str, variants: tuple[str, ...]) -> driver.Driver:
+    builder = driver.Builder().with_modules(*STAGE_MODULES, *(import_module(name) for name in variants))
+    if variants:
+        builder = builder.allow_module_overrides()
+    return builder.with_config({"fusion": fusion}).build()
 
 
 def build_driver(settings: RetrievalSettings | None = None) -> driver.Driver:
-    """The retrieval DAG for these settings' structural switches (built once per switch value)."""
+    """The retrieval DAG for these settings' structural switches, with the node variants their
+    class names (`RetrievalSettings.dataflow_variants`) in place of the stage modules' nodes; built
+    once per switch value and variant list."""
     settings = settings or RetrievalSettings()
-    return _cached_driver(settings.hamilton_config()["fusion"])
+    return _cached_driver(settings.hamilton_config()["fusion"], type(settings).dataflow_variants)
 
 
 def pipeline_inputs(

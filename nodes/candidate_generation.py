@@ -27,7 +27,6 @@ from rms_retrieval.nodes.models import (
     QueryEmbedding,
     RetrievalRequest,
 )
-from rms_retrieval.nodes.feedback import feedback_terms, interpolated_hits
 from rms_retrieval.nodes.graph_walk import walk
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.entity_graph import SPOKEN_BY
@@ -115,28 +114,17 @@ def vector_candidates(
 
 def lexical_candidates(
     lexical_index: LexicalIndex,
-    object_store: ObjectStore,
     candidate_limits: CandidateLimits,
     request: RetrievalRequest,
     settings: RetrievalSettings,
 ) -> ChannelResult:
-    """BM25 top-k within the request's namespaces, scores normalised per query; with feedback
-    terms set, interpolated with a second search for the terms of the first one's best hits."""
+    """BM25 top-k within the request's namespaces, scores normalised per query."""
     limit = candidate_limits.lexical_k
     if PathType.LEXICAL not in settings.candidates.enabled_paths or limit == 0:
         return ChannelResult(path=PathType.LEXICAL)
 
     def search() -> ChannelResult:
         found = lexical_index.search_lexical(request.query, request.namespaces, limit)
-        configured = settings.candidates
-        if configured.lexical_feedback_terms and found:
-            top = found[: configured.lexical_feedback_docs]
-            contents = object_store.get_objects([hit.object_id for hit in top], request.namespaces)
-            terms = feedback_terms(request.query, [(contents[hit.object_id].content, hit.score) for hit in top
-                                                   if hit.object_id in contents], configured.lexical_feedback_terms)
-            if terms:
-                second = lexical_index.search_lexical(" ".join(terms), request.namespaces, limit)
-                found = interpolated_hits(found, second, configured.lexical_feedback_weight, limit)
         hits = tuple(
             ChannelHit(hit.object_id, PathType.LEXICAL, rank, hit.bm25, hit.score)
             for rank, hit in enumerate(found, start=1)

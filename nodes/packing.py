@@ -1,9 +1,9 @@
 """Stage 6: selection (min_score, limit, max_per_source) and token-budgeted packing (RFC 8).
 
 Priority tiers: 1 pinned objects and ACTIVE tasks, 2 candidates found by two or more paths,
-3 the rest by score. Inside a tier the signal-to-token ratio, score / tokens ** density_exponent,
-decides what fits when the budget is tight; the default exponent 0 makes that plain score order,
-which packed more evidence on LoCoMo than 0.25 (README, "Decisions where the RFC left room"). Tokens are cl100k_base and include each item's
+3 the rest by score. Inside a tier score order decides what fits when the budget is tight (RFC 8
+names the signal-to-token ratio; plain score order packed more evidence on LoCoMo, README,
+"Decisions where the RFC left room"). Tokens are cl100k_base and include each item's
 formatting, the newline between lines, the date lines of the "dated_groups" format and, for
 count and list questions, the coverage warning that heads the context.
 """
@@ -11,7 +11,7 @@ count and list questions, the coverage warning that heads the context.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,16 +132,11 @@ def _tier(path_count: int, obj: MemoryObject) -> int:
     return 2 if path_count >= 2 else 3
 
 
-def _order(items: list[_Item], settings: RetrievalSettings) -> list[_Item]:
-    exponent = settings.packing.density_exponent
-    tiered = settings.packing.tier_order == "tiered"
+PackingPriority = Callable[[_Item], tuple]
 
-    def key(item: _Item) -> tuple:
-        tier = item.tier if tiered else min(item.tier, 2)
-        density = item.score / (max(item.tokens, 1) ** exponent)
-        return (tier, -density, -item.score, item.obj.id.int)  # an id's integer sorts as its string
 
-    return sorted(items, key=key)
+def _tier_then_score(item: _Item) -> tuple:
+    return (item.tier, -item.score, item.obj.id.int)  # an id's integer sorts as its string
 
 
 def _aggregation_coverage(
@@ -216,7 +211,22 @@ def packed_bundle(
     request: RetrievalRequest,
     settings: RetrievalSettings,
 ) -> MemoryBundle:
-    """The Memory Bundle: tiers, then signal-to-token ratio, within the cl100k_base token budget."""
+    """The Memory Bundle: tiers, then score, within the cl100k_base token budget."""
+    return _packed_bundle(selected_candidates, ranked_candidates, filtered_candidates, merged_candidates,
+                          query_analysis, request, settings, _tier_then_score)
+
+
+def _packed_bundle(
+    selected_candidates: Selection,
+    ranked_candidates: RankedCandidates,
+    filtered_candidates: FilteredPool,
+    merged_candidates: CandidatePool,
+    query_analysis: QueryAnalysis,
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+    priority: PackingPriority,
+) -> MemoryBundle:
+    """`packed_bundle`, the items offered in `priority` order (the benchmark's arms pass others)."""
     pool = selected_candidates.pool
     rank_fused = pool.rank_fused
     item_format = settings.packing.item_format
@@ -237,7 +247,7 @@ def packed_bundle(
     used = count_tokens(warning) if warning and warning_fits else 0
     headers: set[str] = set()
     packed: list[_Item] = []
-    for item in _order(items, settings) if warning_fits else ():
+    for item in sorted(items, key=priority) if warning_fits else ():
         cost = item.tokens + (separator if packed or warning else 0)
         header = group_header(item.obj) if item_format == "dated_groups" else None
         if header is not None and header not in headers:

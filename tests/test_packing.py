@@ -60,16 +60,13 @@ def test_dated_groups_put_one_date_line_over_each_day_in_time_order():
 
 
 
-def test_density_decides_inside_a_tier_when_the_budget_is_tight():
+def test_score_decides_inside_a_tier_when_the_budget_is_tight():
     long = make_candidate(make_object("long", "word " * 12), VECTOR=(1, 0.9))
     short = make_candidate(make_object("short", "brief"), VECTOR=(2, 0.89))
     # the long item, its date line and the newline between them fill the budget
     budget = count_tokens(long.object.content) + count_tokens(group_header(long.object)) + count_tokens(SEPARATOR)
     request = make_request(token_budget=budget)
-    dense = SETTINGS.model_copy(update={"packing": SETTINGS.packing.model_copy(update={"density_exponent": 0.25})})
-    assert [i.content for i in _bundle([long, short], request, dense).items] == ["brief"]
-    # the default, exponent 0, is score order: the better-scored long item fills the budget
-    assert SETTINGS.packing.density_exponent == 0.0
+    # the better-scored long item fills the budget, though the short one packs more score per token
     assert [i.content for i in _bundle([long, short], request).items] == ["word " * 12]
 
 

@@ -40,7 +40,7 @@ CONFIGURATIONS = {
     "graph_ranked_list": RetrievalSettings(scoring=ScoringSettings(rank_fusion=RankFusionScoring(graph_as_ranked_list=True))),
     "no_recency_no_tie_break": RetrievalSettings(
         scoring=ScoringSettings(rank_fusion=RankFusionScoring(rrf_recency_boost=None, rrf_tie_break=None))),
-    "plain_score_order": RetrievalSettings(packing=PackingSettings(item_format="plain", tier_order="score")),
+    "plain": RetrievalSettings(packing=PackingSettings(item_format="plain")),
     "temporal_first": RetrievalSettings(query_intent_order="temporal_first"),
     "lexical_only": RetrievalSettings(candidates=CandidateSettings(enabled_paths={PathType.LEXICAL})),
     "vector_only": RetrievalSettings(candidates=CandidateSettings(enabled_paths={PathType.VECTOR})),
