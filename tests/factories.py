@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from uuid import UUID, uuid5
@@ -253,3 +254,22 @@ def append_from_threads(writer, threads: int, each: int) -> None:
     writer.close()
     assert appended == [True] * (threads * each)
 
+
+class RandomEncoder(QueryEncoder):
+    """Random unit vectors, reproducible per text: ingestion without a model, for synthetic stores."""
+
+    def __init__(self, dimension: int = 384) -> None:
+        self._identity = EmbeddingIdentity("synthetic-random-unit", "seeded-by-text", dimension)
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        return self._identity
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        rows = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+            rng = np.random.default_rng(seed)
+            rows.append(rng.standard_normal(self._identity.dimension))
+        vectors = np.asarray(rows, dtype=np.float32).reshape(len(texts), self._identity.dimension)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)

@@ -261,3 +261,13 @@ def test_a_missing_module_that_no_extra_brings_is_a_bug_not_a_user_error(monkeyp
     monkeypatch.setattr(cli, "build_parser", lambda load: parser)
     with pytest.raises(ModuleNotFoundError):
         cli.main([])
+
+
+def test_without_the_bench_modules_rms_bench_says_where_the_benchmarks_run(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "rms_retrieval.dataflows.bench.command", None)  # as in the wheel
+    code, out, err = _run(capsys, "bench", "locomo", "--data", "x.json")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: `rms bench`: the benchmarks are not part of the installed package: they run from a "
+                          "repository checkout") and err.count("\n") == 1

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rms_retrieval.dataflows.bench import store_workers
+from tests import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.stores.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
@@ -21,7 +21,7 @@ from rms_retrieval.stores.writer import MERGE_FACTOR
 QUESTIONS = ("What did Caroline research?", "When did Melanie paint a sunrise?", "Where does Tomas work?",
              "What is Caroline's identity?", "Who went camping?")
 THREADS, CALLS = 8, 100
-WORKER = [sys.executable, "-m", "rms_retrieval.dataflows.bench.store_workers"]
+WORKER = store_workers.COMMAND
 
 
 def test_threads_sharing_one_store_get_the_serial_bundles(demo_store, demo_copy, encoder):
@@ -83,9 +83,11 @@ def test_four_reader_processes_and_one_writer_process(tmp_path):
     with MemoryStore.open(path, store_workers.encoder()) as store:
         store.add([store_workers.turn(0)])
     stop = tmp_path / "stop"
-    readers = [subprocess.Popen([*WORKER, "read", str(path), str(stop)], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    readers = [subprocess.Popen([*WORKER, "read", str(path), str(stop)], stdout=subprocess.PIPE, text=True,
+                                cwd=store_workers.ROOT) for _ in range(4)]
     try:
-        writer = subprocess.run([*WORKER, "write", str(path), "1", str(turns - 1)], capture_output=True, text=True, timeout=600)
+        writer = subprocess.run([*WORKER, "write", str(path), "1", str(turns - 1)], capture_output=True, text=True,
+                                timeout=600, cwd=store_workers.ROOT)
     finally:
         stop.touch()
     assert writer.returncode == 0, writer.stderr
@@ -105,7 +107,8 @@ def test_a_request_on_an_old_generation_still_reads_the_segments_merges_retired(
         for number in range(MERGE_FACTOR - 1):
             store.add([store_workers.turn(number)])
     ready, go = tmp_path / "ready", tmp_path / "go"
-    holder = subprocess.Popen([*WORKER, "hold", str(path), str(ready), str(go)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([*WORKER, "hold", str(path), str(ready), str(go)], stdout=subprocess.PIPE, text=True,
+                              cwd=store_workers.ROOT)
     try:
         for _ in range(600):
             if ready.exists() or holder.poll() is not None:
@@ -113,7 +116,7 @@ def test_a_request_on_an_old_generation_still_reads_the_segments_merges_retired(
             time.sleep(0.05)
         before = read_manifest(path)
         writer = subprocess.run([*WORKER, "write", str(path), str(MERGE_FACTOR - 1), "3"], capture_output=True, text=True,
-                                timeout=300)
+                                timeout=300, cwd=store_workers.ROOT)
         assert writer.returncode == 0, writer.stderr
         after = read_manifest(path)
         assert not set(before.segment_ids) & set(after.segment_ids)  # every segment the reader holds is retired

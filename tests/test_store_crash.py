@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from rms_retrieval.dataflows.bench import crash_bench, store_workers
+from rms_retrieval.dataflows.bench import crash_bench
+from tests import store_workers
 from rms_retrieval.stores.manifest import SEGMENTS_DIR, read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.segments import TEMPORARY_PREFIX

@@ -81,7 +81,8 @@ def test_format_2_index_round_trip(tmp_path):
 def test_one_segment_and_many_give_bit_identical_hits(tmp_path):
     """12,000 rows as one segment, and as twelve adds merged into 10,000 + 1,000 + 1,000 rows: every
     hit and every score equal, bit for bit (both layouts cross FAISS's BLAS threshold)."""
-    from rms_retrieval.dataflows.bench.speed_bench import RandomEncoder, synthetic_objects
+    from rms_retrieval.dataflows.bench.speed_bench import synthetic_objects
+    from tests.factories import RandomEncoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     turns = synthetic_objects(0, 12_000, namespaces=1)
