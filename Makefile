@@ -40,10 +40,13 @@ package-check: install
 bench: install
 	$(RMS) bench locomo --data $(LOCOMO) --store .rms/locomo-store --out bench-out
 
-# The DAG picture the README shows, redrawn from the code.
+# The DAG picture the README shows, redrawn from the code, and its text form (tests/test_audit.py
+# fails when the committed three no longer match the code). One hash seed: Hamilton lists nodes in
+# hash-seed order, which moves them in the layout, and the SVG and the PNG must be one drawing.
 dag: install
-	$(RMS) dag --out docs/retrieval_dag.svg
-	$(RMS) dag --out docs/retrieval_dag.png
+	PYTHONHASHSEED=0 $(RMS) dag --out docs/retrieval_dag.svg
+	PYTHONHASHSEED=0 $(RMS) dag --out docs/retrieval_dag.png
+	PYTHONHASHSEED=0 $(RMS) dag --out docs/retrieval_dag.txt
 
 # The module and import diagram (docs/modules.md), redrawn from the source; standard library only.
 modules:

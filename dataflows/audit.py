@@ -180,12 +180,24 @@ def execution_graph(
     return _restyle(graph, dr, notes, "#1a5e20"), result
 
 
+def outline(graph: graphviz.Digraph) -> str:
+    """The text form of `graph`: its DOT source's lines, sorted (Hamilton emits nodes and edges in
+    hash-seed order), so equal pictures have equal outlines. docs/retrieval_dag.txt holds the
+    README picture's."""
+    return "\n".join(sorted({line.strip() for line in graph.source.splitlines() if line.strip()})) + "\n"
+
+
 def render(graph: graphviz.Digraph, out: str | Path) -> Path:
-    """Write `graph` to `out`; the suffix (.svg, .png, .pdf) picks the format."""
+    """Write `graph` to `out`; the suffix (.svg, .png, .pdf; .txt: its `outline`) picks the format."""
     out = Path(out)
     fmt = out.suffix.lstrip(".").lower()
+    if fmt == "txt":
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(outline(graph), encoding="utf-8")
+        return out
     if fmt not in FORMATS:
-        raise ValueError(f"{out}: the picture's suffix must be one of {', '.join('.' + f for f in FORMATS)}")
+        raise ValueError(f"{out}: the picture's suffix must be one of "
+                         f"{', '.join('.' + f for f in (*FORMATS, 'txt'))}")
     require_dot()
     import graphviz
 
