@@ -20,11 +20,11 @@ from rms_retrieval.stores.writer import MERGE_FACTOR
 
 QUESTIONS = ("What did Caroline research?", "When did Melanie paint a sunrise?", "Where does Tomas work?",
              "What is Caroline's identity?", "Who went camping?")
-THREADS, CALLS = 8, 100
 WORKER = store_workers.COMMAND
 
 
-def test_threads_sharing_one_store_get_the_serial_bundles(demo_store, demo_copy, encoder):
+@pytest.mark.parametrize("threads, calls", [(4, 10), pytest.param(8, 100, marks=pytest.mark.slow)])
+def test_threads_sharing_one_store_get_the_serial_bundles(demo_store, demo_copy, encoder, threads, calls):
     with MemoryStore.open(demo_copy, create=False) as store:
         def answer(question: str) -> str:
             return retrieve(store, question, namespaces=[demo_store.namespace, "demo-other-conversation"],
@@ -32,8 +32,8 @@ def test_threads_sharing_one_store_get_the_serial_bundles(demo_store, demo_copy,
 
         logged_before = len(store.retrieval_log())
         serial = {question: answer(question) for question in QUESTIONS}
-        calls = [QUESTIONS[number % len(QUESTIONS)] for number in range(THREADS * CALLS)]
-        with ThreadPoolExecutor(THREADS) as pool:
+        calls = [QUESTIONS[number % len(QUESTIONS)] for number in range(threads * calls)]
+        with ThreadPoolExecutor(threads) as pool:
             answers = list(pool.map(answer, calls))
         assert [answer_ == serial[question] for question, answer_ in zip(calls, answers)] == [True] * len(calls)
         assert len(store.retrieval_log()) == logged_before + len(QUESTIONS) + len(calls)
@@ -75,16 +75,16 @@ def test_an_open_reader_sees_each_new_generation_on_its_next_request(tmp_path):
         assert pinned.count_objects() == 0  # a snapshot never changes under its request
 
 
-def test_four_reader_processes_and_one_writer_process(tmp_path):
-    """4 readers check, answer, enumerate and explain every snapshot they see while a writer adds
-    1,000 turns one at a time."""
-    turns = 1_000
+@pytest.mark.parametrize("reader_count, turns", [(2, 200), pytest.param(4, 1_000, marks=pytest.mark.slow)])
+def test_reader_processes_and_one_writer_process(tmp_path, reader_count, turns):
+    """Readers check, answer, enumerate and explain every snapshot they see while a writer adds
+    turns one at a time (merges run every MERGE_FACTOR writes)."""
     path = tmp_path / "store"
     with MemoryStore.open(path, store_workers.encoder()) as store:
         store.add([store_workers.turn(0)])
     stop = tmp_path / "stop"
     readers = [subprocess.Popen([*WORKER, "read", str(path), str(stop)], stdout=subprocess.PIPE, text=True,
-                                cwd=store_workers.ROOT) for _ in range(4)]
+                                cwd=store_workers.ROOT) for _ in range(reader_count)]
     try:
         writer = subprocess.run([*WORKER, "write", str(path), "1", str(turns - 1)], capture_output=True, text=True,
                                 timeout=600, cwd=store_workers.ROOT)
