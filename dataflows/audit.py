@@ -166,7 +166,7 @@ def execution_graph(
     store: RetrievalStore,
     question: str | RetrievalRequest,
     *,
-    config: RetrievalSettings | None = None,
+    settings: RetrievalSettings | None = None,
     encoder: QueryEncoder | None = None,
     **request_fields: Any,
 ) -> tuple[graphviz.Digraph, RetrievalResult]:
@@ -174,13 +174,13 @@ def execution_graph(
     summary of its value. `question` is a `RetrievalRequest`, or the question with the request
     fields as for `retrieve()`. Returns the picture and the result, whose `nodes` hold every value."""
     require_bindings()
-    settings = config or RetrievalSettings()
+    settings = settings or RetrievalSettings()
     encoder = encoder or default_query_encoder()
     dr = build_driver(settings)
     computed = pipeline_lineage(dr).computed
-    result = retrieve(store, question, config=settings, encoder=encoder, extra_nodes=computed, log=False,
+    result = retrieve(store, question, settings=settings, encoder=encoder, extra_nodes=computed, log=False,
                       **request_fields)
-    request = RetrievalRequest.model_validate(result.log_record["payload"]["request"])
+    request = result.request
     title = (f"{request.query!r} in {', '.join(request.namespaces)} at {request.reference_time:%Y-%m-%d %H:%M}; "
              f"{value_summary(result.bundle)}; config fusion={settings.scoring.fusion}, "
              f"settings {settings.fingerprint()}")
@@ -190,12 +190,24 @@ def execution_graph(
     return _restyle(graph, dr, notes, "#1a5e20"), result
 
 
+def outline(graph: graphviz.Digraph) -> str:
+    """The text form of `graph`: its DOT source's lines, sorted (Hamilton emits nodes and edges in
+    hash-seed order), so equal pictures have equal outlines. docs/retrieval_dag.txt holds the
+    README picture's."""
+    return "\n".join(sorted({line.strip() for line in graph.source.splitlines() if line.strip()})) + "\n"
+
+
 def render(graph: graphviz.Digraph, out: str | Path) -> Path:
-    """Write `graph` to `out`; the suffix (.svg, .png, .pdf) picks the format."""
+    """Write `graph` to `out`; the suffix (.svg, .png, .pdf; .txt: its `outline`) picks the format."""
     out = Path(out)
     fmt = out.suffix.lstrip(".").lower()
+    if fmt == "txt":
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(outline(graph), encoding="utf-8")
+        return out
     if fmt not in FORMATS:
-        raise ValueError(f"{out}: the picture's suffix must be one of {', '.join('.' + f for f in FORMATS)}")
+        raise ValueError(f"{out}: the picture's suffix must be one of "
+                         f"{', '.join('.' + f for f in (*FORMATS, 'txt'))}")
     require_dot()
     import graphviz
 

@@ -57,7 +57,7 @@ def _cmd_dag(args: argparse.Namespace) -> int:
         request = _request(args)
         with open_store(args.store, read_only=True) as store:
             check_namespaces(store, args.store, args.namespace)
-            graph, result = execution_graph(store, request, config=settings)
+            graph, result = execution_graph(store, request, settings=settings)
             path = render(graph, args.out)
     except GraphvizMissingError as error:
         raise CliError(str(error)) from error
@@ -77,7 +77,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         raise CliError(f"--id {args.id!r} is not an object id (a UUID)") from error
     with open_store(args.store, read_only=True) as store:
         check_namespaces(store, args.store, args.namespace)
-        explanation = explain(store, request, object_id, config=_settings(args))
+        explanation = explain(store, request, object_id, settings=_settings(args))
     print(json.dumps(explanation.to_dict(), indent=2) if args.json else explanation.to_text())
     return 0
 

@@ -42,7 +42,7 @@ def retrieve_many(
     address: str | None = None,
     workers: int | None = None,
     shard_size: int = DEFAULT_SHARD_SIZE,
-    config: RetrievalSettings | None = None,
+    settings: RetrievalSettings | None = None,
 ) -> list[BatchResult]:
     """Answer every request, in shards of whole namespaces, on `engine` ("local", "ray" or "dask").
 
@@ -63,7 +63,7 @@ def retrieve_many(
                     "batch_requests": batch_requests,
                     "store_routing": _routing(store_path),
                     "shard_size": shard_size,
-                    "settings": config or RetrievalSettings(),
+                    "settings": settings or RetrievalSettings(),
                 },
             )
         finally:

@@ -26,9 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from rms_retrieval.nodes.models import PathType, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
 
-# Fields `retrieve()` takes by name; every other request field goes in as an option.
-_NAMED_FIELDS = {"query", "namespaces", "reference_time", "token_budget"}
-
 
 class BatchRequest(BaseModel):
     """One request of a batch: a validated RetrievalRequest and the id its result carries."""
@@ -232,12 +229,8 @@ def _answer(store: Any, shard: Shard, item: BatchRequest, settings: RetrievalSet
     request = item.request
     started = time.perf_counter()
     try:
-        result = retrieve(
-            store, request.query, namespaces=request.namespaces, reference_time=request.reference_time,
-            token_budget=request.token_budget, config=settings, encoder=encoder,
-            overrides=None if embedding is None else {"query_embedding": embedding}, log=False,
-            **request.model_dump(exclude=_NAMED_FIELDS),
-        )
+        result = retrieve(store, request, settings=settings, encoder=encoder,
+                          overrides=None if embedding is None else {"query_embedding": embedding}, log=False)
     except Exception as error:
         return _failed(item, shard.store, shard.number, error)
     bundle_json = result.bundle.to_json()

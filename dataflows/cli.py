@@ -52,6 +52,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "log": ("rms_retrieval.dataflows.log_command", "the retrieval log: compact it, show its latest records"),
     "mcp": ("rms_retrieval.dataflows.mcp_command", "serve a store to MCP hosts over stdio or HTTP (needs the [mcp] extra)"),
 }
+# Commands a repository checkout has and the wheel does not, and what to do instead.
+REPOSITORY_ONLY = {
+    "bench": "the benchmarks are not part of the installed package: they run from a repository checkout "
+             "(make bench, or .venv/bin/rms bench --help there; README, \"Speed checks\")",
+}
 VERBOSE = "--verbose"
 # Optional imports and the extra that brings each (pyproject.toml), for a one-line hint.
 EXTRA_OF_MODULE = {"matplotlib": "bench", "graphviz": "viz", "langchain_core": "langchain", "ray": "ray",
@@ -66,13 +71,31 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument(VERBOSE, action="store_true",
                         help="on an error, print the traceback too (may be given anywhere on the line)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (module, _) in COMMANDS.items():
+    for name, (module, help_text) in COMMANDS.items():
         if name in wanted and name not in sub.choices:
-            import_module(module).add_parser(sub)
+            try:
+                command_module = import_module(module)
+            except ModuleNotFoundError as error:
+                if name not in REPOSITORY_ONLY or not module.startswith(error.name or "\0"):
+                    raise
+                _add_absent(sub, name, help_text)
+                continue
+            command_module.add_parser(sub)
     for name, (_, help_text) in COMMANDS.items():
         if name not in sub.choices:
             sub.add_parser(name, help=help_text, add_help=False)
     return parser
+
+
+def _add_absent(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    """`name` as a command that says how to run it where it is installed."""
+    parser = sub.add_parser(name, help=help_text, add_help=False)
+    parser.add_argument("rest", nargs=argparse.REMAINDER)
+
+    def run(args: argparse.Namespace) -> int:
+        raise CliError(f"`rms {name}`: {REPOSITORY_ONLY[name]}")
+
+    parser.set_defaults(run=run)
 
 
 def _split_verbose(argv: Sequence[str]) -> tuple[list[str], bool]:

@@ -352,7 +352,7 @@ def explain(
     question: str | RetrievalRequest,
     object_id: UUID | str,
     *,
-    config: RetrievalSettings | None = None,
+    settings: RetrievalSettings | None = None,
     encoder: QueryEncoder | None = None,
     cross_encoder: CrossEncoder | None = None,
     **request_fields: Any,
@@ -364,11 +364,11 @@ def explain(
     request's namespaces is reported exactly like a missing one: "not found in namespaces [...]".
     """
     object_id = UUID(str(object_id))
-    settings = config or RetrievalSettings()
+    settings = settings or RetrievalSettings()
     lineage = pipeline_lineage(build_driver(settings))
-    result = retrieve(store, question, config=settings, encoder=encoder, cross_encoder=cross_encoder,
+    result = retrieve(store, question, settings=settings, encoder=encoder, cross_encoder=cross_encoder,
                       extra_nodes=lineage.computed, log=False, **request_fields)
-    request = RetrievalRequest.model_validate(result.log_record["payload"]["request"])
+    request = result.request
     stored = store.get_objects([object_id], request.namespaces).get(object_id)
     ctx = _Context(object_id, request, settings, stored, result.nodes)
     steps = []

@@ -8,6 +8,7 @@ inputs `retrieve()` uses.
 from __future__ import annotations
 
 from functools import lru_cache
+from importlib import import_module
 from typing import Any
 
 from hamilton import driver
@@ -35,14 +36,19 @@ FINAL_NODE = "packed_bundle"
 
 
 @lru_cache(maxsize=16)
-def _cached_driver(switches: tuple[tuple[str, str], ...]) -> driver.Driver:
-    return driver.Builder().with_modules(*STAGE_MODULES).with_config(dict(switches)).build()
+def _cached_driver(switches: tuple[tuple[str, str], ...], variants: tuple[str, ...]) -> driver.Driver:
+    builder = driver.Builder().with_modules(*STAGE_MODULES, *(import_module(name) for name in variants))
+    if variants:
+        builder = builder.allow_module_overrides()
+    return builder.with_config(dict(switches)).build()
 
 
 def build_driver(settings: RetrievalSettings | None = None) -> driver.Driver:
-    """The retrieval DAG for these settings' structural switches (built once per switch value)."""
+    """The retrieval DAG for these settings' structural switches, with the node variants their
+    class names (`RetrievalSettings.dataflow_variants`) in place of the stage modules' nodes; built
+    once per switch value and variant list."""
     settings = settings or RetrievalSettings()
-    return _cached_driver(tuple(sorted(settings.hamilton_config().items())))
+    return _cached_driver(tuple(sorted(settings.hamilton_config().items())), type(settings).dataflow_variants)
 
 
 def pipeline_inputs(

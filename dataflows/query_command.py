@@ -19,7 +19,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     with open_store(args.store) as store:
         check_namespaces(store, args.store, args.namespace)
         result = retrieve(store, args.question, namespaces=args.namespace, reference_time=parse_time(args.reference_time),
-                          token_budget=args.budget, config=settings_from(args), **_selection_options(args))
+                          token_budget=args.budget, settings=settings_from(args), **_selection_options(args))
     print(result.bundle.model_dump_json(indent=2) if args.json else format_bundle(result.bundle))
     return 0
 

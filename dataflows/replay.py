@@ -198,7 +198,7 @@ class LoggedRequest:
         settings = settings or self.settings
         searches_vectors = PathType.VECTOR in settings.candidates.enabled_paths
         logged, cross_encoder, reformulator = policy_overrides(self.payload)
-        return retrieve(store, self.request, config=settings, encoder=self.encoder, extra_nodes=extra_nodes,
+        return retrieve(store, self.request, settings=settings, encoder=self.encoder, extra_nodes=extra_nodes,
                         cross_encoder=cross_encoder, reformulator=reformulator,
                         overrides={"query_embedding": self.embedding if searches_vectors else None, **logged}, log=False)
 

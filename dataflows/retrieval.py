@@ -54,9 +54,11 @@ class LazyRecord(Mapping[str, Any]):
 
 @dataclass(frozen=True)
 class RetrievalResult:
-    """The bundle, its retrieval log record, and any extra nodes the caller asked for."""
+    """The validated request, its bundle, its retrieval log record, and any extra nodes the caller
+    asked for."""
 
     request_id: UUID
+    request: RetrievalRequest
     bundle: MemoryBundle
     record: LazyRecord = field(repr=False)
     nodes: dict[str, Any] = field(default_factory=dict)
@@ -125,7 +127,7 @@ def _log_record(
     policies: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The RFC 10 RETRIEVAL_REQUEST record, plus what replay needs (embedding, index state, settings)."""
-    meta = bundle.retrieval_metadata if bundle else {}
+    meta = bundle.retrieval_metadata if bundle else None
     payload: dict[str, Any] = {
         "request_id": str(request_id),
         "status": "failed" if error else "ok",
@@ -135,18 +137,19 @@ def _log_record(
         "retrieval_mode": str(request.retrieval_mode) if request else None,
         "reference_time": request.reference_time.isoformat() if request else None,
         "request": request.model_dump(mode="json") if request else None,
-        "query_intent": meta.get("intent"),
-        "candidates_generated": meta.get("candidates_generated", 0),
-        "candidates_after_filter": meta.get("candidates_after_filter", 0),
+        "query_intent": str(meta.intent) if meta else None,
+        "candidates_generated": meta.candidates_generated if meta else 0,
+        "candidates_after_filter": meta.candidates_after_filter if meta else 0,
         "objects_included_in_bundle": len(bundle.items) if bundle else 0,
         "tokens_used": bundle.tokens_used if bundle else 0,
         "context_budget": request.token_budget if request else None,
         "scores": {str(item.id): item.score for item in bundle.items} if bundle else {},
-        "excluded": meta.get("excluded", {}),
-        "embedding_mismatch": meta.get("embedding_mismatch", False),
-        "backend_failures": meta.get("backend_failures", {}),
-        "min_score_skipped": meta.get("min_score_skipped", False),
-        "aggregation_coverage": meta.get("aggregation_coverage"),
+        "excluded": {str(oid): reason for oid, reason in meta.excluded.items()} if meta else {},
+        "embedding_mismatch": meta.embedding_mismatch if meta else False,
+        "backend_failures": {str(path): why for path, why in sorted(meta.backend_failures.items())} if meta else {},
+        "min_score_skipped": meta.min_score_skipped if meta else False,
+        "aggregation_coverage": (meta.aggregation_coverage.model_dump(mode="json")
+                                 if meta and meta.aggregation_coverage is not None else None),
         "embedding_model_version": (
             f"{embedding.identity.model_name}@{embedding.identity.model_hash}" if embedding else None
         ),
@@ -198,7 +201,7 @@ def retrieve(
     namespaces: Sequence[str] | str | None = None,
     reference_time: datetime | None = None,
     token_budget: int | None = None,
-    config: RetrievalSettings | None = None,
+    settings: RetrievalSettings | None = None,
     encoder: QueryEncoder | None = None,
     cross_encoder: CrossEncoder | None = None,
     reformulator: QueryReformulator | None = None,
@@ -225,7 +228,7 @@ def retrieve(
     built and written off the request path (stores/log_buffer.py), and `log=False` builds none
     unless `RetrievalResult.log_record` is read.
     """
-    settings = config or RetrievalSettings()
+    settings = settings or RetrievalSettings()
     if isinstance(store, SnapshotSource):
         store = store.snapshot()  # one generation for the whole request, even while a writer commits
     request_id = uuid4()
@@ -252,4 +255,4 @@ def retrieve(
     if log:
         store.log_retrieval(record)
     extras = {name: results[name] for name in extra_nodes}
-    return RetrievalResult(request_id=request_id, bundle=bundle, record=record, nodes=extras)
+    return RetrievalResult(request_id=request_id, request=request, bundle=bundle, record=record, nodes=extras)

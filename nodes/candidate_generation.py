@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable
 from uuid import UUID
 
+from hamilton.function_modifiers import group, inject, source
+
 from rms_retrieval.nodes.models import (
     CandidateLimits,
     ChannelHit,
@@ -25,7 +27,6 @@ from rms_retrieval.nodes.models import (
     QueryEmbedding,
     RetrievalRequest,
 )
-from rms_retrieval.nodes.feedback import feedback_terms, interpolated_hits
 from rms_retrieval.nodes.graph_walk import walk
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.entity_graph import SPOKEN_BY
@@ -40,6 +41,12 @@ from rms_retrieval.stores.protocols import (
 )
 
 logger = logging.getLogger(__name__)
+
+# The candidate paths, each a node of this module returning a `ChannelResult`: the one list that
+# `candidate_objects` and `merging.merged_candidates` read them from (a new path is one more name).
+CANDIDATE_CHANNELS = group(*(source(name) for name in (
+    "vector_candidates", "lexical_candidates", "graph_candidates", "pinned_candidates", "keyword_scan_candidates",
+)))
 
 
 def _guarded(path: PathType, limit: int, search: Callable[[], ChannelResult]) -> ChannelResult:
@@ -107,28 +114,17 @@ def vector_candidates(
 
 def lexical_candidates(
     lexical_index: LexicalIndex,
-    object_store: ObjectStore,
     candidate_limits: CandidateLimits,
     request: RetrievalRequest,
     settings: RetrievalSettings,
 ) -> ChannelResult:
-    """BM25 top-k within the request's namespaces, scores normalised per query; with feedback
-    terms set, interpolated with a second search for the terms of the first one's best hits."""
+    """BM25 top-k within the request's namespaces, scores normalised per query."""
     limit = candidate_limits.lexical_k
     if PathType.LEXICAL not in settings.candidates.enabled_paths or limit == 0:
         return ChannelResult(path=PathType.LEXICAL)
 
     def search() -> ChannelResult:
         found = lexical_index.search_lexical(request.query, request.namespaces, limit)
-        configured = settings.candidates
-        if configured.lexical_feedback_terms and found:
-            top = found[: configured.lexical_feedback_docs]
-            contents = object_store.get_objects([hit.object_id for hit in top], request.namespaces)
-            terms = feedback_terms(request.query, [(contents[hit.object_id].content, hit.score) for hit in top
-                                                   if hit.object_id in contents], configured.lexical_feedback_terms)
-            if terms:
-                second = lexical_index.search_lexical(" ".join(terms), request.namespaces, limit)
-                found = interpolated_hits(found, second, configured.lexical_feedback_weight, limit)
         hits = tuple(
             ChannelHit(hit.object_id, PathType.LEXICAL, rank, hit.bm25, hit.score)
             for rank, hit in enumerate(found, start=1)
@@ -212,26 +208,20 @@ def pinned_candidates(
     return _guarded(PathType.PINNED, 0, search)
 
 
+@inject(channels=CANDIDATE_CHANNELS)
 def candidate_objects(
-    vector_candidates: ChannelResult,
-    lexical_candidates: ChannelResult,
-    graph_candidates: ChannelResult,
-    pinned_candidates: ChannelResult,
-    keyword_scan_candidates: ChannelResult,
-    object_store: ObjectStore,
-    request: RetrievalRequest,
+    channels: list[ChannelResult], object_store: ObjectStore, request: RetrievalRequest
 ) -> dict[UUID, MemoryObject]:
-    """The stored objects behind every hit, read in one round trip, in id order."""
+    """The stored objects behind every hit, read in one round trip, in id order; a channel that
+    read its objects itself (the pinned path) brings them along."""
     # Keyed by the id's integer, which hashes and compares in C (a UUID does both in Python code);
     # integers sort as the ids do.
-    wanted = {
-        hit.object_id.int: hit.object_id
-        for result in (vector_candidates, lexical_candidates, graph_candidates, keyword_scan_candidates)
-        for hit in result.hits
-    }
-    for pinned in pinned_candidates.objects:
-        wanted.pop(pinned.int, None)
-    objects = dict(pinned_candidates.objects)
+    wanted = {hit.object_id.int: hit.object_id for result in channels for hit in result.hits}
+    objects: dict[UUID, MemoryObject] = {}
+    for result in channels:
+        objects.update(result.objects)
+    for known in objects:
+        wanted.pop(known.int, None)
     if wanted:
         objects.update(object_store.get_objects([wanted[key] for key in sorted(wanted)], request.namespaces))
     return objects

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from hamilton.function_modifiers import config
+from hamilton.function_modifiers import config, inject
 
+from rms_retrieval.nodes.candidate_generation import CANDIDATE_CHANNELS
 from rms_retrieval.nodes.models import AlternatePasses, Candidate, CandidatePool, ChannelHit, ChannelResult, PathType
 from rms_retrieval.nodes.reformulation import merge_alternates
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -13,38 +14,27 @@ from rms_retrieval.stores.models import MemoryObject
 
 
 @config.when(reformulation="off")
-def merged_candidates__primary(
-    vector_candidates: ChannelResult,
-    lexical_candidates: ChannelResult,
-    graph_candidates: ChannelResult,
-    pinned_candidates: ChannelResult,
-    keyword_scan_candidates: ChannelResult,
-    candidate_objects: dict[UUID, MemoryObject],
-) -> CandidatePool:
+@inject(channels=CANDIDATE_CHANNELS)
+def merged_candidates__primary(channels: list[ChannelResult], candidate_objects: dict[UUID, MemoryObject]) -> CandidatePool:
     """One candidate per object id with its `paths`, `path_count` and each path's rank and raw score."""
-    channels = (vector_candidates, lexical_candidates, graph_candidates, pinned_candidates, keyword_scan_candidates)
     return _merged(channels, candidate_objects)
 
 
 @config.when(reformulation="on")
+@inject(channels=CANDIDATE_CHANNELS)
 def merged_candidates__reformulated(
-    vector_candidates: ChannelResult,
-    lexical_candidates: ChannelResult,
-    graph_candidates: ChannelResult,
-    pinned_candidates: ChannelResult,
-    keyword_scan_candidates: ChannelResult,
+    channels: list[ChannelResult],
     candidate_objects: dict[UUID, MemoryObject],
     alternate_candidates: AlternatePasses,
     settings: RetrievalSettings,
 ) -> CandidatePool:
     """The question's own candidates, with what the alternative questions found merged in under
     `reformulation.merge_policy` (nodes/reformulation.py)."""
-    channels = (vector_candidates, lexical_candidates, graph_candidates, pinned_candidates, keyword_scan_candidates)
     return merge_alternates(_merged(channels, candidate_objects), alternate_candidates,
                             settings.reformulation.merge_policy)
 
 
-def _merged(channels: tuple[ChannelResult, ...], candidate_objects: dict[UUID, MemoryObject]) -> CandidatePool:
+def _merged(channels: list[ChannelResult], candidate_objects: dict[UUID, MemoryObject]) -> CandidatePool:
     # Keyed by the id's integer (hashed in C, not in UUID's Python code); integers sort as the
     # ids' strings do, both being the same 128 bits in fixed-width hex.
     hits: dict[int, dict[PathType, ChannelHit]] = {}

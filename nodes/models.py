@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 from uuid import UUID
 
 import numpy as np
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (AwareDatetime, BaseModel, ConfigDict, Field, PlainSerializer, SerializerFunctionWrapHandler,
+                      field_validator, model_serializer, model_validator)
 
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import EmbeddingIdentity
@@ -368,11 +369,14 @@ class ScoreFactors:
                                for f in dataclasses.fields(self)})
 
 
+WEIGHTED_FORMULA, RANK_FUSION_FORMULA = 1, 2
+
+
 @dataclass(frozen=True, eq=False)
 class ScoredPool:
     """The scored candidates as aligned columns, in final order: score descending, then path
-    count descending, then object id. `formula_version` records which formula made the scores;
-    the Hamilton config `fusion` is what chose it, and what downstream nodes read."""
+    count descending, then object id. `formula_version` records which formula made the scores
+    (the Hamilton config `fusion` picked the scoring node); later stages read it here."""
 
     formula_version: int
     objects: tuple[MemoryObject, ...]
@@ -387,6 +391,11 @@ class ScoredPool:
 
     def __len__(self) -> int:
         return len(self.objects)
+
+    @property
+    def rank_fused(self) -> bool:
+        """Scored by formula version 2 (reciprocal rank fusion), whose scores are no relevance."""
+        return self.formula_version == RANK_FUSION_FORMULA
 
     @property
     def object_ids(self) -> tuple[UUID, ...]:
@@ -408,7 +417,7 @@ SCORED_POOL_SCHEMA: Mapping[str, type] = {
 
 def check_scored_pool(pool: ScoredPool) -> None:
     """Raise ValueError unless `pool` matches `SCORED_POOL_SCHEMA`."""
-    if pool.formula_version not in (1, 2):
+    if pool.formula_version not in (WEIGHTED_FORMULA, RANK_FUSION_FORMULA):
         raise ValueError(f"formula_version must be 1 or 2, got {pool.formula_version!r}")
     size = len(pool.objects)
     for name, dtype in SCORED_POOL_SCHEMA.items():
@@ -512,6 +521,74 @@ class BundleItem(BaseModel):
     source_ref: str | None = None
 
 
+# A time as the metadata's JSON has always written it, `datetime.isoformat()` ("+00:00", not "Z").
+IsoTime = Annotated[AwareDatetime, PlainSerializer(lambda value: value.isoformat(), return_type=str, when_used="json")]
+
+
+class AggregationCoverage(BaseModel):
+    """RFC "aggregation coverage": what a count or list question's bundle can and cannot claim."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: AggregationKind
+    unique_candidates: int
+    returned: int
+    packed: int
+    limitation_codes: tuple[str, ...]
+    candidate_limit_paths: tuple[PathType, ...]
+    exhaustive: bool = False
+
+
+class HistoricalCoverage(BaseModel):
+    """What a `knowledge_at` bundle can and cannot claim (RFC amendment): objects stored after the
+    cutoff are left out, but lifecycle states and derived indexes are today's, so it is no replay."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    knowledge_at: IsoTime
+    exact_snapshot: bool
+    limitations: tuple[str, ...]
+    warning_fits: bool
+
+
+class RetrievalMetadata(BaseModel):
+    """How the bundle was made: the question's analysis, the formula, the pipeline's counts and
+    what was left out (by object id, with the reason). Part of the bundle's versioned JSON, in
+    this field order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    intent: QueryIntent
+    current_state: bool
+    entities: tuple[str, ...]
+    temporal_window: tuple[IsoTime, IsoTime] | None
+    reference_time: IsoTime
+    retrieval_mode: RetrievalMode
+    formula_version: int
+    rrf_k: int | None
+    configuration_fingerprint: str
+    candidates_generated: int
+    candidates_after_filter: int
+    candidates_ranked: int
+    candidates_selected: int
+    cut_by_budget: int
+    paths_at_limit: tuple[PathType, ...]
+    embedding_mismatch: bool
+    backend_failures: dict[PathType, str]
+    min_score_skipped: bool
+    excluded: dict[UUID, str]
+    aggregation_coverage: AggregationCoverage | None
+    historical_coverage: HistoricalCoverage | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_history(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`historical_coverage` only on `knowledge_at` bundles: other bundles keep their bytes."""
+        dumped = handler(self)
+        if dumped.get("historical_coverage") is None:
+            dumped.pop("historical_coverage", None)
+        return dumped
+
+
 class MemoryBundle(BaseModel):
     """What an application puts into an LLM's context. Its JSON form is versioned and stable."""
 
@@ -525,7 +602,7 @@ class MemoryBundle(BaseModel):
     tokens_used: int
     items: tuple[BundleItem, ...]
     context: str = Field(description="The packed text, items joined in order, counted in cl100k_base tokens.")
-    retrieval_metadata: dict[str, Any]
+    retrieval_metadata: RetrievalMetadata
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=None)

@@ -1,9 +1,9 @@
 """Stage 6: selection (min_score, limit, max_per_source) and token-budgeted packing (RFC 8).
 
 Priority tiers: 1 pinned objects and ACTIVE tasks, 2 candidates found by two or more paths,
-3 the rest by score. Inside a tier the signal-to-token ratio, score / tokens ** density_exponent,
-decides what fits when the budget is tight; the default exponent 0 makes that plain score order,
-which packed more evidence on LoCoMo than 0.25 (README, "Decisions where the RFC left room"). Tokens are cl100k_base and include each item's
+3 the rest by score. Inside a tier score order decides what fits when the budget is tight (RFC 8
+names the signal-to-token ratio; plain score order packed more evidence on LoCoMo, README,
+"Decisions where the RFC left room"). Tokens are cl100k_base and include each item's
 formatting, the newline between lines, the date lines of the "dated_groups" format and, for
 count and list questions, the coverage warning that heads the context.
 """
@@ -11,13 +11,15 @@ count and list questions, the coverage warning that heads the context.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from rms_retrieval.nodes.formatting import format_item, group_header
 from rms_retrieval.nodes.models import (
+    AggregationCoverage,
+    HistoricalCoverage,
     BundleItem,
     CandidatePool,
     FilteredPool,
@@ -25,6 +27,7 @@ from rms_retrieval.nodes.models import (
     PathType,
     QueryAnalysis,
     RankedCandidates,
+    RetrievalMetadata,
     RetrievalRequest,
     ScoredPool,
     Selection,
@@ -65,13 +68,13 @@ _KEPT, _MIN_SCORE, _SOURCE_LIMIT, _LIMIT = range(len(_REASONS))
 
 
 def selected_candidates(
-    ranked_candidates: RankedCandidates, merged_candidates: CandidatePool, request: RetrievalRequest, fusion: str
+    ranked_candidates: RankedCandidates, merged_candidates: CandidatePool, request: RetrievalRequest
 ) -> Selection:
     """Apply min_score, max_per_source and limit in rank order; pinned objects and active tasks
     obey them too: an explicit caller bound wins (RFC amendment "explicit selection")."""
     pool = ranked_candidates.pool
     objects = pool.objects
-    rank_fused = fusion == "rrf"
+    rank_fused = pool.rank_fused
     # RFC 7.2 (#150): the floor fails open only when the vector search failed or found a model
     # mismatch and no result has a cosine; a search that ran and found nothing keeps the floor.
     skipped = (request.min_score > 0 and rank_fused and PathType.VECTOR in merged_candidates.backend_failures
@@ -137,22 +140,17 @@ def _tier(path_count: int, obj: MemoryObject) -> int:
     return 2 if path_count >= 2 else 3
 
 
-def _order(items: list[_Item], settings: RetrievalSettings) -> list[_Item]:
-    exponent = settings.packing.density_exponent
-    tiered = settings.packing.tier_order == "tiered"
+PackingPriority = Callable[[_Item], tuple]
 
-    def key(item: _Item) -> tuple:
-        tier = item.tier if tiered else min(item.tier, 2)
-        density = item.score / (max(item.tokens, 1) ** exponent)
-        return (tier, -density, -item.score, item.obj.id.int)  # an id's integer sorts as its string
 
-    return sorted(items, key=key)
+def _tier_then_score(item: _Item) -> tuple:
+    return (item.tier, -item.score, item.obj.id.int)  # an id's integer sorts as its string
 
 
 def _aggregation_coverage(
     selection: Selection, pool: CandidatePool, analysis: QueryAnalysis, packed: int, budget_cut: int,
     warning_fits: bool,
-) -> dict | None:
+) -> AggregationCoverage | None:
     """RFC "aggregation coverage": what a count or list question's bundle can and cannot claim."""
     if analysis.aggregation is None:
         return None
@@ -165,15 +163,10 @@ def _aggregation_coverage(
         codes.append("score_selection")
     if budget_cut or not warning_fits:
         codes.append("token_budget")
-    return {
-        "kind": str(analysis.aggregation),
-        "unique_candidates": len(pool.candidates),
-        "returned": len(selection.pool),
-        "packed": packed,
-        "limitation_codes": codes,
-        "candidate_limit_paths": [str(p) for p in pool.paths_at_limit],
-        "exhaustive": False,
-    }
+    return AggregationCoverage(
+        kind=analysis.aggregation, unique_candidates=len(pool.candidates), returned=len(selection.pool),
+        packed=packed, limitation_codes=tuple(codes), candidate_limit_paths=pool.paths_at_limit,
+    )
 
 
 def _metadata(
@@ -183,36 +176,34 @@ def _metadata(
     pool: CandidatePool,
     analysis: QueryAnalysis,
     settings: RetrievalSettings,
-    fusion: str,
     budget_cut: int,
-    coverage: dict | None,
-    historical: dict | None = None,
-) -> dict:
+    coverage: AggregationCoverage | None,
+    historical: HistoricalCoverage | None = None,
+) -> RetrievalMetadata:
     excluded = {**filtered.excluded, **ranked.excluded, **selection.excluded}
-    window = analysis.temporal_window
-    return {
-        "intent": str(analysis.intent),
-        "current_state": analysis.current_state,
-        "entities": [e.name for e in analysis.entities],
-        "temporal_window": [window[0].isoformat(), window[1].isoformat()] if window else None,
-        "reference_time": analysis.reference_time.isoformat(),
-        "retrieval_mode": str(analysis.retrieval_mode),
-        "formula_version": 2 if fusion == "rrf" else 1,
-        "rrf_k": settings.scoring.rank_fusion.rrf_k if fusion == "rrf" else None,
-        "configuration_fingerprint": settings.fingerprint(),
-        "candidates_generated": len(pool.candidates),
-        "candidates_after_filter": len(filtered.candidates),
-        "candidates_ranked": len(ranked.pool),
-        "candidates_selected": len(selection.pool),
-        "cut_by_budget": budget_cut,
-        "paths_at_limit": [str(p) for p in pool.paths_at_limit],
-        "embedding_mismatch": pool.embedding_mismatch,
-        "backend_failures": {str(k): v for k, v in sorted(pool.backend_failures.items())},
-        "min_score_skipped": selection.min_score_skipped,
-        "excluded": {str(k): v for k, v in sorted(excluded.items(), key=lambda kv: kv[0].int)},
-        "aggregation_coverage": coverage,
-        **({"historical_coverage": historical} if historical is not None else {}),
-    }
+    return RetrievalMetadata(
+        intent=analysis.intent,
+        current_state=analysis.current_state,
+        entities=tuple(e.name for e in analysis.entities),
+        temporal_window=analysis.temporal_window,
+        reference_time=analysis.reference_time,
+        retrieval_mode=analysis.retrieval_mode,
+        formula_version=ranked.pool.formula_version,
+        rrf_k=settings.scoring.rank_fusion.rrf_k if ranked.pool.rank_fused else None,
+        configuration_fingerprint=settings.fingerprint(),
+        candidates_generated=len(pool.candidates),
+        candidates_after_filter=len(filtered.candidates),
+        candidates_ranked=len(ranked.pool),
+        candidates_selected=len(selection.pool),
+        cut_by_budget=budget_cut,
+        paths_at_limit=pool.paths_at_limit,
+        embedding_mismatch=pool.embedding_mismatch,
+        backend_failures=dict(sorted(pool.backend_failures.items(), key=lambda kv: str(kv[0]))),
+        min_score_skipped=selection.min_score_skipped,
+        excluded=dict(sorted(excluded.items(), key=lambda kv: kv[0].int)),
+        aggregation_coverage=coverage,
+        historical_coverage=historical,
+    )
 
 
 def _finite(value: float | None) -> float | None:
@@ -229,10 +220,25 @@ def packed_bundle(
     query_analysis: QueryAnalysis,
     request: RetrievalRequest,
     settings: RetrievalSettings,
-    fusion: str,
 ) -> MemoryBundle:
-    """The Memory Bundle: tiers, then signal-to-token ratio, within the cl100k_base token budget."""
+    """The Memory Bundle: tiers, then score, within the cl100k_base token budget."""
+    return _packed_bundle(selected_candidates, ranked_candidates, filtered_candidates, merged_candidates,
+                          query_analysis, request, settings, _tier_then_score)
+
+
+def _packed_bundle(
+    selected_candidates: Selection,
+    ranked_candidates: RankedCandidates,
+    filtered_candidates: FilteredPool,
+    merged_candidates: CandidatePool,
+    query_analysis: QueryAnalysis,
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+    priority: PackingPriority,
+) -> MemoryBundle:
+    """`packed_bundle`, the items offered in `priority` order (the benchmark's arms pass others)."""
     pool = selected_candidates.pool
+    rank_fused = pool.rank_fused
     item_format = settings.packing.item_format
     items = []
     tiering = _tiering_paths(pool, settings.packing.tier_path_depth)
@@ -253,7 +259,7 @@ def packed_bundle(
     used = count_tokens(warning) if warning and warning_fits else 0
     headers: set[str] = set()
     packed: list[_Item] = []
-    for item in _order(items, settings) if warning_fits else ():
+    for item in sorted(items, key=priority) if warning_fits else ():
         cost = item.tokens + (separator if packed or warning else 0)
         header = group_header(item.obj) if item_format == "dated_groups" else None
         if header is not None and header not in headers:
@@ -275,7 +281,7 @@ def packed_bundle(
             content=item.obj.content,
             text=item.text,
             score=item.score,
-            semantic_relevance=_finite(item.semantic_relevance) if fusion == "rrf" else None,
+            semantic_relevance=_finite(item.semantic_relevance) if rank_fused else None,
             paths=mask_paths(item.mask),
             path_count=item.path_count,
             tier=item.tier,
@@ -295,14 +301,14 @@ def packed_bundle(
         context=context,
         retrieval_metadata=_metadata(
             selected_candidates, ranked_candidates, filtered_candidates, merged_candidates, query_analysis,
-            settings, fusion, budget_cut=len(items) - len(packed),
+            settings, budget_cut=len(items) - len(packed),
             coverage=_aggregation_coverage(
                 selected_candidates, merged_candidates, query_analysis, len(packed),
                 len(items) - len(packed), warning_fits,
             ),
-            historical=None if request.knowledge_at is None else {
-                "knowledge_at": request.knowledge_at.isoformat(), "exact_snapshot": False,
-                "limitations": list(HISTORICAL_LIMITATIONS), "warning_fits": warning_fits,
-            },
+            historical=None if request.knowledge_at is None else HistoricalCoverage(
+                knowledge_at=request.knowledge_at, exact_snapshot=False, limitations=HISTORICAL_LIMITATIONS,
+                warning_fits=warning_fits,
+            ),
         ),
     )

@@ -26,7 +26,6 @@ from rms_retrieval.nodes.models import (
     FilteredPool,
     PathType,
     QueryAnalysis,
-    QueryIntent,
     RetrievalRequest,
     ScoredPool,
     ScoreFactors,
@@ -111,8 +110,7 @@ class _Inputs:
     def __init__(
         self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings, spoken: frozenset[int]
     ) -> None:
-        dated = analysis.intent is QueryIntent.TEMPORAL or settings.scoring.temporal_any_intent
-        window = analysis.temporal_window if dated else None
+        window = analysis.temporal_window  # whatever the intent (settings.ScoringSettings.temporal_boost)
         weights = settings.scoring.epistemic_weights
         boosts = settings.scoring.node_type_boosts
         nan = math.nan

@@ -46,9 +46,9 @@ def session_context(
     return object_store.session_neighbours(triggers, cfg.window, request.namespaces) if triggers else []
 
 
-def _decay(fusion: str, settings: RetrievalSettings) -> float:
+def _decay(pool: ScoredPool, settings: RetrievalSettings) -> float:
     cfg = settings.session
-    if fusion == "rrf" and cfg.rank_fusion_score_decay is not None:
+    if pool.rank_fused and cfg.rank_fusion_score_decay is not None:
         return cfg.rank_fusion_score_decay
     return cfg.score_decay
 
@@ -59,7 +59,6 @@ def ranked_candidates(
     filtered_candidates: FilteredPool,
     request: RetrievalRequest,
     settings: RetrievalSettings,
-    fusion: str,
 ) -> RankedCandidates:
     """The scored pool with session context applied, in final rank order."""
     fused = reranked_scores.pool
@@ -74,7 +73,7 @@ def ranked_candidates(
     decays = np.full(size, np.nan)
     joined = []  # neighbours new to the pool, in the order they join
     excluded: dict[UUID, str] = {}
-    decay = _decay(fusion, settings)
+    decay = _decay(fused, settings)
     extra_score: list[float] = []
     extra_relevance: list[float] = []
     # A neighbour inherits from its trigger's score as fused, never from a score an earlier

@@ -1,7 +1,8 @@
 """Validated retrieval settings: every number the pipeline reads, checked when it is built.
 
 Structural switches (the score formula) are Hamilton config, not settings: see
-`rms_retrieval.dataflows.pipeline`. A bad value is rejected with pydantic's message, which names the field.
+`rms_retrieval.dataflows.pipeline`. A subclass may name node variants that replace nodes of the DAG
+(`dataflow_variants`); the benchmark's arms that reproduce earlier behaviour do. A bad value is rejected with pydantic's message, which names the field.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import hashlib
 import json
 import math
 import warnings
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator, model_validator
 
@@ -56,10 +57,6 @@ class CandidateSettings(BaseModel):
     aggregation_k_max: int = Field(default=2000, ge=1, le=100_000)
 
     keyword_scan_hits_per_term: int = Field(default=50, ge=0, le=10_000)
-    # RM3-style pseudo-relevance feedback for BM25 (nodes/feedback.py); 0 terms: off (the RFC has none).
-    lexical_feedback_terms: int = Field(default=0, ge=0, le=50)
-    lexical_feedback_docs: int = Field(default=10, ge=1, le=100)
-    lexical_feedback_weight: float = Field(default=0.3, ge=0.0, le=10.0)
     entity_scan_hits_per_entity: int = Field(default=20, ge=0, le=10_000)
 
     @field_serializer("enabled_paths")
@@ -152,15 +149,11 @@ class ScoringSettings(BaseModel):
         }
     )
     node_type_boosts: dict[NodeType, float] = Field(default_factory=dict)
+    # Temporal affinity reads the question's date window whatever its intent, not only under
+    # TEMPORAL (entity-first ordering makes most dated questions ENTITY_LOOKUP): on LoCoMo's confirm
+    # split that packed all evidence for 0.812 of the questions at 4K against 0.801 (+0.011, paired
+    # 95% interval [+0.004, +0.019]), 0.897 against 0.893 at 8K (README, "Decisions").
     temporal_boost: float = Field(default=0.5, ge=0.0, le=10.0)
-    # True: the question's own dates count whatever intent wins. On LoCoMo's confirm split this
-    # packed all evidence for 0.812 of the questions at 4K against 0.801 (+0.011, paired 95%
-    # interval [+0.004, +0.019], 8 wins, 0 losses), 0.897 against 0.893 at 8K.
-    temporal_any_intent: bool = Field(
-        default=True,
-        description="Temporal affinity reads the question's date window whatever its intent, not only "
-                    "under TEMPORAL (entity-first ordering makes most dated questions ENTITY_LOOKUP).",
-    )
     # 2.0: issue 15's third round (see CandidateSettings.vector_k). When a LoCoMo question names
     # one of the two speakers, 95% of its evidence turns are that speaker's.
     speaker_boost: float = Field(
@@ -252,11 +245,6 @@ class PackingSettings(BaseModel):
     model_config = _FROZEN
 
     item_format: Literal["dated_groups", "reader", "plain"] = "dated_groups"
-    tier_order: Literal["tiered", "score"] = "tiered"
-    # 0: inside a tier, score order decides (RFC 8 names the signal-to-token ratio; 0.25 was the
-    # default before issue 15). On LoCoMo's confirm split 0 packed all evidence for 0.816 of the
-    # questions at 4K against 0.801 (+0.015, paired 95% interval [+0.004, +0.025]), identical at 8K.
-    density_exponent: float = Field(default=0.0, ge=0.0, le=1.0)
     # 50: a vector or lexical hit counts toward tier 2 ("found by two or more paths", RFC 8) only
     # within the first 50 of the pool's hits of that path, so a turn deep in both lists does not
     # jump every strong single-path turn; path_count still counts every path. Part of issue 15's
@@ -334,6 +322,9 @@ class RetrievalSettings(BaseModel):
     """All retrieval numbers. Build once, reuse for every request."""
 
     model_config = _FROZEN
+    # Importable modules whose nodes replace the stage modules' nodes of the same name (Hamilton
+    # module overrides); none for these settings.
+    dataflow_variants: ClassVar[tuple[str, ...]] = ()
 
     candidates: CandidateSettings = CandidateSettings()
     scoring: ScoringSettings = ScoringSettings()

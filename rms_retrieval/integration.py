@@ -84,7 +84,7 @@ class RetrieverFields(BaseModel):
 
     def retrieve(self, query: str) -> RetrievalResult:
         """One `retrieve()` call with these request fields (logged in the store like any request)."""
-        return retrieve(self.store, self.request(query), config=self.settings, encoder=self.encoder)
+        return retrieve(self.store, self.request(query), settings=self.settings, encoder=self.encoder)
 
     def bundle(self, query: str) -> MemoryBundle:
         """The whole Memory Bundle for `query`; `.context` is the packed text."""
@@ -118,6 +118,6 @@ def item_metadata(item: BundleItem, position: int, request_id: str, min_score_sk
 def bundle_items(result: RetrievalResult) -> list[tuple[BundleItem, dict[str, Any]]]:
     """Each bundle item with its metadata, in bundle order."""
     request_id = str(result.request_id)
-    skipped = result.bundle.retrieval_metadata.get("min_score_skipped", False)
+    skipped = result.bundle.retrieval_metadata.min_score_skipped
     return [(item, item_metadata(item, position, request_id, skipped))
             for position, item in enumerate(result.bundle.items, 1)]

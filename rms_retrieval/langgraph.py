@@ -155,7 +155,7 @@ class RmsStore(BaseStore):
             return []
         if op.query:
             result = retrieve(self.store, op.query, namespaces=scope, token_budget=self.token_budget,
-                              config=self.settings)
+                              settings=self.settings)
             ranked = self.store.get_objects([item.id for item in result.bundle.items], scope)
             found = [(ranked[item.id], item.score) for item in result.bundle.items if item.id in ranked]
         else:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from uuid import UUID, uuid5
 
 import numpy as np
 
-from rms_retrieval.nodes.models import Candidate, ChannelHit, PathType, RetrievalRequest
+from rms_retrieval.nodes.models import Candidate, ChannelHit, PathType, QueryIntent, RetrievalMetadata, RetrievalRequest
 from rms_retrieval.stores.adjacency import Adjacency
 from rms_retrieval.stores.claims import Assertion, Quantity
 from rms_retrieval.stores.models import MemoryObject, NodeType
@@ -37,6 +38,18 @@ def make_request(query: str = "what happened?", **fields) -> RetrievalRequest:
     values = {"query": query, "namespaces": ("ns",), "reference_time": BASE_TIME + timedelta(days=30)}
     values.update(fields)
     return RetrievalRequest(**values)
+
+
+def make_metadata(**fields) -> RetrievalMetadata:
+    """Bundle metadata for a bundle built by hand: an empty pipeline run, with `fields` replaced."""
+    empty = dict(
+        intent=QueryIntent.SEMANTIC, current_state=False, entities=(), temporal_window=None, reference_time=BASE_TIME,
+        retrieval_mode="DEFAULT", formula_version=2, rrf_k=60, configuration_fingerprint="0" * 16,
+        candidates_generated=0, candidates_after_filter=0, candidates_ranked=0, candidates_selected=0, cut_by_budget=0,
+        paths_at_limit=(), embedding_mismatch=False, backend_failures={}, min_score_skipped=False, excluded={},
+        aggregation_coverage=None,
+    )
+    return RetrievalMetadata(**{**empty, **fields})
 
 
 def make_candidate(obj: MemoryObject, **ranks: tuple[int, float]) -> Candidate:
@@ -272,3 +285,23 @@ def demo_bundle(store, demo_store, **options):
 
     return retrieve(store, DEMO_QUESTION, namespaces=[demo_store.namespace], reference_time=demo_store.reference_time,
                     token_budget=DEMO_BUDGET, log=False, **options).bundle
+
+
+class RandomEncoder(QueryEncoder):
+    """Random unit vectors, reproducible per text: ingestion without a model, for synthetic stores."""
+
+    def __init__(self, dimension: int = 384) -> None:
+        self._identity = EmbeddingIdentity("synthetic-random-unit", "seeded-by-text", dimension)
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        return self._identity
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        rows = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+            rng = np.random.default_rng(seed)
+            rows.append(rng.standard_normal(self._identity.dimension))
+        vectors = np.asarray(rows, dtype=np.float32).reshape(len(texts), self._identity.dimension)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)

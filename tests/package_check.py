@@ -3,7 +3,8 @@
 Builds the sdist and the wheel, installs the wheel (not editable, core only: no extras) with
 `-c constraints.txt` into a fresh virtualenv in a temporary directory, and from another
 directory runs `rms demo`, one `rms query` (nothing may reach stderr), `rms dag` (must name
-the [viz] extra, which a core install lacks) and a script that calls `retrieve()`. pip reuses
+the [viz] extra, which a core install lacks), `rms bench` (must say that the benchmarks run from a
+checkout: the wheel holds the library only, `wheel_problems`) and a script that calls `retrieve()`. pip reuses
 the wheels it has downloaded before (its cache, and any find-links the machine configures),
 so a second run installs without the network. Prints each step's wall time; exits 1 on the
 first failure. `--keep` leaves the temporary directory for a look.
@@ -16,8 +17,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +48,44 @@ class CheckFailed(Exception):
     pass
 
 
+# What a user's wheel holds: the library, the demo conversation, and the LoCoMo loader (the demo
+# corpus is in LoCoMo's format, and `rms ingest-locomo` is a user command).
+WHEEL_MUST_HOLD = (
+    "rms_retrieval/__init__.py", "rms_retrieval/langchain.py", "rms_retrieval/dataflows/cli.py",
+    "rms_retrieval/dataflows/retrieval.py", "rms_retrieval/dataflows/locomo.py", "rms_retrieval/nodes/models.py",
+    "rms_retrieval/stores/memory_store.py", "rms_retrieval/dataflows/data/demo_conversation.json",
+)
+# What it does not: the benchmarks (run from a checkout) and the test helpers.
+WHEEL_MUST_NOT_HOLD = ("rms_retrieval/dataflows/bench/", "tests/")
+SDIST_MUST_HOLD = {"pyproject.toml", "README.md", "dataflows/cli.py", "nodes/models.py", "stores/embedding.py",
+                   "rms_retrieval/__init__.py", "dataflows/data/demo_conversation.json"}
+
+
+def wheel_problems(wheel: Path) -> list[str]:
+    """What is wrong with the contents of `wheel`: one package, the `rms` script, WHEEL_MUST_HOLD
+    and nothing under WHEEL_MUST_NOT_HOLD."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        entry_points = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        scripts = archive.read(entry_points[0]).decode() if entry_points else ""
+    problems = []
+    top_level = {name.split("/")[0] for name in names}
+    if top_level != {"rms_retrieval", wheel.name.split("-py3")[0] + ".dist-info"}:
+        problems.append(f"top-level names {sorted(top_level)}, not rms_retrieval and its dist-info")
+    if "[console_scripts]\nrms = rms_retrieval.dataflows.cli:main" not in scripts:
+        problems.append("no rms console script")
+    problems += [f"lacks {name}" for name in WHEEL_MUST_HOLD if name not in names]
+    problems += [f"holds {name}" for name in names if name.startswith(WHEEL_MUST_NOT_HOLD)]
+    return problems
+
+
+def sdist_problems(sdist: Path) -> list[str]:
+    """What the sdist lacks of SDIST_MUST_HOLD."""
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    return [f"sdist lacks {name}" for name in sorted(SDIST_MUST_HOLD - names)]
+
+
 def _run(step: str, command: list[str], *, cwd: Path, env: dict[str, str], expect: int = 0) -> subprocess.CompletedProcess:
     started = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
@@ -62,8 +103,13 @@ def check(work: Path) -> None:
     elsewhere.mkdir()
     _run("build sdist and wheel", [sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], cwd=work, env=env)
     [wheel] = dist.glob("rms_retrieval-*.whl")
-    if not list(dist.glob("rms_retrieval-*.tar.gz")):
+    sdists = list(dist.glob("rms_retrieval-*.tar.gz"))
+    if not sdists:
         raise CheckFailed("python -m build made no sdist")
+    problems = wheel_problems(wheel) + sdist_problems(sdists[0])
+    if problems:
+        raise CheckFailed("the built package is wrong: " + "; ".join(problems))
+    print(f"wheel contents: {len(WHEEL_MUST_HOLD)} required files, no benchmarks, no test helpers")
     _run("fresh virtualenv", [sys.executable, "-m", "venv", str(venv)], cwd=work, env=env)
     _run("pip install the wheel -c constraints.txt", [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
          "-c", str(ROOT / "constraints.txt"), str(wheel)], cwd=work, env=env)
@@ -80,6 +126,9 @@ def check(work: Path) -> None:
                expect=2)
     if "[viz]" not in dag.stderr or dag.stderr.count("\n") != 1:
         raise CheckFailed(f"rms dag without graphviz should name the [viz] extra in one line:\n{dag.stderr}")
+    bench = _run("rms bench without the benchmarks", [rms, "bench", "locomo"], cwd=elsewhere, env=env, expect=2)
+    if "repository checkout" not in bench.stderr or bench.stderr.count("\n") != 1:
+        raise CheckFailed(f"rms bench in a wheel install should say where the benchmarks run, in one line:\n{bench.stderr}")
     script = elsewhere / "use_it.py"
     script.write_text(SCRIPT)
     print(_run("retrieve() from a script", [str(venv / "bin" / "python"), str(script), store, QUESTION],

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import graphviz
 import pytest
 
 from rms_retrieval.dataflows import audit
-from rms_retrieval.dataflows.audit import DOT_MISSING, GraphvizMissingError, dag_graph, execution_graph, render
+from rms_retrieval.dataflows.audit import DOT_MISSING, GraphvizMissingError, dag_graph, execution_graph, outline, render
 from rms_retrieval.dataflows.pipeline import build_driver, pipeline_lineage
 from rms_retrieval.nodes.settings import RetrievalSettings, ScoringSettings
 from rms_retrieval.stores.memory_store import MemoryStore
@@ -32,9 +34,15 @@ def test_the_whole_dag_renders_every_node_with_its_type_and_configuration(tmp_pa
     assert "driver inputs" in svg
 
 
-def test_one_execution_renders_the_nodes_that_ran_with_their_values(tmp_path, store, demo_store):
+def test_one_execution_renders_the_nodes_that_ran_with_their_values(tmp_path, store, demo_store, monkeypatch):
+    from rms_retrieval.nodes.models import MemoryBundle
+
+    serialised = []  # the log record (which serialises the bundle) is never built: the request is the result's
+    to_json = MemoryBundle.to_json
+    monkeypatch.setattr(MemoryBundle, "to_json", lambda self: serialised.append(self) or to_json(self))
     graph, result = execution_graph(store, "Where does Tomas work now?", namespaces=[demo_store.namespace],
                                     reference_time=demo_store.reference_time, token_budget=300)
+    assert serialised == []
     svg = render(graph, tmp_path / "run.svg").read_text()
     bundle = result.bundle
     assert f"{len(bundle.items)} items, {bundle.tokens_used}/300 tokens" in svg
@@ -84,3 +92,27 @@ def test_an_execution_picture_names_nothing_of_another_namespace(tmp_path, store
     values = "\n".join(repr(value) for value in result.nodes.values())
     for text in (svg, values):
         assert str(demo_store.other_namespace_id) not in text and "carpenter in Bristol." not in text
+
+
+def test_the_committed_dag_picture_matches_the_code():
+    """docs/retrieval_dag.{svg,png} are the README's picture, docs/retrieval_dag.txt their text form;
+    `make dag` redraws all three."""
+    import html
+    import re
+    import struct
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    graph = dag_graph()
+    committed = (docs / "retrieval_dag.txt").read_text(encoding="utf-8")
+    assert committed == outline(graph), "the DAG changed: run `make dag` and commit docs/retrieval_dag.*"
+    svg = (docs / "retrieval_dag.svg").read_text(encoding="utf-8")
+    titles = {html.unescape(t) for t in re.findall(r"<title>([^<]*)</title>", svg)}
+    edges = {f"{a}->{b}" for a, b in re.findall(r"^(\w+) -> (\w+)", committed, flags=re.M)}
+    nodes = set(re.findall(r"^(\w+) \[label=", committed, flags=re.M))
+    assert edges and nodes and edges | nodes <= titles, "docs/retrieval_dag.svg is not the picture of the code"
+    assert {t for t in titles if "->" in t} == edges
+    width_pt, height_pt = (float(v) for v in re.search(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"', svg).groups())
+    png = (docs / "retrieval_dag.png").read_bytes()
+    width_px, height_px = struct.unpack(">II", png[16:24])
+    # The PNG is the same drawing at 96 dpi (the SVG's points are 1/72 inch).
+    assert abs(width_px - width_pt * 96 / 72) <= 2 and abs(height_px - height_pt * 96 / 72) <= 2

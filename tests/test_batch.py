@@ -58,7 +58,8 @@ def batch(demo_store, store_copy):
     return mapping, items, expected
 
 
-@pytest.mark.parametrize("engine", ["local", "ray", "dask"])
+@pytest.mark.parametrize("engine", ["local", pytest.param("ray", marks=pytest.mark.slow),
+                                    pytest.param("dask", marks=pytest.mark.slow)])
 def test_every_engine_gives_the_bundles_of_sequential_retrieve_and_reports_failures_per_request(engine, batch, request):
     mapping, items, expected = batch
     address = request.getfixturevalue("dask_address") if engine == "dask" else None

@@ -39,7 +39,8 @@ def _parquet(path: Path) -> dict[str, tuple]:
     return {request_id: (bundle, error) for request_id, bundle, error in rows}
 
 
-@pytest.mark.parametrize("engine_options", [["--engine", "local"], ["--engine", "dask", "--workers", "1"]])
+@pytest.mark.parametrize("engine_options", [["--engine", "local"],
+                                            pytest.param(["--engine", "dask", "--workers", "1"], marks=pytest.mark.slow)])
 def test_rms_batch_writes_one_parquet_row_per_request_with_the_bundles_retrieve_gives(
         engine_options, store_copy, requests_file, demo_store, tmp_path, capsys):
     out = tmp_path / "bundles.parquet"
@@ -57,6 +58,7 @@ def test_rms_batch_writes_one_parquet_row_per_request_with_the_bundles_retrieve_
     assert json.loads(rows["elsewhere"][0])["items"] == []
 
 
+@pytest.mark.slow
 def test_rms_ingest_on_a_ray_it_starts_gives_the_store_a_local_ingest_gives(demo_store, tmp_path):
     path = tmp_path / "memories.jsonl"
     path.write_text("".join(memory.model_dump_json() + "\n" for memory in demo_store.corpus.objects))

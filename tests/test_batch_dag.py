@@ -108,7 +108,7 @@ def test_without_the_vector_path_the_bundle_is_the_one_retrieve_gives(store_copy
     batch_dag.close_cached_stores()
     with MemoryStore.open(store_copy, create=False, read_only=True) as store:
         alone = retrieve(store, item.request.query, namespaces=item.request.namespaces, reference_time=WHEN,
-                         config=settings, log=False)
+                         settings=settings, log=False)
     assert result.error is None and result.bundle_json == alone.bundle.to_json()
 
 

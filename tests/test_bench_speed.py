@@ -9,6 +9,7 @@ import pytest
 
 from rms_retrieval.dataflows.bench import speed_bench
 from rms_retrieval.stores.memory_store import MemoryStore
+from tests.factories import RandomEncoder
 
 WHEN = datetime(2030, 1, 1, tzinfo=timezone.utc)
 NAMESPACES = 5
@@ -16,7 +17,7 @@ NAMESPACES = 5
 
 @pytest.fixture(scope="module")
 def encoder():
-    return speed_bench.RandomEncoder()
+    return RandomEncoder()
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,7 @@ def test_embedding_mismatch_empties_the_vector_path_or_raises_on_request():
 def test_a_failing_backend_is_reported_not_raised():
     store = FakeStore([make_object("a", "cat")])
     store.fail.add("lexical")
-    result = cg.lexical_candidates(store, store, LIMITS, make_request("cat"), RetrievalSettings())
+    result = cg.lexical_candidates(store, LIMITS, make_request("cat"), RetrievalSettings())
     assert result.hits == ()
     assert result.failure.startswith("backend_error: RuntimeError")
 

@@ -97,7 +97,7 @@ def test_supersede_drops_the_old_fact_in_default_mode_with_the_reason_and_audit_
                            reference_time=when, log=False)
         items = [item.id for item in default.bundle.items]
         assert new.id in items and old.id not in items
-        assert default.bundle.retrieval_metadata["excluded"][str(old.id)] == "lifecycle:SUPERSEDED"
+        assert default.bundle.retrieval_metadata.excluded[old.id] == "lifecycle:SUPERSEDED"
         audit = retrieve(store, "when is the river trip?", namespaces=[NAMESPACE], encoder=store_workers.encoder(),
                          reference_time=when, retrieval_mode=RetrievalMode.AUDIT, log=False)
         assert old.id in [item.id for item in audit.bundle.items]
@@ -196,12 +196,14 @@ def test_knowledge_at_leaves_out_what_was_stored_after_it_and_says_it_is_no_repl
         items = {item.id for item in result.bundle.items}
         assert items and items <= {turn.id for turn in turns[:10]}
         meta = result.bundle.retrieval_metadata
-        assert set(meta["excluded"].values()) >= {"ingested_after_knowledge_at"}
-        assert meta["historical_coverage"]["exact_snapshot"] is False
+        assert set(meta.excluded.values()) >= {"ingested_after_knowledge_at"}
+        assert meta.historical_coverage.exact_snapshot is False
+        assert '"historical_coverage":{"knowledge_at":"' in result.bundle.to_json()
         assert result.bundle.context.startswith(HISTORICAL_WARNING)
         plain = retrieve(store, "turn river guitar", namespaces=[NAMESPACE], encoder=store_workers.encoder(),
                          reference_time=when, log=False)
-        assert "historical_coverage" not in plain.bundle.retrieval_metadata
+        assert plain.bundle.retrieval_metadata.historical_coverage is None
+        assert "historical_coverage" not in plain.bundle.to_json()
         tiny = retrieve(store, "turn river guitar", namespaces=[NAMESPACE], encoder=store_workers.encoder(),
                         reference_time=when, knowledge_at=cutoff, token_budget=5, log=False)
         assert tiny.bundle.items == ()  # the warning does not fit: no unqualified evidence

@@ -314,3 +314,13 @@ def test_ingest_messages_continues_sessions_and_refuses_bad_lines(capsys, tmp_pa
     assert sorted((o.session_seq, o.content) for o in objects if o.node_type == "TURN") == [
         (0, "I went"), (1, "Nice"), (2, "I went"), (3, "Nice")]
     assert sorted(o.content for o in objects if o.node_type == "ENTITY") == ["Caroline", "Mel"]
+
+
+def test_without_the_bench_modules_rms_bench_says_where_the_benchmarks_run(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "rms_retrieval.dataflows.bench.command", None)  # as in the wheel
+    code, out, err = _run(capsys, "bench", "locomo", "--data", "x.json")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: `rms bench`: the benchmarks are not part of the installed package: they run from a "
+                          "repository checkout") and err.count("\n") == 1

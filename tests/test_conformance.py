@@ -20,7 +20,7 @@ from tests.factories import BASE_TIME, FakeEncoder, FakeStore, conversation_stor
 
 
 def _retrieve(store, query="What did Caroline do at the support group?", settings=None, **kw):
-    return retrieve(store, query, namespaces=["ns"], reference_time=BASE_TIME, config=settings,
+    return retrieve(store, query, namespaces=["ns"], reference_time=BASE_TIME, settings=settings,
                     encoder=FakeEncoder(), **kw)
 
 
@@ -63,7 +63,7 @@ def test_weights_must_sum_to_one_excluding_epistemic_multiplier_and_path_tiebrea
 def test_embedding_version_mismatch_must_be_detected_and_handled():
     store = FakeStore(list(conversation_store().objects.values()), identity=EmbeddingIdentity("other", "f" * 16, 4))
     bundle = _retrieve(store).bundle
-    assert bundle.retrieval_metadata["embedding_mismatch"] is True
+    assert bundle.retrieval_metadata.embedding_mismatch is True
     assert all(PathType.VECTOR not in item.paths for item in bundle.items)
     assert bundle.items  # lexical, graph and pinned paths still answer
     strict = RetrievalSettings(candidates=CandidateSettings(on_embedding_mismatch="error"))

@@ -74,7 +74,7 @@ def store(demo_store):
 
 def _ask(store, demo_store, settings, **options):
     return retrieve(store, "Where does Tomas work now?", namespaces=[demo_store.namespace],
-                    reference_time=demo_store.reference_time, token_budget=300, config=settings, **options)
+                    reference_time=demo_store.reference_time, token_budget=300, settings=settings, **options)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -108,7 +108,7 @@ def test_explain_shows_the_model_score_blend_and_place(store, demo_store):
     settings = RetrievalSettings(rerank=RerankSettings(enabled=True, policy="score_envelope", prior_weight=0.0))
     item = _ask(store, demo_store, settings, log=False).bundle.items[2]
     explanation = explain(store, "Where does Tomas work now?", item.id, namespaces=[demo_store.namespace],
-                          reference_time=demo_store.reference_time, token_budget=300, config=settings)
+                          reference_time=demo_store.reference_time, token_budget=300, settings=settings)
     step = explanation.step("rerank")
     assert step.node == "reranked_scores" and step.facts["reranked"] and step.facts["policy"] == "score_envelope"
     assert "cross-encoder score" in step.summary and "prior weight 0" in step.summary

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rms_retrieval.dataflows.bench import store_workers
+from tests import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
@@ -64,11 +64,12 @@ def _store(disk: Path) -> Path:
 
 
 def _add_in_another_process(path: Path) -> str:
-    code = ("import sys; from rms_retrieval.dataflows.bench import store_workers as w; "
+    code = ("import sys; from tests import store_workers as w; "
             "from rms_retrieval.stores.memory_store import MemoryStore\n"
             "with MemoryStore.open(sys.argv[1], w.encoder(), write_timeout=2) as s: "
             "s.add([w.turn(7)]); print(s.count_objects())")
-    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
+                          cwd=store_workers.ROOT)
     return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
 
 

@@ -73,10 +73,16 @@ def test_lineage_follows_renamed_nodes_in_another_dag():
     assert lineage.computed == ("hits_by_meaning", "score_table", "final_bundle")
 
 
-def test_an_included_object_is_explained_with_the_numbers_of_the_nodes(store, demo_store):
+def test_an_included_object_is_explained_with_the_numbers_of_the_nodes(store, demo_store, monkeypatch):
+    from rms_retrieval.nodes.models import MemoryBundle
+
     result = _run(store, demo_store, token_budget=300)
     item = next(i for i in result.bundle.items if len(i.paths) >= 2)
+    serialised = []  # explain reads the result's request: it never builds the log record (which serialises the bundle)
+    to_json = MemoryBundle.to_json
+    monkeypatch.setattr(MemoryBundle, "to_json", lambda self: serialised.append(self) or to_json(self))
     explanation = _explain(store, demo_store, item.id, token_budget=300)
+    assert serialised == []
 
     assert explanation.outcome is Outcome.INCLUDED
     assert explanation.decided_by == FINAL_NODE
@@ -104,8 +110,8 @@ def test_an_included_object_is_explained_with_the_numbers_of_the_nodes(store, de
                 hit.rank, hit.raw_score, hit.score)
     analysis = explanation.step("analysis")
     assert analysis.node == "query_analysis"
-    assert analysis.facts["intent"] == result.bundle.retrieval_metadata["intent"]
-    assert [e["name"] for e in analysis.facts["entities"]] == result.bundle.retrieval_metadata["entities"]
+    assert analysis.facts["intent"] == result.bundle.retrieval_metadata.intent
+    assert [e["name"] for e in analysis.facts["entities"]] == list(result.bundle.retrieval_metadata.entities)
     assert "outcome: INCLUDED at packed_bundle" in explanation.to_text()
 
 
@@ -190,11 +196,11 @@ def test_a_selected_object_that_did_not_fit_was_cut_by_the_budget(store, demo_st
 
 
 def test_the_weighted_formula_is_explained_too(store, demo_store):
-    config = RetrievalSettings(scoring=ScoringSettings(fusion="weighted"))
+    weighted = RetrievalSettings(scoring=ScoringSettings(fusion="weighted"))
     result = retrieve(store, QUESTION, namespaces=[demo_store.namespace], reference_time=demo_store.reference_time,
-                      config=config, extra_nodes=["fused_scores"], log=False)
+                      settings=weighted, extra_nodes=["fused_scores"], log=False)
     item = result.bundle.items[0]
-    explanation = _explain(store, demo_store, item.id, config=config)
+    explanation = _explain(store, demo_store, item.id, settings=weighted)
     assert explanation.outcome is Outcome.INCLUDED
     assert explanation.step("scores").facts["row"]["formula_version"] == 1
     assert "weighted sum" in explanation.step("scores").summary

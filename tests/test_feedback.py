@@ -1,13 +1,13 @@
-"""RM3-style feedback for BM25: the terms its top hits vote for, the interpolated second search."""
+"""dataflows/bench/feedback.py, the benchmark's RM3-style feedback for BM25: the terms its top hits vote for, the interpolated second search."""
 
 from __future__ import annotations
 
-from factories import FakeStore, make_object, make_request, oid
-from rms_retrieval.nodes import candidate_generation as cg
-from rms_retrieval.nodes.feedback import feedback_terms, interpolated_hits
+from rms_retrieval.dataflows.bench import arm_nodes
+from rms_retrieval.dataflows.bench.arm_settings import ArmCandidates, ArmSettings
+from rms_retrieval.dataflows.bench.feedback import feedback_terms, interpolated_hits
 from rms_retrieval.nodes.models import CandidateLimits
-from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
 from rms_retrieval.stores.protocols import LexicalHit
+from tests.factories import FakeStore, make_object, make_request, oid
 
 LIMITS = CandidateLimits(vector_k=10, lexical_k=10, graph_max_candidates=10)
 
@@ -40,10 +40,10 @@ def test_lexical_candidates_with_feedback_find_the_turn_that_shares_only_the_top
         make_object("topic", "Bob: Rex barked at the lighthouse keeper"),
         make_object("other", "Cy: pottery class tonight"),
     ])
-    off = RetrievalSettings(candidates=CandidateSettings(lexical_feedback_terms=0))
-    plain = cg.lexical_candidates(store, store, LIMITS, make_request("dog"), off)
+    off = ArmSettings(candidates=ArmCandidates(lexical_feedback_terms=0))
+    plain = arm_nodes.lexical_candidates(store, store, LIMITS, make_request("dog"), off)
     assert [hit.object_id for hit in plain.hits] == [oid("q")]
-    settings = RetrievalSettings(candidates=CandidateSettings(lexical_feedback_terms=3, lexical_feedback_docs=1))
-    widened = cg.lexical_candidates(store, store, LIMITS, make_request("dog"), settings)
+    settings = ArmSettings(candidates=ArmCandidates(lexical_feedback_terms=3, lexical_feedback_docs=1))
+    widened = arm_nodes.lexical_candidates(store, store, LIMITS, make_request("dog"), settings)
     assert [hit.object_id for hit in widened.hits] == [oid("q"), oid("topic")]
     assert widened.hits[0].score == 1.0 and widened.hits[1].score == 0.0

@@ -11,11 +11,13 @@ def _result(path, *objects, failure=None, limit=0):
 def test_merge_dedupes_by_id_and_keeps_every_paths_hit():
     a, b, c = make_object("a"), make_object("b"), make_object("c")
     pool = merged_candidates(
-        vector_candidates=_result(PathType.VECTOR, a, b, limit=2),
-        lexical_candidates=_result(PathType.LEXICAL, b, c),
-        graph_candidates=_result(PathType.GRAPH, b, failure=None),
-        pinned_candidates=ChannelResult(path=PathType.PINNED, failure="backend_error: down"),
-        keyword_scan_candidates=ChannelResult(path=PathType.KEYWORD_SCAN),
+        channels=[
+            _result(PathType.VECTOR, a, b, limit=2),
+            _result(PathType.LEXICAL, b, c),
+            _result(PathType.GRAPH, b, failure=None),
+            ChannelResult(path=PathType.PINNED, failure="backend_error: down"),
+            ChannelResult(path=PathType.KEYWORD_SCAN),
+        ],
         candidate_objects={o.id: o for o in (a, b, c)},
     )
     by_id = pool.by_id
@@ -31,8 +33,8 @@ def test_merge_dedupes_by_id_and_keeps_every_paths_hit():
 def test_a_hit_whose_object_is_gone_is_dropped():
     a, gone = make_object("a"), make_object("gone")
     pool = merged_candidates(
-        _result(PathType.VECTOR, a, gone), ChannelResult(PathType.LEXICAL), ChannelResult(PathType.GRAPH),
-        ChannelResult(PathType.PINNED), ChannelResult(PathType.KEYWORD_SCAN), {a.id: a},
+        [_result(PathType.VECTOR, a, gone), ChannelResult(PathType.LEXICAL), ChannelResult(PathType.GRAPH),
+         ChannelResult(PathType.PINNED), ChannelResult(PathType.KEYWORD_SCAN)], {a.id: a},
     )
     assert [c.object_id for c in pool.candidates] == [a.id]
 
@@ -40,8 +42,8 @@ def test_a_hit_whose_object_is_gone_is_dropped():
 def test_keyword_scan_hits_join_the_pool_without_counting_as_a_path():
     a = make_object("a")
     pool = merged_candidates(
-        _result(PathType.VECTOR, a), ChannelResult(PathType.LEXICAL), ChannelResult(PathType.GRAPH),
-        ChannelResult(PathType.PINNED), _result(PathType.KEYWORD_SCAN, a), {a.id: a},
+        [_result(PathType.VECTOR, a), ChannelResult(PathType.LEXICAL), ChannelResult(PathType.GRAPH),
+         ChannelResult(PathType.PINNED), _result(PathType.KEYWORD_SCAN, a)], {a.id: a},
     )
     assert pool.candidates[0].paths == (PathType.VECTOR, PathType.KEYWORD_SCAN)
     assert pool.candidates[0].path_count == 1

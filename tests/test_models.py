@@ -1,6 +1,8 @@
 """stores/models.py (the memory object) and nodes/models.py (request, analysis, candidates)."""
 
+import json
 from datetime import datetime, timezone
+from uuid import UUID
 
 import pytest
 from pydantic import ValidationError
@@ -140,3 +142,33 @@ def test_metadata_nested_too_deep_too_large_or_not_json_is_refused_in_one_line()
 def test_a_lone_surrogate_is_refused_where_it_is(fields, message):
     with pytest.raises(ValidationError, match=message):
         MemoryObject(namespace="a", **{"content": "x", **fields})
+
+
+def test_bundle_metadata_is_typed_and_its_json_keeps_the_published_form():
+    from rms_retrieval.nodes.models import AggregationCoverage, MemoryBundle, RetrievalMetadata
+    from tests.factories import make_metadata
+
+    window = (datetime(2023, 5, 1, tzinfo=timezone.utc), datetime(2023, 5, 2, tzinfo=timezone.utc))
+    gone = UUID(int=7)
+    meta = make_metadata(temporal_window=window, entities=("Caroline",), excluded={gone: "DEPRECATED"},
+                         backend_failures={PathType.GRAPH: "backend_error: down"}, paths_at_limit=(PathType.VECTOR,),
+                         aggregation_coverage=AggregationCoverage(
+                             kind="COUNT", unique_candidates=3, returned=2, packed=1,
+                             limitation_codes=("semantic_matching",), candidate_limit_paths=(PathType.VECTOR,)))
+    assert json.loads(meta.model_dump_json()) == {
+        "intent": "SEMANTIC", "current_state": False, "entities": ["Caroline"],
+        "temporal_window": ["2023-05-01T00:00:00+00:00", "2023-05-02T00:00:00+00:00"],
+        "reference_time": meta.reference_time.isoformat(), "retrieval_mode": "DEFAULT", "formula_version": 2,
+        "rrf_k": 60, "configuration_fingerprint": "0" * 16, "candidates_generated": 0, "candidates_after_filter": 0,
+        "candidates_ranked": 0, "candidates_selected": 0, "cut_by_budget": 0, "paths_at_limit": ["VECTOR"],
+        "embedding_mismatch": False, "backend_failures": {"GRAPH": "backend_error: down"}, "min_score_skipped": False,
+        "excluded": {str(gone): "DEPRECATED"},
+        "aggregation_coverage": {"kind": "COUNT", "unique_candidates": 3, "returned": 2, "packed": 1,
+                                 "limitation_codes": ["semantic_matching"], "candidate_limit_paths": ["VECTOR"],
+                                 "exhaustive": False},
+    }
+    assert list(json.loads(meta.model_dump_json())) == list(RetrievalMetadata.model_fields)
+    assert RetrievalMetadata.model_validate_json(meta.model_dump_json()) == meta
+    with pytest.raises(ValidationError, match="unknown_key"):
+        RetrievalMetadata.model_validate({**meta.model_dump(), "unknown_key": 1})
+    assert MemoryBundle.model_fields["retrieval_metadata"].annotation is RetrievalMetadata

@@ -1,4 +1,4 @@
-"""The built wheel installs one package, `rms_retrieval`, plus the `rms` script; a user's own
+"""What a user's wheel holds (checked on the built wheel by `make package-check`); a user's own
 `nodes.py`, `stores/` or `dataflows/` beside their script changes nothing the library imports."""
 
 from __future__ import annotations
@@ -7,46 +7,44 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 import zipfile
 from pathlib import Path
 
-import pytest
+from tests.package_check import WHEEL_MUST_HOLD, wheel_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory) -> Path:
-    """`python -m build` (sdist and wheel) into a temporary directory, as a user would run it."""
-    out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return out
+def _wheel(tmp_path: Path, names: list[str]) -> Path:
+    wheel = tmp_path / "rms_retrieval-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name in names:
+            archive.writestr(name, "")
+        archive.writestr("rms_retrieval-0.1.0.dist-info/entry_points.txt",
+                         "[console_scripts]\nrms = rms_retrieval.dataflows.cli:main\n")
+    return wheel
 
 
-def test_the_wheel_installs_exactly_one_package_and_the_rms_script(dist):
-    [wheel] = dist.glob("rms_retrieval-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        names = archive.namelist()
-        [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
-        scripts = archive.read(entry_points).decode()
-    top_level = {name.split("/")[0] for name in names}
-    assert top_level == {"rms_retrieval", wheel.name.split("-py3")[0] + ".dist-info"}
-    assert "[console_scripts]\nrms = rms_retrieval.dataflows.cli:main" in scripts
-    for module in ("rms_retrieval/__init__.py", "rms_retrieval/langchain.py", "rms_retrieval/dataflows/cli.py",
-                   "rms_retrieval/nodes/models.py", "rms_retrieval/stores/memory_store.py",
-                   "rms_retrieval/dataflows/bench/command.py", "rms_retrieval/dataflows/data/demo_conversation.json"):
-        assert module in names
+def test_the_wheel_check_asks_for_the_library_and_refuses_benchmarks_and_test_helpers(tmp_path):
+    """`make package-check` builds the wheel (once) and runs this check on it (tests/package_check.py)."""
+    assert wheel_problems(_wheel(tmp_path, list(WHEEL_MUST_HOLD))) == []
+    shipped_bench = _wheel(tmp_path, [*WHEEL_MUST_HOLD, "rms_retrieval/dataflows/bench/command.py", "tests/factories.py"])
+    assert wheel_problems(shipped_bench) == [
+        "top-level names ['rms_retrieval', 'rms_retrieval-0.1.0.dist-info', 'tests'], not rms_retrieval and its dist-info",
+        "holds rms_retrieval/dataflows/bench/command.py", "holds tests/factories.py"]
+    assert wheel_problems(_wheel(tmp_path, [n for n in WHEEL_MUST_HOLD if "locomo" not in n])) == [
+        "lacks rms_retrieval/dataflows/locomo.py"]
 
 
-def test_the_sdist_builds_the_same_package(dist):
-    [sdist] = dist.glob("rms_retrieval-*.tar.gz")
-    with tarfile.open(sdist) as archive:
-        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-    assert {"pyproject.toml", "README.md", "dataflows/cli.py", "nodes/models.py", "stores/embedding.py",
-            "rms_retrieval/__init__.py", "dataflows/data/demo_conversation.json"} <= names
+def test_the_packaging_lists_every_package_but_the_benchmarks():
+    """pyproject.toml names the packages the wheel holds: every folder with an __init__.py but bench/."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {".".join([package, *init.parent.relative_to(ROOT / folder).parts])
+                for package, folder in config["package-dir"].items() for init in (ROOT / folder).rglob("__init__.py")}
+    assert "rms_retrieval.dataflows.bench" in packages
+    assert set(config["packages"]) == packages - {"rms_retrieval.dataflows.bench"}
 
 
 _SHADOWED = """

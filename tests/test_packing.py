@@ -8,7 +8,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from rms_retrieval.nodes.models import CandidatePool, FilteredPool, PathType, QueryAnalysis, RerankedPool
 from rms_retrieval.nodes.formatting import format_item, group_header
 from rms_retrieval.nodes.packing import SEPARATOR, packed_bundle, selected_candidates
-from rms_retrieval.nodes.scoring import fused_scores__rrf
+from rms_retrieval.nodes.scoring import fused_scores__rrf, fused_scores__weighted
 from rms_retrieval.nodes.session_context import ranked_candidates
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.tokens import count_tokens
@@ -18,15 +18,15 @@ from tests.factories import BASE_TIME, make_candidate, make_object, make_request
 SETTINGS = RetrievalSettings()
 
 
-def _bundle(candidates, request=None, settings=SETTINGS, backend_failures=None):
+def _bundle(candidates, request=None, settings=SETTINGS, backend_failures=None, weighted=False):
     request = request or make_request()
     pool = FilteredPool(tuple(candidates), {})
     merged = CandidatePool(tuple(candidates), backend_failures=backend_failures or {})
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
-    fusion = settings.scoring.fusion
-    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(pool, analysis, settings)), [], pool, request, settings, fusion)
-    selection = selected_candidates(ranked, merged, request, fusion)
-    return packed_bundle(selection, ranked, pool, merged, analysis, request, settings, fusion)
+    score = fused_scores__weighted(pool, analysis, request, settings) if weighted else fused_scores__rrf(pool, analysis, settings)
+    ranked = ranked_candidates(RerankedPool(score), [], pool, request, settings)
+    selection = selected_candidates(ranked, merged, request)
+    return packed_bundle(selection, ranked, pool, merged, analysis, request, settings)
 
 
 def test_tiers_pinned_then_multi_path_then_the_rest():
@@ -61,16 +61,13 @@ def test_dated_groups_put_one_date_line_over_each_day_in_time_order():
 
 
 
-def test_density_decides_inside_a_tier_when_the_budget_is_tight():
+def test_score_decides_inside_a_tier_when_the_budget_is_tight():
     long = make_candidate(make_object("long", "word " * 12), VECTOR=(1, 0.9))
     short = make_candidate(make_object("short", "brief"), VECTOR=(2, 0.89))
     # the long item, its date line and the newline between them fill the budget
     budget = count_tokens(long.object.content) + count_tokens(group_header(long.object)) + count_tokens(SEPARATOR)
     request = make_request(token_budget=budget)
-    dense = SETTINGS.model_copy(update={"packing": SETTINGS.packing.model_copy(update={"density_exponent": 0.25})})
-    assert [i.content for i in _bundle([long, short], request, dense).items] == ["brief"]
-    # the default, exponent 0, is score order: the better-scored long item fills the budget
-    assert SETTINGS.packing.density_exponent == 0.0
+    # the better-scored long item fills the budget, though the short one packs more score per token
     assert [i.content for i in _bundle([long, short], request).items] == ["word " * 12]
 
 
@@ -79,8 +76,21 @@ def test_min_score_compares_the_cosine_under_rank_fusion():
     low = make_candidate(make_object("low"), VECTOR=(2, 0.2))
     bundle = _bundle([high, low], make_request(min_score=0.5))
     assert [i.id for i in bundle.items] == [high.object_id]
-    assert bundle.retrieval_metadata["excluded"] == {str(low.object_id): "min_score"}
-    assert bundle.retrieval_metadata["min_score_skipped"] is False
+    assert bundle.retrieval_metadata.excluded == {low.object_id: "min_score"}
+    assert bundle.retrieval_metadata.min_score_skipped is False
+
+
+def test_the_pools_formula_decides_what_min_score_compares_and_what_the_bundle_reports():
+    # Formula 1's score is a relevance: min_score compares it, and a lexical-only pool does not fail open.
+    lexical_only = make_candidate(make_object("lex"), LEXICAL=(1, 1.0))
+    weighted = _bundle([lexical_only], make_request(min_score=0.5), weighted=True)
+    assert weighted.items == () and weighted.retrieval_metadata.min_score_skipped is False
+    assert weighted.retrieval_metadata.formula_version == 1 and weighted.retrieval_metadata.rrf_k is None
+    vector = make_candidate(make_object("vec"), VECTOR=(1, 0.9))
+    assert _bundle([vector], weighted=True).items[0].semantic_relevance is None
+    ranked = _bundle([vector])
+    assert ranked.retrieval_metadata.formula_version == 2 and ranked.retrieval_metadata.rrf_k == 60
+    assert ranked.items[0].semantic_relevance == 0.9
 
 
 @pytest.mark.parametrize("failure", ["backend_error: RuntimeError: down", "embedding_mismatch"])
@@ -88,9 +98,9 @@ def test_min_score_fails_open_when_the_vector_search_failed(failure):
     lexical_only = make_candidate(make_object("lex"), LEXICAL=(1, 1.0))
     bundle = _bundle([lexical_only], make_request(min_score=0.5), backend_failures={PathType.VECTOR: failure})
     assert [i.id for i in bundle.items] == [lexical_only.object_id]
-    assert bundle.retrieval_metadata["min_score_skipped"] is True
+    assert bundle.retrieval_metadata.min_score_skipped is True
     empty = _bundle([], make_request(min_score=0.5), backend_failures={PathType.VECTOR: failure})
-    assert empty.retrieval_metadata["min_score_skipped"] is True
+    assert empty.retrieval_metadata.min_score_skipped is True
 
 
 def test_min_score_keeps_the_floor_when_the_vector_search_ran_and_found_nothing():
@@ -98,19 +108,19 @@ def test_min_score_keeps_the_floor_when_the_vector_search_ran_and_found_nothing(
     lexical_only = make_candidate(make_object("lex"), LEXICAL=(1, 1.0))
     bundle = _bundle([lexical_only], make_request(min_score=0.5))
     assert bundle.items == ()
-    assert bundle.retrieval_metadata["excluded"] == {str(lexical_only.object_id): "min_score"}
-    assert bundle.retrieval_metadata["min_score_skipped"] is False
+    assert bundle.retrieval_metadata.excluded == {lexical_only.object_id: "min_score"}
+    assert bundle.retrieval_metadata.min_score_skipped is False
     failed_elsewhere = _bundle([lexical_only], make_request(min_score=0.5),
                                backend_failures={PathType.GRAPH: "backend_error: RuntimeError: down"})
     assert failed_elsewhere.items == ()
-    assert failed_elsewhere.retrieval_metadata["min_score_skipped"] is False
+    assert failed_elsewhere.retrieval_metadata.min_score_skipped is False
 
 
 def test_min_score_keeps_the_floor_when_a_result_has_a_cosine_despite_a_vector_failure():
     with_cosine = make_candidate(make_object("vec"), VECTOR=(1, 0.2), LEXICAL=(1, 1.0))
     bundle = _bundle([with_cosine], make_request(min_score=0.5), backend_failures={PathType.VECTOR: "embedding_mismatch"})
     assert bundle.items == ()
-    assert bundle.retrieval_metadata["min_score_skipped"] is False
+    assert bundle.retrieval_metadata.min_score_skipped is False
 
 
 def test_limit_and_max_per_source():
@@ -120,7 +130,7 @@ def test_limit_and_max_per_source():
     assert [i.content for i in bundle.items] == ["same claim", "other claim"]
     limited = _bundle(same + [other], make_request(limit=2))
     assert len(limited.items) == 2
-    assert sorted(limited.retrieval_metadata["excluded"].values()) == ["limit", "limit"]
+    assert sorted(limited.retrieval_metadata.excluded.values()) == ["limit", "limit"]
 
 
 def test_an_explicit_limit_wins_over_pins_and_active_tasks():
@@ -130,7 +140,7 @@ def test_an_explicit_limit_wins_over_pins_and_active_tasks():
     assert len(_bundle([pinned, task, best]).items) == 3
     bundle = _bundle([pinned, task, best], make_request(limit=1))
     assert [i.id for i in bundle.items] == [best.object_id]  # the first in rank order
-    assert bundle.retrieval_metadata["excluded"] == {str(pinned.object_id): "limit", str(task.object_id): "limit"}
+    assert bundle.retrieval_metadata.excluded == {pinned.object_id: "limit", task.object_id: "limit"}
     assert len(_bundle([pinned, task, best], make_request(limit=2)).items) == 2
 
 
@@ -139,7 +149,7 @@ def test_pins_obey_an_explicit_min_score():
     best = make_candidate(make_object("best"), VECTOR=(1, 0.9))
     bundle = _bundle([pinned, best], make_request(min_score=0.5))
     assert [i.id for i in bundle.items] == [best.object_id]
-    assert bundle.retrieval_metadata["excluded"] == {str(pinned.object_id): "min_score"}
+    assert bundle.retrieval_metadata.excluded == {pinned.object_id: "min_score"}
 
 
 @hsettings(max_examples=40, deadline=None)
@@ -166,12 +176,12 @@ def test_no_excluded_object_is_ever_packed(kinds):
     merged = CandidatePool(tuple(candidates))
     filtered = filtered_candidates(merged, request, SETTINGS)
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(filtered, analysis, SETTINGS)), [], filtered, request, SETTINGS, "rrf")
-    bundle = packed_bundle(selected_candidates(ranked, merged, request, "rrf"), ranked, filtered, merged, analysis, request,
-                           SETTINGS, "rrf")
+    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(filtered, analysis, SETTINGS)), [], filtered, request, SETTINGS)
+    bundle = packed_bundle(selected_candidates(ranked, merged, request), ranked, filtered, merged, analysis, request,
+                           SETTINGS)
     packed = {item.id for item in bundle.items}
     assert packed.isdisjoint(filtered.excluded)
-    assert all(str(k) in bundle.retrieval_metadata["excluded"] for k in filtered.excluded)
+    assert all(k in bundle.retrieval_metadata.excluded for k in filtered.excluded)
 
 
 def _count_bundle(candidates, budget):
@@ -181,10 +191,9 @@ def _count_bundle(candidates, budget):
     pool = FilteredPool(tuple(candidates), {})
     analysis = QueryAnalysis(raw_query=request.query, aggregation=AggregationKind.COUNT,
                              namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(pool, analysis, SETTINGS)), [], pool, request, SETTINGS, "rrf")
+    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(pool, analysis, SETTINGS)), [], pool, request, SETTINGS)
     merged = CandidatePool(tuple(candidates))
-    return packed_bundle(selected_candidates(ranked, merged, request, "rrf"), ranked, pool, merged,
-                         analysis, request, SETTINGS, "rrf")
+    return packed_bundle(selected_candidates(ranked, merged, request), ranked, pool, merged, analysis, request, SETTINGS)
 
 
 def test_a_count_question_starts_with_the_coverage_warning_and_reports_coverage():
@@ -194,7 +203,7 @@ def test_a_count_question_starts_with_the_coverage_warning_and_reports_coverage(
     bundle = _count_bundle(hikes, 500)
     assert bundle.context.splitlines()[0] == COVERAGE_WARNING
     assert bundle.tokens_used == count_tokens(bundle.context) <= 500
-    assert bundle.retrieval_metadata["aggregation_coverage"] == {
+    assert bundle.retrieval_metadata.aggregation_coverage.model_dump(mode="json") == {
         "kind": "COUNT", "unique_candidates": 3, "returned": 3, "packed": 3,
         "limitation_codes": ["semantic_matching"], "candidate_limit_paths": [], "exhaustive": False,
     }
@@ -204,12 +213,12 @@ def test_when_the_warning_cannot_fit_nothing_unqualified_is_packed():
     hikes = [make_candidate(make_object("hike", "hiking"), VECTOR=(1, 0.8))]
     bundle = _count_bundle(hikes, 5)
     assert bundle.items == () and bundle.context == "" and bundle.tokens_used == 0
-    assert "token_budget" in bundle.retrieval_metadata["aggregation_coverage"]["limitation_codes"]
+    assert "token_budget" in bundle.retrieval_metadata.aggregation_coverage.limitation_codes
 
 
 def test_other_questions_have_no_coverage_block():
     bundle = _bundle([make_candidate(make_object("x"), VECTOR=(1, 0.5))])
-    assert bundle.retrieval_metadata["aggregation_coverage"] is None
+    assert bundle.retrieval_metadata.aggregation_coverage is None
 
 
 def test_tier_path_depth_counts_a_path_for_tier_two_only_near_the_top_of_its_channel():

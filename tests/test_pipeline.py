@@ -40,7 +40,7 @@ CONFIGURATIONS = {
     "graph_ranked_list": RetrievalSettings(scoring=ScoringSettings(rank_fusion=RankFusionScoring(graph_as_ranked_list=True))),
     "no_recency_no_tie_break": RetrievalSettings(
         scoring=ScoringSettings(rank_fusion=RankFusionScoring(rrf_recency_boost=None, rrf_tie_break=None))),
-    "plain_score_order": RetrievalSettings(packing=PackingSettings(item_format="plain", tier_order="score")),
+    "plain": RetrievalSettings(packing=PackingSettings(item_format="plain")),
     "temporal_first": RetrievalSettings(query_intent_order="temporal_first"),
     "lexical_only": RetrievalSettings(candidates=CandidateSettings(enabled_paths={PathType.LEXICAL})),
     "vector_only": RetrievalSettings(candidates=CandidateSettings(enabled_paths={PathType.VECTOR})),
@@ -55,15 +55,23 @@ def test_every_configuration_builds_and_executes(name):
     bundle = result[FINAL_NODE]
     assert bundle.items, name
     assert bundle.tokens_used <= bundle.token_budget
-    assert bundle.retrieval_metadata["configuration_fingerprint"] == settings.fingerprint()
-    assert bundle.retrieval_metadata["formula_version"] == (1 if settings.scoring.fusion == "weighted" else 2)
-    assert set(scored_frame(result["fused_scores"])["formula_version"]) == {bundle.retrieval_metadata["formula_version"]}
+    assert bundle.retrieval_metadata.configuration_fingerprint == settings.fingerprint()
+    assert bundle.retrieval_metadata.formula_version == (1 if settings.scoring.fusion == "weighted" else 2)
+    assert set(scored_frame(result["fused_scores"])["formula_version"]) == {bundle.retrieval_metadata.formula_version}
     assert oid("old") not in {i.id for i in bundle.items}
-    assert bundle.retrieval_metadata["excluded"][str(oid("old"))] == "DEPRECATED"
+    assert bundle.retrieval_metadata.excluded[oid("old")] == "DEPRECATED"
     if PathType.PINNED in settings.candidates.enabled_paths:
         assert bundle.items[0].id == oid("pin")  # pinned first
     # A path switched off reaches no item.
     assert {path for item in bundle.items for path in item.paths} & PRIMARY_PATHS <= settings.candidates.enabled_paths
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "weighted"])
+def test_the_formula_switch_picks_the_scoring_node_and_no_node_reads_it(fusion):
+    dr = build_driver(RetrievalSettings(scoring=ScoringSettings(fusion=fusion)))
+    readers = [v.name for v in dr.list_available_variables()
+               if "fusion" in v.required_dependencies | v.optional_dependencies]
+    assert readers == []
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGURATIONS))
@@ -76,7 +84,7 @@ def test_a_store_embedded_by_another_model_is_refused_or_answered_without_vector
         return
     bundle = _run(settings, store)[FINAL_NODE]
     vector_on = PathType.VECTOR in settings.candidates.enabled_paths
-    assert bundle.retrieval_metadata["embedding_mismatch"] is vector_on
+    assert bundle.retrieval_metadata.embedding_mismatch is vector_on
     assert all(PathType.VECTOR not in item.paths for item in bundle.items)
 
 

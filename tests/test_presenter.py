@@ -7,6 +7,7 @@ from uuid import UUID
 
 from rms_retrieval.dataflows.presenter import format_bundle
 from rms_retrieval.nodes.models import BundleItem, MemoryBundle, PathType
+from tests.factories import make_metadata
 
 WHEN = datetime(2025, 3, 3, tzinfo=timezone.utc)
 
@@ -17,11 +18,11 @@ def _bundle(**metadata) -> MemoryBundle:
                       event_time=WHEN)
     return MemoryBundle(query="Who said hi?", namespaces=("ns",), reference_time=WHEN, token_budget=100,
                         tokens_used=4, items=(item,), context="Tomas: hi",
-                        retrieval_metadata={"intent": "SEMANTIC", **metadata})
+                        retrieval_metadata=make_metadata(**metadata))
 
 
 def test_a_bundle_reads_line_by_line():
-    text = format_bundle(_bundle(excluded={"a": "DEPRECATED", "b": "DEPRECATED", "c": "bare_entity"}))
+    text = format_bundle(_bundle(excluded={UUID(int=2): "DEPRECATED", UUID(int=3): "DEPRECATED", UUID(int=4): "bare_entity"}))
     assert text.splitlines() == [
         "question: Who said hi?",
         "namespaces: ns   intent: SEMANTIC   tokens: 4/100   items: 1",

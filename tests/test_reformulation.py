@@ -183,7 +183,7 @@ def test_the_pipeline_logs_the_alternatives_and_replays_without_the_provider(sto
     settings = RetrievalSettings(reformulation=ReformulationSettings(enabled=True, merge_policy=policy, url=chat.url,
                                                                      model="m"))
     result = retrieve(store, "Where does Tomas work now?", namespaces=[demo_store.namespace],
-                      reference_time=demo_store.reference_time, token_budget=300, config=settings,
+                      reference_time=demo_store.reference_time, token_budget=300, settings=settings,
                       extra_nodes=["merged_candidates", "query_reformulations"])
     logged = result.log_record["payload"]["reformulation"]
     assert logged["alternatives"] == ["Where is Tomas employed these days?", "Tomas's current job"]
@@ -200,7 +200,7 @@ def test_the_pipeline_logs_the_alternatives_and_replays_without_the_provider(sto
 def test_max_signals_finds_at_least_what_the_question_alone_finds(store, demo_store, chat):
     def pool(settings):
         return retrieve(store, "Where does Tomas work now?", namespaces=[demo_store.namespace],
-                        reference_time=demo_store.reference_time, config=settings, log=False,
+                        reference_time=demo_store.reference_time, settings=settings, log=False,
                         extra_nodes=["merged_candidates"]).nodes["merged_candidates"].by_id
 
     alone = pool(RetrievalSettings())

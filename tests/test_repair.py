@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rms_retrieval.dataflows.bench import store_workers
+from tests import store_workers
 from rms_retrieval.dataflows.cli import main
 from rms_retrieval.stores.check import check_store
 from rms_retrieval.stores.errors import StoreError

@@ -39,7 +39,7 @@ def logged(store, demo_store):
     ids = []
     for i, (question, extra) in enumerate(islice(zip(questions, options), 20)):
         result = retrieve(store, question, namespaces=[demo_store.namespace], reference_time=demo_store.reference_time,
-                          token_budget=60 + 45 * i, config=CONFIGS[i % len(CONFIGS)], **extra)
+                          token_budget=60 + 45 * i, settings=CONFIGS[i % len(CONFIGS)], **extra)
         ids.append(str(result.request_id))
     return ids
 
@@ -49,7 +49,7 @@ def test_twenty_logged_requests_replay_to_identical_bundles(store, logged):
     assert [r.request_id for r in reports] == logged
     assert all(r.identical for r in reports), [r.to_text() for r in reports if not r.identical]
     assert all(r.replayed_bundle_sha256 == r.logged_bundle_sha256 and not r.differences for r in reports)
-    assert {r.bundle.retrieval_metadata["formula_version"] for r in reports} == {1, 2}
+    assert {r.bundle.retrieval_metadata.formula_version for r in reports} == {1, 2}
     assert "identical bundle" in reports[0].to_text()
 
 

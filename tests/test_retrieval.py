@@ -98,14 +98,14 @@ def test_locomo_count_question_reports_its_coverage(locomo_conversation):
                            namespaces=[conversation.sample_id], reference_time=reference_time(conversation),
                            token_budget=2000, log=False).bundle
     bundle = result.bundle
-    coverage = bundle.retrieval_metadata["aggregation_coverage"]
+    coverage = bundle.retrieval_metadata.aggregation_coverage
     assert bundle.context.startswith(COVERAGE_WARNING)
-    assert coverage["kind"] == "COUNT" and coverage["exhaustive"] is False
-    assert coverage["unique_candidates"] >= coverage["returned"] >= coverage["packed"] == len(bundle.items) > 0
-    assert "semantic_matching" in coverage["limitation_codes"] and "token_budget" in coverage["limitation_codes"]
+    assert coverage.kind == "COUNT" and coverage.exhaustive is False
+    assert coverage.unique_candidates >= coverage.returned >= coverage.packed == len(bundle.items) > 0
+    assert "semantic_matching" in coverage.limitation_codes and "token_budget" in coverage.limitation_codes
     scanned = [c for c in result.nodes["merged_candidates"].candidates if PathType.KEYWORD_SCAN in c.paths]
     assert scanned and any("beach" in c.object.content.lower() for c in scanned)
-    assert elapsed.retrieval_metadata["aggregation_coverage"] is None  # elapsed time is arithmetic, not a count
+    assert elapsed.retrieval_metadata.aggregation_coverage is None  # elapsed time is arithmetic, not a count
 
 
 def test_a_bare_string_is_one_namespace_never_its_letters(demo_store, demo_copy):
@@ -189,7 +189,7 @@ def test_a_named_speakers_own_turns_are_lifted_through_their_spoken_by_edges(dem
         result = retrieve(store, question, namespaces=[namespace], reference_time=demo_store.reference_time,
                           token_budget=2000, extra_nodes=["spoken_by_query_entities", "fused_scores"], log=False)
         off = retrieve(store, question, namespaces=[namespace], reference_time=demo_store.reference_time,
-                       token_budget=2000, config=RetrievalSettings(scoring={"speaker_boost": 0.0}),
+                       token_budget=2000, settings=RetrievalSettings(scoring={"speaker_boost": 0.0}),
                        extra_nodes=["spoken_by_query_entities"], log=False)
     spoken = {obj.id.int for obj in demo_store.corpus.objects if obj.content.startswith("Tomas: ")}
     assert spoken and result.nodes["spoken_by_query_entities"] == spoken
@@ -199,3 +199,15 @@ def test_a_named_speakers_own_turns_are_lifted_through_their_spoken_by_edges(dem
     for obj, value in zip(pool.objects, pool.factors.speaker_factor.tolist()):
         factor[obj.id.int in spoken].add(value)
     assert factor == {True: {1.0}, False: {1 / (1 + RetrievalSettings().scoring.speaker_boost)}}
+
+
+def test_the_result_carries_its_validated_request():
+    from rms_retrieval.dataflows.retrieval import as_request
+    from tests.factories import BASE_TIME, FakeEncoder, conversation_store
+
+    request = as_request("Where does Caroline work?", namespaces="ns", reference_time=BASE_TIME, limit=3)
+    result = retrieve(conversation_store(), request, encoder=FakeEncoder(), log=False)
+    assert result.request is request
+    built = retrieve(conversation_store(), "Where does Caroline work?", namespaces="ns", reference_time=BASE_TIME,
+                     limit=3, encoder=FakeEncoder(), log=False)
+    assert built.request == request

@@ -104,12 +104,13 @@ def test_close_flushes_everything_and_a_later_append_starts_a_new_segment(tmp_pa
     assert [record["sequence"] for record in read_records(tmp_path)] == list(range(101))
 
 
-def test_threads_share_one_writer(tmp_path):
-    append_from_threads(RetrievalLogWriter(tmp_path), threads=8, each=100)
+@pytest.mark.parametrize("threads, each", [(4, 25), pytest.param(8, 100, marks=pytest.mark.slow)])
+def test_threads_share_one_writer(tmp_path, threads, each):
+    append_from_threads(RetrievalLogWriter(tmp_path), threads=threads, each=each)
     records = read_records(tmp_path)
-    assert len(records) == 800
-    for name in (f"t{index}" for index in range(8)):
-        assert [r["sequence"] for r in records if r["writer"] == name] == list(range(100))
+    assert len(records) == threads * each
+    for name in (f"t{index}" for index in range(threads)):
+        assert [r["sequence"] for r in records if r["writer"] == name] == list(range(each))
 
 
 def test_processes_appending_at_once_merge_in_time_order_while_compaction_runs(tmp_path):

@@ -62,25 +62,13 @@ def test_epistemic_factor_is_divided_by_the_pool_maximum():
     assert only_inferred.loc[str(inferred.object_id), "epistemic_factor"] == 1.0
 
 
-def test_temporal_affinity_applies_to_temporal_intent_only_when_so_set():
-    window = (BASE_TIME, BASE_TIME + timedelta(days=1))
-    inside = make_candidate(make_object("in", days=0.5), VECTOR=(2, 0.5))
-    outside = make_candidate(make_object("out", days=-60), VECTOR=(1, 0.6))
-    temporal = _rrf(inside, outside, analysis=_analysis(QueryIntent.TEMPORAL, window=window), settings=NO_TIE)
-    assert temporal.index[0] == str(inside.object_id)
-    assert temporal.loc[str(inside.object_id), "temporal_affinity"] == 1.0
-    intent_only = NO_TIE.model_copy(update={"scoring": NO_TIE.scoring.model_copy(update={"temporal_any_intent": False})})
-    plain = _rrf(inside, outside, analysis=_analysis(QueryIntent.ENTITY_LOOKUP, window=window), settings=intent_only)
-    assert plain.index[0] == str(outside.object_id)
-    assert set(plain["temporal_factor"]) == {1.0}
-
-
-def test_temporal_any_intent_reads_the_window_of_an_entity_lookup():
+def test_temporal_affinity_reads_the_window_whatever_the_intent():
     window = (BASE_TIME, BASE_TIME + timedelta(days=1))
     inside = make_candidate(make_object("in", days=0.5), VECTOR=(2, 0.5))
     outside = make_candidate(make_object("out", days=-60), VECTOR=(1, 0.6))
     settings = NO_TIE
-    assert settings.scoring.temporal_any_intent  # the default
+    temporal = _rrf(inside, outside, analysis=_analysis(QueryIntent.TEMPORAL, window=window), settings=settings)
+    assert temporal.index[0] == str(inside.object_id)
     dated = _rrf(inside, outside, analysis=_analysis(QueryIntent.ENTITY_LOOKUP, window=window), settings=settings)
     assert dated.index[0] == str(inside.object_id)
     assert dated.loc[str(inside.object_id), "temporal_affinity"] == 1.0

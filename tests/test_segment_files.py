@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rms_retrieval.dataflows.bench import store_workers
+from tests import store_workers
 from rms_retrieval.stores.claims import Assertion, Quantity
 from rms_retrieval.stores.codec import memory_object, object_record, row_values
 from rms_retrieval.stores.errors import StoreError

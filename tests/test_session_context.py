@@ -23,7 +23,7 @@ def _run(candidates, objects, settings=None):
     fused = fused_scores__rrf(pool, analysis, settings)
     store = FakeStore(objects)
     links = session_context(RerankedPool(fused), store, make_request(namespaces=("ns",)), settings)
-    return fused, ranked_candidates(RerankedPool(fused), links, pool, make_request(), settings, "rrf")
+    return fused, ranked_candidates(RerankedPool(fused), links, pool, make_request(), settings)
 
 
 def test_new_neighbours_join_with_the_decayed_trigger_score_and_provenance():

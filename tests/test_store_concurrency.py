@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rms_retrieval.dataflows.bench import store_workers
+from tests import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.stores.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
@@ -20,11 +20,11 @@ from rms_retrieval.stores.writer import MERGE_FACTOR
 
 QUESTIONS = ("What did Caroline research?", "When did Melanie paint a sunrise?", "Where does Tomas work?",
              "What is Caroline's identity?", "Who went camping?")
-THREADS, CALLS = 8, 100
-WORKER = [sys.executable, "-m", "rms_retrieval.dataflows.bench.store_workers"]
+WORKER = store_workers.COMMAND
 
 
-def test_threads_sharing_one_store_get_the_serial_bundles(demo_store, demo_copy, encoder):
+@pytest.mark.parametrize("threads, calls", [(4, 10), pytest.param(8, 100, marks=pytest.mark.slow)])
+def test_threads_sharing_one_store_get_the_serial_bundles(demo_store, demo_copy, encoder, threads, calls):
     with MemoryStore.open(demo_copy, create=False) as store:
         def answer(question: str) -> str:
             return retrieve(store, question, namespaces=[demo_store.namespace, "demo-other-conversation"],
@@ -32,8 +32,8 @@ def test_threads_sharing_one_store_get_the_serial_bundles(demo_store, demo_copy,
 
         logged_before = len(store.retrieval_log())
         serial = {question: answer(question) for question in QUESTIONS}
-        calls = [QUESTIONS[number % len(QUESTIONS)] for number in range(THREADS * CALLS)]
-        with ThreadPoolExecutor(THREADS) as pool:
+        calls = [QUESTIONS[number % len(QUESTIONS)] for number in range(threads * calls)]
+        with ThreadPoolExecutor(threads) as pool:
             answers = list(pool.map(answer, calls))
         assert [answer_ == serial[question] for question, answer_ in zip(calls, answers)] == [True] * len(calls)
         assert len(store.retrieval_log()) == logged_before + len(QUESTIONS) + len(calls)
@@ -75,17 +75,19 @@ def test_an_open_reader_sees_each_new_generation_on_its_next_request(tmp_path):
         assert pinned.count_objects() == 0  # a snapshot never changes under its request
 
 
-def test_four_reader_processes_and_one_writer_process(tmp_path):
-    """4 readers check, answer, enumerate and explain every snapshot they see while a writer adds
-    1,000 turns one at a time."""
-    turns = 1_000
+@pytest.mark.parametrize("reader_count, turns", [(2, 200), pytest.param(4, 1_000, marks=pytest.mark.slow)])
+def test_reader_processes_and_one_writer_process(tmp_path, reader_count, turns):
+    """Readers check, answer, enumerate and explain every snapshot they see while a writer adds
+    turns one at a time (merges run every MERGE_FACTOR writes)."""
     path = tmp_path / "store"
     with MemoryStore.open(path, store_workers.encoder()) as store:
         store.add([store_workers.turn(0)])
     stop = tmp_path / "stop"
-    readers = [subprocess.Popen([*WORKER, "read", str(path), str(stop)], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    readers = [subprocess.Popen([*WORKER, "read", str(path), str(stop)], stdout=subprocess.PIPE, text=True,
+                                cwd=store_workers.ROOT) for _ in range(reader_count)]
     try:
-        writer = subprocess.run([*WORKER, "write", str(path), "1", str(turns - 1)], capture_output=True, text=True, timeout=600)
+        writer = subprocess.run([*WORKER, "write", str(path), "1", str(turns - 1)], capture_output=True, text=True,
+                                timeout=600, cwd=store_workers.ROOT)
     finally:
         stop.touch()
     assert writer.returncode == 0, writer.stderr
@@ -105,7 +107,8 @@ def test_a_request_on_an_old_generation_still_reads_the_segments_merges_retired(
         for number in range(MERGE_FACTOR - 1):
             store.add([store_workers.turn(number)])
     ready, go = tmp_path / "ready", tmp_path / "go"
-    holder = subprocess.Popen([*WORKER, "hold", str(path), str(ready), str(go)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([*WORKER, "hold", str(path), str(ready), str(go)], stdout=subprocess.PIPE, text=True,
+                              cwd=store_workers.ROOT)
     try:
         for _ in range(600):
             if ready.exists() or holder.poll() is not None:
@@ -113,7 +116,7 @@ def test_a_request_on_an_old_generation_still_reads_the_segments_merges_retired(
             time.sleep(0.05)
         before = read_manifest(path)
         writer = subprocess.run([*WORKER, "write", str(path), str(MERGE_FACTOR - 1), "3"], capture_output=True, text=True,
-                                timeout=300)
+                                timeout=300, cwd=store_workers.ROOT)
         assert writer.returncode == 0, writer.stderr
         after = read_manifest(path)
         assert not set(before.segment_ids) & set(after.segment_ids)  # every segment the reader holds is retired

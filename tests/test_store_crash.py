@@ -8,7 +8,8 @@ import signal
 import subprocess
 import time
 
-from rms_retrieval.dataflows.bench import crash_bench, store_workers
+from rms_retrieval.dataflows.bench import crash_bench
+from tests import store_workers
 from rms_retrieval.stores.manifest import SEGMENTS_DIR, read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.segments import TEMPORARY_PREFIX

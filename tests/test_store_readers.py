@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from rms_retrieval.dataflows.bench import store_workers
+from tests import store_workers
 from rms_retrieval.dataflows.cli import main
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.stores.manifest import read_manifest

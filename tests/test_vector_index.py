@@ -78,21 +78,25 @@ def test_format_2_index_round_trip(tmp_path):
     np.testing.assert_array_equal(loaded.index.reconstruct_n(0, 20), vectors)
 
 
-def test_one_segment_and_many_give_bit_identical_hits(tmp_path):
-    """12,000 rows as one segment, and as twelve adds merged into 10,000 + 1,000 + 1,000 rows: every
-    hit and every score equal, bit for bit (both layouts cross FAISS's BLAS threshold)."""
-    from rms_retrieval.dataflows.bench.speed_bench import RandomEncoder, synthetic_objects
+@pytest.mark.parametrize("rows, layout", [(1_200, [1_000, 100, 100]),
+                                          pytest.param(12_000, [10_000, 1_000, 1_000], marks=pytest.mark.slow)])
+def test_one_segment_and_many_give_bit_identical_hits(tmp_path, rows, layout):
+    """`rows` rows as one segment, and as twelve adds merged into `layout`: every hit and every
+    score equal, bit for bit (the large size crosses FAISS's BLAS threshold in both layouts)."""
+    from rms_retrieval.dataflows.bench.speed_bench import synthetic_objects
+    from tests.factories import RandomEncoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
-    turns = synthetic_objects(0, 12_000, namespaces=1)
+    turns = synthetic_objects(0, rows, namespaces=1)
+    batch = rows // 12
     with MemoryStore.open(tmp_path / "one", RandomEncoder()) as one, \
             MemoryStore.open(tmp_path / "many", RandomEncoder()) as many:
         one.add(turns)
-        for start in range(0, len(turns), 1_000):
-            many.add(turns[start:start + 1_000])
-        assert [entry.rows for entry in many.snapshot().manifest.segments] == [10_000, 1_000, 1_000]
+        for start in range(0, len(turns), batch):
+            many.add(turns[start:start + batch])
+        assert [entry.rows for entry in many.snapshot().manifest.segments] == layout
         for query in _unit_vectors(4, 384, 7):
-            whole = one.search_vector(query, ["synthetic-0"], 12_000)
-            assert len(whole) == 12_000 and whole == many.search_vector(query, ["synthetic-0"], 12_000)
+            whole = one.search_vector(query, ["synthetic-0"], rows)
+            assert len(whole) == rows and whole == many.search_vector(query, ["synthetic-0"], 12_000)
             top = one.search_vector(query, ["synthetic-0"], 50)
             assert top == many.search_vector(query, ["synthetic-0"], 50) == whole[:50]

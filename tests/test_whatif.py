@@ -125,7 +125,7 @@ def test_other_code_or_a_bundle_replay_cannot_reproduce_is_not_replayable(store)
 
 def test_a_request_that_embedded_nothing_cannot_say_what_the_vector_path_would_do(store, demo_store):
     lexical_only = RetrievalSettings(candidates=CandidateSettings(enabled_paths=frozenset({PathType.LEXICAL})))
-    request_id = retrieve(store, QUESTIONS[0], namespaces=[demo_store.namespace], config=lexical_only,
+    request_id = retrieve(store, QUESTIONS[0], namespaces=[demo_store.namespace], settings=lexical_only,
                           reference_time=demo_store.reference_time).request_id
     report = whatif(store, request_id, {"candidates.enabled_paths": ["LEXICAL", "VECTOR"]})
     assert not report.replayable and "replay never runs the embedding model" in report.limits[0]

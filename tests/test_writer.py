@@ -7,7 +7,7 @@ from uuid import UUID
 
 import pytest
 
-from rms_retrieval.dataflows.bench import store_workers
+from tests import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.stores.entity_graph import entity_id
 from rms_retrieval.stores.manifest import SegmentEntry
@@ -49,14 +49,15 @@ def _bundles(store: MemoryStore) -> list[str]:
                      reference_time=when, log=False).bundle.to_json() for question in QUESTIONS]
 
 
-def test_one_batch_and_500_small_batches_give_byte_identical_bundles(tmp_path):
-    turns = [store_workers.turn(number) for number in range(500)]
+@pytest.mark.parametrize("count", [60, pytest.param(500, marks=pytest.mark.slow)])
+def test_one_batch_and_many_small_batches_give_byte_identical_bundles(tmp_path, count):
+    turns = [store_workers.turn(number) for number in range(count)]
     with MemoryStore.open(tmp_path / "one", store_workers.encoder()) as one, \
             MemoryStore.open(tmp_path / "many", store_workers.encoder()) as many:
         one.add(turns)
         for turn in turns:
             many.add([turn])
-        assert many.snapshot().generation == 500 and len(many.snapshot().segments) > 1
+        assert many.snapshot().generation == count and len(many.snapshot().segments) > 1
         assert _bundles(one) == _bundles(many)
 
 

@@ -13,16 +13,14 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from rms_retrieval.dataflows.bench import store_workers
+import rms_retrieval.dataflows.bench  # noqa: F401  (makes the checkout's tests/ importable)
 from rms_retrieval.stores.manifest import read_manifest
 from rms_retrieval.stores.writer import never_named
-
-WORKER = [sys.executable, "-m", "rms_retrieval.dataflows.bench.store_workers"]
+from tests import store_workers
 
 
 def kill_round(path: Path, rng: random.Random, *, max_commits: int = 12, max_delay: float = 0.3) -> dict[str, Any]:
@@ -31,7 +29,8 @@ def kill_round(path: Path, rng: random.Random, *, max_commits: int = 12, max_del
 
     with MemoryStore.open(path, create=False, read_only=True) as store:
         start = store.count_objects()
-    writer = subprocess.Popen([*WORKER, "write", str(path), str(start), "10000"], stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen([*store_workers.COMMAND, "write", str(path), str(start), "10000"],
+                              stdout=subprocess.PIPE, text=True, cwd=store_workers.ROOT)
     assert writer.stdout is not None
     wanted = rng.randint(0, max_commits)
     committed = start

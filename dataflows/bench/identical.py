@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rms_retrieval.dataflows.bench.arm_settings import ArmSettings
 from rms_retrieval.dataflows.bench.locomo_bench import benchmark_questions, evenly_spaced
 from rms_retrieval.dataflows.locomo import LocomoDataset, LocomoQuestion, reference_time
 from rms_retrieval.dataflows.retrieval import retrieve
@@ -28,9 +29,9 @@ DEFAULT_BUDGETS = (4000, 8000)
 VARIANT_STRIDE = 3
 
 
-def _settings(**scoring: Any) -> Callable[[], RetrievalSettings]:
+def _settings(kind: type[RetrievalSettings] = RetrievalSettings, **scoring: Any) -> Callable[[], RetrievalSettings]:
     def build() -> RetrievalSettings:
-        base = RetrievalSettings().model_dump()
+        base = kind().model_dump()
         for key, value in scoring.items():
             section, name = key.split("__", 1)
             target = base[section]
@@ -38,7 +39,7 @@ def _settings(**scoring: Any) -> Callable[[], RetrievalSettings]:
             for parent in parents:
                 target = target[parent]
             target[leaf] = value
-        return RetrievalSettings.model_validate(base)
+        return kind.model_validate(base)
 
     return build
 
@@ -61,7 +62,7 @@ VARIANTS: Mapping[str, Variant] = {
     "weighted_selection": Variant(_settings(scoring__fusion="weighted"), SELECTION, (4000,), VARIANT_STRIDE),
     "graph_ranked": Variant(_settings(scoring__rank_fusion__graph_as_ranked_list=True), {}, (4000,), VARIANT_STRIDE),
     "plain_score_order": Variant(
-        _settings(packing__item_format="plain", packing__tier_order="score"), {}, (4000,), VARIANT_STRIDE
+        _settings(ArmSettings, packing__item_format="plain", packing__tier_order="score"), {}, (4000,), VARIANT_STRIDE
     ),
 }
 
@@ -84,7 +85,7 @@ def bundles(
             for budget in variant.budgets:
                 result = retrieve(
                     store, question.question, namespaces=[question.sample_id], reference_time=when[question.sample_id],
-                    token_budget=budget, config=settings, encoder=encoder, log=False, **variant.options,
+                    token_budget=budget, settings=settings, encoder=encoder, log=False, **variant.options,
                 )
                 yield {"key": question.key, "variant": name, "budget": budget, "bundle": result.bundle.to_json()}
 

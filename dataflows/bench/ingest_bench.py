@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
-from rms_retrieval.dataflows.bench.speed_bench import RandomEncoder, directory_size_mb, peak_memory_mb, synthetic_objects
+from rms_retrieval.dataflows.bench.speed_bench import directory_size_mb, peak_memory_mb, synthetic_objects
+from tests.factories import RandomEncoder
 
 INGEST_SIZES = (1_000, 10_000, 100_000)
 SINGLES = 30

@@ -78,7 +78,7 @@ def pipeline_arm(
 ) -> Callable[[BenchQuery], Any]:
     def run(query: BenchQuery) -> Any:
         return retrieve(store, query.text, namespaces=query.namespaces, reference_time=query.reference_time,
-                        token_budget=LATENCY_BUDGET, limit=BUNDLE, config=settings, encoder=encoder, log=log).bundle
+                        token_budget=LATENCY_BUDGET, limit=BUNDLE, settings=settings, encoder=encoder, log=log).bundle
 
     return run
 

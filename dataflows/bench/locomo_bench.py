@@ -35,6 +35,7 @@ from rms_retrieval.dataflows.bench.metrics import (
     summarise,
 )
 from rms_retrieval.dataflows.locomo import LocomoDataset, LocomoQuestion, evidence_object_ids, questions_for, reference_time
+from rms_retrieval.dataflows.bench.arm_settings import ArmSettings
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.query_analysis import query_embedding
@@ -85,13 +86,19 @@ def _paths(*paths: PathType) -> frozenset[PathType]:
     return frozenset(paths)
 
 
-def _variant(*changes: Callable[[RetrievalSettings], dict[str, Any]]) -> Callable[[RetrievalSettings], RetrievalSettings]:
+def _variant(
+    *changes: Callable[[RetrievalSettings], dict[str, Any]], kind: type[RetrievalSettings] | None = None,
+) -> Callable[[RetrievalSettings], RetrievalSettings]:
+    """An arm: `base` (as `kind` when given: ArmSettings for the levers the product no longer has)
+    with `changes` applied."""
     def build(base: RetrievalSettings) -> RetrievalSettings:
+        cls = kind or type(base)
+        base = cls.model_validate(base.model_dump())
         update: dict[str, Any] = {}
         for change in changes:
             update.update(change(base))
         # model_copy skips validation; re-validating rejects an impossible combination here.
-        return RetrievalSettings.model_validate(base.model_copy(update=update).model_dump())
+        return cls.model_validate(base.model_copy(update=update).model_dump())
 
     return build
 
@@ -125,9 +132,10 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "no_session": _variant(_no_session),
     # Levers of issue 15, tried on the tune split and kept as arms so the table can be re-run;
     # the two adopted ones are now defaults, so their arms give back the earlier behaviour.
-    "score_order": _variant(lambda s: _with_packing(s, tier_order="score")),
-    "density_0.25": _variant(lambda s: _with_packing(s, density_exponent=0.25)),
-    "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False)),
+    # (ArmSettings: the product has no setting for them; bench/arm_nodes.py reads them.)
+    "score_order": _variant(lambda s: _with_packing(s, tier_order="score"), kind=ArmSettings),
+    "density_0.25": _variant(lambda s: _with_packing(s, density_exponent=0.25), kind=ArmSettings),
+    "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False), kind=ArmSettings),
     # Issue 15's third round (defaults now), adopted in two steps: the first step alone, one part
     # undone, and all of it undone
     "speaker_off": _variant(_no_speaker),
@@ -135,10 +143,10 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
                                   lambda s: _with_candidates(s, vector_k=200, lexical_k=200)),
     "shallow_lists": _variant(_shallow_lists),
     "round3_off": _variant(_no_speaker, _shallow_lists),
-    # RM3-style BM25 feedback (nodes/feedback.py, off by default: not proven on confirm):
+    # RM3-style BM25 feedback (bench/feedback.py; not proven on confirm, so no product setting):
     # terms, feedback turns and weight of the second search
     **{f"rm3_{terms}_d{docs}_w{weight}": _variant(lambda s, t=terms, d=docs, w=weight: _with_candidates(
-        s, lexical_feedback_terms=t, lexical_feedback_docs=d, lexical_feedback_weight=w))
+        s, lexical_feedback_terms=t, lexical_feedback_docs=d, lexical_feedback_weight=w), kind=ArmSettings)
        for terms, docs, weight in ((10, 5, 0.3), (10, 5, 0.6), (20, 10, 0.3), (20, 10, 0.6), (30, 20, 0.3))},
 }
 
@@ -180,8 +188,8 @@ def arm_settings(name: str, base: RetrievalSettings | None = None) -> RetrievalS
 
 
 def settings_changes(settings: RetrievalSettings, base: RetrievalSettings | None = None) -> dict[str, Any]:
-    """The settings fields where `settings` differs from `base`, as dotted names."""
-    return _diff(settings.model_dump(mode="json"), (base or RetrievalSettings()).model_dump(mode="json"))
+    """The settings fields where `settings` differs from `base` (the defaults of its own class), as dotted names."""
+    return _diff(settings.model_dump(mode="json"), (base or type(settings)()).model_dump(mode="json"))
 
 
 def _diff(new: Any, old: Any, prefix: str = "") -> dict[str, Any]:
@@ -266,7 +274,7 @@ class LocomoBench:
             overrides.update(self._pools[pool_key])
         result = retrieve(
             self.store, question.question, namespaces=[question.sample_id],
-            reference_time=self._reference[question.sample_id], token_budget=largest, config=settings,
+            reference_time=self._reference[question.sample_id], token_budget=largest, settings=settings,
             encoder=self.encoder, cross_encoder=self.cross_encoder, extra_nodes=REPACK_NODES, overrides=overrides,
             log=False,
         )
@@ -295,9 +303,11 @@ class LocomoBench:
 
 
 def pool_fingerprint(settings: RetrievalSettings) -> str:
-    """What the stages before scoring read of `settings`: equal strings, equal filtered pools."""
-    dumped = settings.model_dump(mode="json")
-    return json.dumps({name: dumped[name] for name in POOL_SETTINGS}, sort_keys=True)
+    """What the stages before scoring read of `settings`: equal strings, equal filtered pools. Only
+    fields off their defaults count, so an arm's settings class with extra fields at their
+    defaults shares the product's pools."""
+    dumped = settings.model_dump(mode="json", exclude_defaults=True)
+    return json.dumps({name: dumped.get(name) for name in POOL_SETTINGS}, sort_keys=True)
 
 
 def shared_pool_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], settings: RetrievalSettings) -> dict:
@@ -308,7 +318,7 @@ def shared_pool_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], s
         direct = retrieve(
             bench.store, question.question, namespaces=[question.sample_id],
             reference_time=bench.request(question, bench.budgets[-1]).reference_time,
-            token_budget=bench.budgets[-1], config=settings, encoder=bench.encoder,
+            token_budget=bench.budgets[-1], settings=settings, encoder=bench.encoder,
             cross_encoder=bench.cross_encoder, log=False,
         ).bundle
         compared += 1
@@ -343,7 +353,7 @@ def repack_check(bench: LocomoBench, questions: Sequence[LocomoQuestion], settin
             direct = retrieve(
                 bench.store, question.question, namespaces=[question.sample_id],
                 reference_time=bench.request(question, budget).reference_time, token_budget=budget,
-                config=settings, encoder=bench.encoder, cross_encoder=bench.cross_encoder, log=False,
+                settings=settings, encoder=bench.encoder, cross_encoder=bench.cross_encoder, log=False,
             ).bundle
             compared += 1
             if direct.to_json() != run.bundles[budget].to_json():

@@ -9,7 +9,6 @@ see the same machine load.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import resource
 import time
@@ -32,7 +31,8 @@ from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder
+from rms_retrieval.stores.protocols import QueryEncoder
+from tests.factories import RandomEncoder
 
 BUNDLE_SIZES = (10, 50, 200)
 LATENCY_BUDGET = 100_000  # large enough that `limit`, not the budget, decides the bundle size
@@ -248,26 +248,6 @@ def directory_size_mb(path: str | Path) -> float:
 
 
 # ----- scaling: synthetic stores -----------------------------------------------------------------
-
-
-class RandomEncoder(QueryEncoder):
-    """Random unit vectors, reproducible per text: ingestion without a model, for synthetic stores."""
-
-    def __init__(self, dimension: int = 384) -> None:
-        self._identity = EmbeddingIdentity("synthetic-random-unit", "seeded-by-text", dimension)
-
-    @property
-    def identity(self) -> EmbeddingIdentity:
-        return self._identity
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        rows = []
-        for text in texts:
-            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-            rng = np.random.default_rng(seed)
-            rows.append(rng.standard_normal(self._identity.dimension))
-        vectors = np.asarray(rows, dtype=np.float32).reshape(len(texts), self._identity.dimension)
-        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
 def synthetic_objects(start: int, count: int, *, namespaces: int = SCALE_NAMESPACES, seed: int = 0) -> list[MemoryObject]:

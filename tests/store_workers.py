@@ -1,6 +1,7 @@
-"""Processes that write and read one store at once: the store's concurrency and crash checks.
+"""Processes that write and read one store at once: the store's concurrency and crash tests, and
+the crash benchmark (`rms bench crash`).
 
-Run as `python -m rms_retrieval.dataflows.bench.store_workers write STORE START COUNT` (adds turns
+Run from the repository's root as `python -m tests.store_workers write STORE START COUNT` (adds turns
 START..START+COUNT-1 one per write, printing `committed N` after each) or `... read STORE STOP`
 (checks snapshots, answers, enumerates and explains in a loop until the file STOP exists, then
 prints one JSON summary) or
@@ -23,9 +24,12 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.dataflows.bench.speed_bench import RandomEncoder
 from rms_retrieval.stores.models import MemoryObject
+from tests.factories import RandomEncoder
 
+# How to start one (in ROOT, so that `tests` imports).
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = [sys.executable, "-m", "tests.store_workers"]
 NAMESPACE = "live"
 DIMENSION = 16
 _WORDS = "garden painting river camping guitar marathon recipe puppy museum violin hiking pottery".split()

@@ -1,0 +1,117 @@
+"""Node variants for the benchmark's `ArmSettings` (`arm_settings.py`): Hamilton module overrides
+of `lexical_candidates`, `fused_scores` and `packed_bundle` that read the arms' extra fields and
+otherwise call the stage modules' own nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hamilton.function_modifiers import config
+
+from rms_retrieval.dataflows.bench.arm_settings import ArmSettings
+from rms_retrieval.dataflows.bench.feedback import feedback_terms, interpolated_hits
+from rms_retrieval.nodes import candidate_generation, packing, scoring
+from rms_retrieval.nodes.models import (CandidateLimits, CandidatePool, ChannelResult, FilteredPool, MemoryBundle,
+                                        QueryAnalysis, QueryIntent, RankedCandidates, RetrievalRequest, ScoredPool,
+                                        Selection)
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.protocols import LexicalHit, LexicalIndex, ObjectStore
+
+
+@dataclass(frozen=True)
+class _FeedbackIndex:
+    """The lexical index with RM3 feedback on its search: the first search's best hits vote for
+    terms, searched for a second time and interpolated with the first."""
+
+    index: LexicalIndex
+    objects: ObjectStore
+    terms: int
+    docs: int
+    weight: float
+
+    def search_lexical(self, query: str, namespaces: Sequence[str], limit: int) -> list[LexicalHit]:
+        found = self.index.search_lexical(query, namespaces, limit)
+        if not found:
+            return found
+        top = found[: self.docs]
+        contents = self.objects.get_objects([hit.object_id for hit in top], namespaces)
+        terms = feedback_terms(query, [(contents[hit.object_id].content, hit.score) for hit in top
+                                       if hit.object_id in contents], self.terms)
+        if not terms:
+            return found
+        return interpolated_hits(found, self.index.search_lexical(" ".join(terms), namespaces, limit), self.weight, limit)
+
+
+def _arm(settings: RetrievalSettings) -> ArmSettings:
+    if not isinstance(settings, ArmSettings):
+        raise TypeError(f"the benchmark's node variants need ArmSettings, got {type(settings).__name__}")
+    return settings
+
+
+def lexical_candidates(
+    lexical_index: LexicalIndex,
+    object_store: ObjectStore,
+    candidate_limits: CandidateLimits,
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+) -> ChannelResult:
+    """The stage's BM25 path; with feedback terms set, over the index with RM3 feedback."""
+    cfg = _arm(settings).candidates
+    index = (_FeedbackIndex(lexical_index, object_store, cfg.lexical_feedback_terms, cfg.lexical_feedback_docs,
+                            cfg.lexical_feedback_weight) if cfg.lexical_feedback_terms else lexical_index)
+    return candidate_generation.lexical_candidates(index, candidate_limits, request, settings)
+
+
+def _scored_analysis(query_analysis: QueryAnalysis, settings: RetrievalSettings) -> QueryAnalysis:
+    """The analysis scoring reads: without its dates, unless they count for its intent."""
+    if _arm(settings).scoring.temporal_any_intent or query_analysis.intent is QueryIntent.TEMPORAL:
+        return query_analysis
+    return query_analysis.model_copy(update={"temporal_signals": ()})
+
+
+@config.when(fusion="rrf")
+def fused_scores__rrf(
+    filtered_candidates: FilteredPool,
+    query_analysis: QueryAnalysis,
+    settings: RetrievalSettings,
+    spoken_by_query_entities: frozenset[int] = frozenset(),
+) -> ScoredPool:
+    """Formula 2, the question's dates read as `temporal_any_intent` says."""
+    return scoring.fused_scores__rrf(filtered_candidates, _scored_analysis(query_analysis, settings), settings,
+                                     spoken_by_query_entities)
+
+
+@config.when(fusion="weighted")
+def fused_scores__weighted(
+    filtered_candidates: FilteredPool,
+    query_analysis: QueryAnalysis,
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+    spoken_by_query_entities: frozenset[int] = frozenset(),
+) -> ScoredPool:
+    """Formula 1, the question's dates read as `temporal_any_intent` says."""
+    return scoring.fused_scores__weighted(filtered_candidates, _scored_analysis(query_analysis, settings), request,
+                                          settings, spoken_by_query_entities)
+
+
+def packed_bundle(
+    selected_candidates: Selection,
+    ranked_candidates: RankedCandidates,
+    filtered_candidates: FilteredPool,
+    merged_candidates: CandidatePool,
+    query_analysis: QueryAnalysis,
+    request: RetrievalRequest,
+    settings: RetrievalSettings,
+) -> MemoryBundle:
+    """The stage's bundle, items offered in the arm's tier order and density."""
+    cfg = _arm(settings).packing
+    tiered, exponent = cfg.tier_order == "tiered", cfg.density_exponent
+
+    def priority(item: packing._Item) -> tuple:
+        tier = item.tier if tiered else min(item.tier, 2)
+        return (tier, -item.score / (max(item.tokens, 1) ** exponent), -item.score, item.obj.id.int)
+
+    return packing._packed_bundle(selected_candidates, ranked_candidates, filtered_candidates, merged_candidates,
+                                  query_analysis, request, settings, priority)
