@@ -1,8 +1,8 @@
 """An MCP server over one store: `rms mcp --store DIR --namespace NS` (the [mcp] extra).
 
 Built on the official `mcp` SDK's `MCPServer`, over stdio or streamable HTTP. Its tools:
-memory_search, memory_add, memory_explain, memory_scan, memory_aggregate_assertions and
-memory_aggregate_quantities. Each tool's arguments are a pydantic model that forbids unknown
+memory_search, memory_add (through `MemoryStore.add_messages`), memory_explain, memory_scan,
+memory_aggregate_assertions, memory_aggregate_quantities, memory_delete and memory_erase. Each tool's arguments are a pydantic model that forbids unknown
 fields, and its published JSON schema says so (`additionalProperties: false`, nested objects
 included); a bad argument is a one-line tool error and the server goes on serving.
 
@@ -15,10 +15,8 @@ caller cannot tell a namespace that exists elsewhere in the store from one that 
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
@@ -38,11 +36,10 @@ from rms_retrieval.dataflows.retrieval import as_request, retrieve
 from rms_retrieval.integration import bundle_items
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.stores.aggregation import AssertionQuery, QuantityQuery, aggregate_assertions, aggregate_quantities
-from rms_retrieval.stores.enumeration import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, iter_objects, scan_objects
+from rms_retrieval.stores.enumeration import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, scan_objects
 from rms_retrieval.stores.errors import EmbeddingError, StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
-from rms_retrieval.stores.protocols import IngestReport
+from rms_retrieval.stores.models import LifecycleState, NodeType
 
 # The namespace rule of MemoryObject: a requested name outside it can hold nothing.
 _NAMESPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
@@ -144,6 +141,27 @@ class AddArguments(BaseModel):
     messages: tuple[ChatMessage, ...] = Field(min_length=1, max_length=10_000)
 
 
+class DeleteArguments(BaseModel):
+    """Objects of one namespace to delete, all or none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespace: str
+    ids: tuple[UUID, ...] = Field(min_length=1, max_length=10_000)
+
+
+class EraseArguments(BaseModel):
+    """Every object of one namespace (of one owner, matching `where`) erased: deleted, compacted out
+    of the store's files and out of the retrieval log."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespace: str
+    owner: str | None = Field(default=None, min_length=1)
+    where: dict[str, str | int | float | bool] | None = Field(
+        default=None, description="exact matches on object fields or metadata.<key>, e.g. {\"metadata.user\": \"u1\"}")
+
+
 # ----- the server ------------------------------------------------------------------------------
 
 
@@ -153,7 +171,6 @@ class MemoryServer:
     def __init__(self, store: MemoryStore, binding: NamespaceBinding) -> None:
         self.store = store
         self.binding = binding
-        self._add_lock = threading.Lock()  # session positions are read, then written
         tools = [
             _tool("memory_search", SearchArguments, self.search,
                   "Search memory: the Memory Bundle for a question (packed context and ranked items)."),
@@ -167,6 +184,10 @@ class MemoryServer:
                   "Exact counts of structured claims by normalised subject, predicate, object, polarity."),
             _tool("memory_aggregate_quantities", QuantityQuery, self.aggregate_quantities,
                   "Exact per-unit totals of grounded quantities."),
+            _tool("memory_delete", DeleteArguments, self.delete,
+                  "Delete stored objects of a namespace by id (all or none)."),
+            _tool("memory_erase", EraseArguments, self.erase,
+                  "Erase a namespace's objects (optionally of one owner or matching fields): no byte of them is left."),
         ]
         self.server = MCPServer(
             name="rms-retrieval", tools=tools,
@@ -203,9 +224,21 @@ class MemoryServer:
     def add(self, arguments: AddArguments) -> dict[str, Any]:
         if not self.binding.serves(arguments.namespace):
             raise ToolError(not_served(arguments.namespace))
-        with self._add_lock:
-            report = add_messages(self.store, arguments.namespace, arguments.session_id, arguments.messages)
+        messages = [{"role": message.role, "content": message.content,
+                     **({"name": message.name} if message.name else {}),
+                     **({"created_at": message.timestamp} if message.timestamp else {})} for message in arguments.messages]
+        report = self.store.add_messages(arguments.namespace, arguments.session_id, messages)
         return {"added": report.objects_added, "generation": report.details["generation"]}
+
+    def delete(self, arguments: DeleteArguments) -> dict[str, Any]:
+        self._readable([arguments.namespace])
+        report = self.store.delete(arguments.namespace, arguments.ids)
+        return {"deleted": [str(object_id) for object_id in report.object_ids], "generation": report.generation}
+
+    def erase(self, arguments: EraseArguments) -> dict[str, Any]:
+        self._readable([arguments.namespace])
+        report = self.store.erase(arguments.namespace, owner=arguments.owner, where=arguments.where)
+        return {"erased": len(report.object_ids), "generation": report.generation}
 
     def explain(self, arguments: ExplainArguments) -> dict[str, Any]:
         from rms_retrieval.dataflows.explain import explain, not_found
@@ -230,28 +263,6 @@ class MemoryServer:
     def aggregate_quantities(self, query: QuantityQuery) -> dict[str, Any]:
         self._readable([query.namespace])
         return aggregate_quantities(self.store, query).model_dump(mode="json")
-
-
-def add_messages(store: MemoryStore, namespace: str, session_id: str, messages: Sequence[ChatMessage]) -> IngestReport:
-    """Chat messages as TURN objects, after the session's stored turns, in one add.
-
-    The store's own message API (issue 22's `MemoryStore.add_messages`) replaces this function
-    once it is on main. Until then the session's next position comes from a scan of the
-    namespace's turns (linear in the namespace); the speaker's name, when given, is
-    `metadata.speaker`, and the content is kept as given.
-    """
-    start = 1 + max((turn.session_seq for turn in iter_objects(store, namespace=namespace, node_type=NodeType.TURN,
-                                                                  lifecycle=LifecycleState)
-                     if turn.session_id == session_id and turn.session_seq is not None), default=-1)
-    now = datetime.now(timezone.utc)
-    turns = [
-        MemoryObject(namespace=namespace, session_id=session_id, session_seq=start + offset, node_type=NodeType.TURN,
-                     content=message.content, created_at=message.timestamp or now, updated_at=message.timestamp or now,
-                     event_time=message.timestamp or now,
-                     metadata={"role": message.role, **({"speaker": message.name} if message.name else {})})
-        for offset, message in enumerate(messages)
-    ]
-    return store.add(turns)
 
 
 class _RawArguments(ArgModelBase):

@@ -7,7 +7,7 @@ from uuid import UUID
 
 import pytest
 
-from rms_retrieval.dataflows.bench import store_workers
+from tests import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.stores.check import check_store
 from rms_retrieval.stores.errors import StoreError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rms_retrieval.dataflows.bench import store_workers
+from tests import store_workers
 from rms_retrieval.stores import compaction
 from rms_retrieval.stores.manifest import SEGMENTS_DIR, read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore

@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from rms_retrieval.mcp_server import NamespaceBinding, not_served
 
 TOOLS = {"memory_search", "memory_add", "memory_explain", "memory_scan", "memory_aggregate_assertions",
-         "memory_aggregate_quantities"}
+         "memory_aggregate_quantities", "memory_delete", "memory_erase"}
 OTHER = "demo-other-conversation"  # in the demo store, not served
 QUESTION = "Where does Tomas work now?"
 
@@ -205,6 +205,37 @@ def test_the_other_tools_answer(demo_store, demo_copy):
             failed, error = await call(session, "memory_add", {"namespace": demo_store.namespace, "session_id": "s",
                                                                "messages": [{"role": "user", "content": "x", "mood": 1}]})
             assert failed and "messages.0.mood: Extra inputs are not permitted" in error
+
+    asyncio.run(scenario())
+
+
+def test_delete_and_erase_change_only_the_served_namespace(demo_store, demo_copy):
+    async def scenario():
+        async with stdio_session(demo_copy, "--namespace", demo_store.namespace) as session:
+            failed, added = await call(session, "memory_add", {
+                "namespace": demo_store.namespace, "session_id": "mcp-erase",
+                "messages": [{"role": "user", "name": "Priya", "content": "My locker code is 4417."},
+                             {"role": "user", "name": "Priya", "content": "The spare key hangs by the door."}]})
+            assert not failed and added["added"] == 2
+            _, page = await call(session, "memory_scan", {"namespace": demo_store.namespace, "limit": 500})
+            ids = {obj["content"]: obj["id"] for obj in page["objects"]}
+            failed, deleted = await call(session, "memory_delete", {"namespace": demo_store.namespace,
+                                                                    "ids": [ids["My locker code is 4417."]]})
+            assert not failed and deleted["deleted"] == [ids["My locker code is 4417."]]
+            failed, error = await call(session, "memory_delete", {"namespace": demo_store.namespace,
+                                                                  "ids": [ids["My locker code is 4417."]]})
+            assert failed and "\n" not in error  # gone already: a one-line error
+            failed, error = await call(session, "memory_delete", {"namespace": OTHER, "ids": [ids["The spare key hangs by the door."]]})
+            assert failed and error.endswith(not_served(OTHER))
+            failed, error = await call(session, "memory_erase", {"namespace": OTHER})
+            assert failed and error.endswith(not_served(OTHER))
+            failed, erased = await call(session, "memory_erase", {"namespace": demo_store.namespace,
+                                                                  "where": {"session_id": "mcp-erase"}})
+            assert not failed and erased["erased"] >= 1
+            _, page = await call(session, "memory_scan", {"namespace": demo_store.namespace, "limit": 500})
+            assert not {"My locker code is 4417.", "The spare key hangs by the door."} & {o["content"] for o in page["objects"]}
+        with MemoryStore.open(demo_copy, create=False) as store:
+            assert store.count_objects([OTHER]) > 0  # the other namespace is untouched
 
     asyncio.run(scenario())
 
