@@ -45,7 +45,7 @@ def test_the_log_record_carries_backend_failures_the_skipped_floor_and_coverage(
                           reference_time=demo_store.reference_time, token_budget=300, min_score=0.5,
                           encoder=OtherModelEncoder())
         [record] = store.retrieval_log()[before:]
-    meta, payload = result.bundle.retrieval_metadata, record["payload"]
+    meta, payload = result.bundle.retrieval_metadata.model_dump(mode="json"), record["payload"]
     assert payload["backend_failures"] == meta["backend_failures"] == {"VECTOR": "embedding_mismatch"}
     assert payload["min_score_skipped"] is meta["min_score_skipped"] is True
     assert payload["aggregation_coverage"] == meta["aggregation_coverage"]
