@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "query": ("rms_retrieval.dataflows.query_command", "answer a question with a Memory Bundle"),
     "demo": ("rms_retrieval.dataflows.query_command", "build the embedded demo store and answer sample questions"),
     "batch": ("rms_retrieval.dataflows.batch_command", "answer a JSON Lines file of requests into one Parquet file"),
-    "ingest": ("rms_retrieval.dataflows.ingest_command", "add MemoryObjects from a JSON Lines file (all or nothing)"),
+    "ingest": ("rms_retrieval.dataflows.ingest_command", "add MemoryObjects or chat messages from a JSON Lines file (all or nothing)"),
     "ingest-locomo": ("rms_retrieval.dataflows.ingest_command",
                       "build a store from LoCoMo (one namespace per conversation)"),
     "dag": ("rms_retrieval.dataflows.audit_command",

@@ -55,9 +55,10 @@ def test_changing_a_helper_module_changes_the_fingerprint_and_an_unused_one_does
 def test_a_bundle_s_fingerprint_covers_the_helpers_of_the_stages_and_the_store():
     covered = set(dependency_modules(RETRIEVE_ROOTS))
     helpers = {f"rms_retrieval.nodes.{name}" for name in
-               ("temporal", "eligibility", "graph_walk", "feedback", "formatting", "tokens", "models", "settings")}
+               ("temporal", "eligibility", "graph_walk", "formatting", "tokens", "models", "settings", "reformulation")}
     stages = {f"rms_retrieval.nodes.{name}" for name in ("query_analysis", "candidate_generation", "merging",
-                                                          "filtering", "scoring", "session_context", "packing")}
+                                                          "filtering", "scoring", "reranking", "session_context",
+                                                          "packing")}
     assert helpers | stages | {"rms_retrieval.stores.lexical", "rms_retrieval.stores.vector_index"} <= covered
     # Finding them imports nothing that a query process does not already need.
     assert "rms_retrieval.dataflows.cli" not in covered and "rms_retrieval.stores.writer" not in covered

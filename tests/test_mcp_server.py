@@ -18,6 +18,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from rms_retrieval.mcp_server import NamespaceBinding, not_served
+from rms_retrieval.stores.memory_store import MemoryStore
 
 TOOLS = {"memory_search", "memory_add", "memory_explain", "memory_scan", "memory_aggregate_assertions",
          "memory_aggregate_quantities", "memory_delete", "memory_erase"}
