@@ -11,7 +11,8 @@ from rms_retrieval.dataflows.bench import arm_nodes, locomo_bench
 from rms_retrieval.dataflows.bench.arm_settings import ArmPacking, ArmScoring, ArmSettings
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
 from rms_retrieval.nodes.formatting import group_header
-from rms_retrieval.nodes.models import CandidatePool, FilteredPool, QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
+from rms_retrieval.nodes.models import (CandidatePool, FilteredPool, QueryAnalysis, QueryIntent, RerankedPool, TemporalSignal,
+                                        TemporalType)
 from rms_retrieval.nodes.packing import SEPARATOR, selected_candidates
 from rms_retrieval.nodes.session_context import ranked_candidates
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings
@@ -51,8 +52,10 @@ def test_every_arm_builds_and_executes(arm):
 def _packed(candidates, settings, request):
     pool = FilteredPool(tuple(candidates), {})
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(arm_nodes.fused_scores__rrf(pool, analysis, settings), [], pool, request, settings)
-    return arm_nodes.packed_bundle(selected_candidates(ranked, request), ranked, pool, CandidatePool(tuple(candidates)),
+    ranked = ranked_candidates(RerankedPool(arm_nodes.fused_scores__rrf(pool, analysis, settings)), [], pool, request,
+                               settings)
+    merged = CandidatePool(tuple(candidates))
+    return arm_nodes.packed_bundle(selected_candidates(ranked, merged, request), ranked, pool, merged,
                                    analysis, request, settings)
 
 

@@ -164,8 +164,6 @@ def test_a_hostile_client_learns_nothing_of_other_namespaces(demo_store, demo_co
 
 
 def _counts(store_path: Path) -> dict[str, int]:
-    from rms_retrieval.stores.memory_store import MemoryStore
-
     with MemoryStore.open(store_path, create=False, read_only=True) as store:
         return {namespace: store.count_objects([namespace]) for namespace in store.namespaces()}
 
