@@ -120,13 +120,13 @@ def alternate_candidates(
         analysis = query_analysis(alternate, entity_catalog, settings)
         results = (
             vector_candidates(embedding, vector_index, candidate_limits, alternate, settings),
-            lexical_candidates(lexical_index, object_store, candidate_limits, alternate, settings),
+            lexical_candidates(lexical_index, candidate_limits, alternate, settings),
             graph_candidates(analysis, entity_catalog, graph_index, candidate_limits, alternate, settings),
         )
         failures += _pass_failures(number, results)
         passes.append(results)
         if not failures:
-            objects.update(candidate_objects(*results, none, ChannelResult(path=PathType.KEYWORD_SCAN), object_store,
+            objects.update(candidate_objects([*results, none, ChannelResult(path=PathType.KEYWORD_SCAN)], object_store,
                                              alternate))
     if failures:
         raise ReformulationError("query reformulation aborted before merging: " + "; ".join(failures))

@@ -27,10 +27,10 @@ def test_the_next_write_removes_a_dead_writes_files(tmp_path):
     path = tmp_path / "store"
     with MemoryStore.open(path, store_workers.encoder()) as store:
         store.add([store_workers.turn(0)])
-        staged = path / SEGMENTS_DIR / f"{TEMPORARY_PREFIX}g00000002-dead"
+        staged = path / SEGMENTS_DIR / f"{TEMPORARY_PREFIX}g00000002-deaddeaddead"
         staged.mkdir()
         (staged / "objects.parquet").write_bytes(b"half a file")
-        renamed = path / SEGMENTS_DIR / "g00000002-never-named"
+        renamed = path / SEGMENTS_DIR / "g00000002-0123456789ab"  # renamed into place, never named
         renamed.mkdir()
         (path / "manifest.json.tmp").write_text("{")
         (path / "write.lock").write_text('{"pid": 1, "since": "2026-01-01T00:00:00+00:00"}')  # as a killed writer leaves it
@@ -59,8 +59,8 @@ def test_sigkill_during_update_delete_erase_and_compaction_leaves_before_or_afte
     for _ in range(6):
         with MemoryStore.open(path, create=False, read_only=True) as store:
             start = total - store.count_objects()
-        worker = subprocess.Popen([*crash_bench.WORKER, "forget", str(path), str(start), str(total)],
-                                  stdout=subprocess.PIPE, text=True)
+        worker = subprocess.Popen([*store_workers.COMMAND, "forget", str(path), str(start), str(total)],
+                                  stdout=subprocess.PIPE, text=True, cwd=store_workers.ROOT)
         assert worker.stdout is not None
         for _ in range(rng.randint(0, 2)):
             worker.stdout.readline()
