@@ -140,9 +140,10 @@ def write_table_segment(
     index = io.BytesIO()
     np.savez(index, vectors=vectors, **postings.to_arrays(), **_edge_arrays(edges))
     blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: index.getvalue()}
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
     namespaces = Counter(objects.column("namespace").to_pylist())
-    sidecar = sidecar_bytes(segment_id, objects.num_rows, {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()},
-                            sources, dict(sorted(namespaces.items())), vectors.shape[1] if vectors.ndim == 2 else 0)
+    sidecar = sidecar_bytes(segment_id, objects.num_rows, digests, sources, dict(sorted(namespaces.items())),
+                            vectors.shape[1] if vectors.ndim == 2 else 0)
     parent = store / SEGMENTS_DIR
     parent.mkdir(exist_ok=True)
     staging = parent / f"{TEMPORARY_PREFIX}{segment_id}"
@@ -159,8 +160,7 @@ def write_table_segment(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    entry = SegmentEntry(segment_id, objects.num_rows, {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()},
-                         sources)
+    entry = SegmentEntry(segment_id, objects.num_rows, digests, sources)
     segment = LoadedSegment.__new__(LoadedSegment)
     segment.entry, segment.directory = entry, segment_directory(store, segment_id)
     segment._build(store, vectors, postings, loaded_columns(objects), tuple(edges))
