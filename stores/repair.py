@@ -32,7 +32,7 @@ from rms_retrieval.stores.expansion import OFF, TurnExpansion, expansion_from_js
 from rms_retrieval.stores.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, fsync_path, read_manifest, write_manifest
 from rms_retrieval.stores.protocols import EmbeddingIdentity
 from rms_retrieval.stores.segments import (SEGMENT_FILES, SEGMENT_NAME, SEPARATE_FILES, SIDECAR_FILE, VECTORS_FILE,
-                                           LoadedSegment, latest_deletions)
+                                           LoadedSegment, latest_deletions, segment_generation)
 from rms_retrieval.stores.write_lock import WriteLock
 
 STORE_FACTS_FILE = "store.json"
@@ -124,10 +124,6 @@ def _hashed_entry(directory: Path) -> SegmentEntry:
     return SegmentEntry(directory.name, -1, files)
 
 
-def _generation(segment_id: str) -> int:
-    return int(segment_id[1:9])
-
-
 def repair_store(store: Path, default_identity: Callable[[], EmbeddingIdentity]) -> RepairReport:
     """Rebuild `store`'s manifest from its intact segments under the write lock (RepairReport says
     what was kept, replaced and set aside). `default_identity` names the vectors' model when neither
@@ -196,10 +192,10 @@ def _repair(store: Path, default_identity: Callable[[], EmbeddingIdentity]) -> R
     for segment_id, (segment, candidate) in intact.items():
         if candidate.namespaces is None and segment_id not in replaced:
             # a segment without a description: it was merged away if a later segment holds all its rows
-            if any(other != segment_id and _generation(other) >= _generation(segment_id) and keys[segment_id] <= keys[other]
+            if any(other != segment_id and segment_generation(other) >= segment_generation(segment_id) and keys[segment_id] <= keys[other]
                    for other in intact):
                 replaced.add(segment_id)
-    kept = sorted((segment_id for segment_id in intact if segment_id not in replaced), key=lambda name: (_generation(name), name))
+    kept = sorted((segment_id for segment_id in intact if segment_id not in replaced), key=lambda name: (segment_generation(name), name))
 
     facts = _read_facts(store)
     if old is not None:
@@ -216,7 +212,7 @@ def _repair(store: Path, default_identity: Callable[[], EmbeddingIdentity]) -> R
             raise StoreError(f"segment {segment_id} holds vectors of dimension {segment.vectors.shape[1]}, not the "
                              f"{identity.dimension} of {identity.model_name}; nothing was changed")
 
-    generation = max([_generation(name) for name in (*intact, *damaged)] + [old.generation if old else 0]) + 1
+    generation = max([segment_generation(name) for name in (*intact, *damaged)] + [old.generation if old else 0]) + 1
     if damaged:
         aside = store / DAMAGED_DIR
         aside.mkdir(exist_ok=True)

@@ -91,6 +91,11 @@ def new_segment_id(generation: int) -> str:
 SEGMENT_NAME = re.compile(r"g[0-9]{8}-[0-9a-f]{12}")
 
 
+def segment_generation(segment_id: str) -> int:
+    """The generation a segment directory was written for (ids are `g<generation>-<random>`)."""
+    return int(segment_id[1:9])
+
+
 def _namespace_order(rows: Sequence[MemoryObject]) -> list[int]:
     """Row positions grouped by namespace (stable), so a namespace's vectors are one slice."""
     return sorted(range(len(rows)), key=lambda position: rows[position].namespace)

@@ -32,7 +32,8 @@ from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.positions import placed_turns
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
 from rms_retrieval.stores.segments import (DELETIONS_PREFIX, SEGMENT_NAME, TEMPORARY_PREFIX, LoadedSegment, StoredEdge,
-                                           new_segment_id, write_deletions, write_segment, write_table_segment)
+                                           new_segment_id, segment_generation, write_deletions, write_segment,
+                                           write_table_segment)
 from rms_retrieval.stores.snapshot import StoreSnapshot
 from rms_retrieval.stores.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
 
@@ -244,11 +245,6 @@ def store_made(name: str) -> bool:
     return SEGMENT_NAME.fullmatch(name.removeprefix(TEMPORARY_PREFIX)) is not None
 
 
-def _generation_of(segment_id: str) -> int:
-    """The generation a segment directory was written for (ids are `g<generation>-<random>`)."""
-    return int(segment_id[1:9])
-
-
 class GarbageCollector:
     """Removes the segment directories no generation needs any more; runs under the write lock.
 
@@ -295,7 +291,7 @@ class GarbageCollector:
         for child in directory.iterdir():
             if child.name in named or not store_made(child.name):
                 continue  # what the store did not make (an operator's backup, say) is never touched
-            generation = _generation_of(child.name.removeprefix(TEMPORARY_PREFIX))
+            generation = segment_generation(child.name.removeprefix(TEMPORARY_PREFIX))
             if child.name.startswith(TEMPORARY_PREFIX) or generation >= live.generation:
                 shutil.rmtree(child, ignore_errors=True)
             else:
@@ -323,7 +319,7 @@ def never_named(store: Path, live: Manifest) -> list[str]:
         return []
     named = set(live.segment_ids)
     return sorted(child.name for child in directory.iterdir() if child.name not in named and store_made(child.name)
-                  and (child.name.startswith(TEMPORARY_PREFIX) or _generation_of(child.name) >= live.generation))
+                  and (child.name.startswith(TEMPORARY_PREFIX) or segment_generation(child.name) >= live.generation))
 
 
 def commit(
