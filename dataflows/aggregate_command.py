@@ -91,7 +91,7 @@ def _open(path: str):
 
 
 def _cmd_scan(args: argparse.Namespace) -> int:
-    from rms_retrieval.stores.enumeration import DEFAULT_LIFECYCLE, scan_objects
+    from rms_retrieval.stores.exact.enumeration import DEFAULT_LIFECYCLE, scan_objects
 
     with _open(args.store) as store:
         page = scan_objects(
@@ -109,7 +109,7 @@ def _cmd_scan(args: argparse.Namespace) -> int:
 
 
 def _cmd_assertions(args: argparse.Namespace) -> int:
-    from rms_retrieval.stores.aggregation import AssertionQuery, aggregate_assertions
+    from rms_retrieval.stores.exact.aggregation import AssertionQuery, aggregate_assertions
 
     query = AssertionQuery(**_query_fields(args))
     with _open(args.store) as store:
@@ -118,7 +118,7 @@ def _cmd_assertions(args: argparse.Namespace) -> int:
 
 
 def _cmd_quantities(args: argparse.Namespace) -> int:
-    from rms_retrieval.stores.aggregation import QuantityQuery, aggregate_quantities
+    from rms_retrieval.stores.exact.aggregation import QuantityQuery, aggregate_quantities
 
     query = QuantityQuery(**_query_fields(args))
     with _open(args.store) as store:

@@ -24,8 +24,8 @@ from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_
 from rms_retrieval.dataflows.retrieval import RetrievalResult, retrieve
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.onnx_encoder import default_query_encoder
-from rms_retrieval.stores.protocols import QueryEncoder, RetrievalStore
+from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+from rms_retrieval.stores.protocols import QueryEncoder, ReadableStore, snapshot_of
 
 if TYPE_CHECKING:
     import graphviz
@@ -163,7 +163,7 @@ def _wrap(text: str, width: int = 48) -> str:
 
 
 def execution_graph(
-    store: RetrievalStore,
+    store: ReadableStore,
     question: str | RetrievalRequest,
     *,
     settings: RetrievalSettings | None = None,
@@ -174,6 +174,7 @@ def execution_graph(
     summary of its value. `question` is a `RetrievalRequest`, or the question with the request
     fields as for `retrieve()`. Returns the picture and the result, whose `nodes` hold every value."""
     require_bindings()
+    store = snapshot_of(store)  # the run and the drawing read one generation
     settings = settings or RetrievalSettings()
     encoder = encoder or default_query_encoder()
     dr = build_driver(settings)

@@ -84,7 +84,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.replay import ReplayError, find_record, replay_record
-    from rms_retrieval.stores.retrieval_log import within_namespaces
+    from rms_retrieval.stores.log.retrieval_log import within_namespaces
 
     if not args.request_id and not args.last:
         raise CliError("name a REQUEST_ID to replay, or --last N for the latest N logged requests")
@@ -107,8 +107,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_whatif(args: argparse.Namespace) -> int:
-    from rms_retrieval.dataflows.whatif import (changed_settings, logged_records, parse_change, whatif, whatif_graph,
-                                                whatif_many)
+    from rms_retrieval.dataflows.whatif import logged_records, whatif, whatif_graph, whatif_many
+    from rms_retrieval.dataflows.setting_changes import changed_settings, parse_change
     from rms_retrieval.nodes.settings import RetrievalSettings
 
     if not args.set:

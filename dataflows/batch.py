@@ -139,10 +139,10 @@ def ingest_with_workers(
     or nothing, so the store ends as a local ingest of the same objects leaves it, bit for bit.
     The report's details say how many texts the workers embedded and how many the writer did.
     """
-    from rms_retrieval.stores.embedding import default_encoder
-    from rms_retrieval.stores import embedding
+    from rms_retrieval.stores.providers.embedding import default_encoder
+    from rms_retrieval.stores.providers import embedding
     from rms_retrieval.stores.memory_store import MemoryStore
-    from rms_retrieval.stores.speakers import spoken_text
+    from rms_retrieval.stores.analysis.speakers import spoken_text
 
     texts = [spoken_text(memory) for memory in objects]
     vectors = {}

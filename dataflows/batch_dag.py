@@ -23,7 +23,8 @@ from typing import Any
 from hamilton.htypes import Collect, Parallelizable
 from pydantic import BaseModel, ConfigDict, Field
 
-from rms_retrieval.nodes.models import PathType, QueryEmbedding, RetrievalRequest
+from rms_retrieval.nodes.models import QueryEmbedding, RetrievalRequest
+from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 
 
@@ -145,7 +146,7 @@ def shard(request_shards: list[Shard]) -> Parallelizable[Shard]:
 
 def shard_results(shard: Shard, settings: RetrievalSettings) -> list[BatchResult]:
     """Every request of the shard answered from its store, the queries embedded together."""
-    from rms_retrieval.stores.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
 
     started = time.perf_counter()
     try:

@@ -5,7 +5,7 @@ The writer then runs the ordinary `MemoryStore.add`, all or nothing, with a `Pre
 asked for a chunk the workers embedded, it answers with their vectors; asked for anything else
 (the last chunk, which also holds the entities the store adds) it runs the model itself. The
 workers' chunks are cut exactly where `encode_many` cuts them, so the writer's requests find
-them; a vector is the same bits whichever process embeds it (stores/embedding.py).
+them; a vector is the same bits whichever process embeds it (stores/providers/embedding.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def text_chunk(text_chunks: list[tuple[str, ...]]) -> Parallelizable[tuple[str, 
 
 def chunk_vectors(text_chunk: tuple[str, ...]) -> ChunkVectors:
     """The chunk embedded by this worker's model, in one call as the store makes it."""
-    from rms_retrieval.stores.embedding import default_encoder
+    from rms_retrieval.stores.providers.embedding import default_encoder
 
     return ChunkVectors(text_chunk, default_encoder().encode(list(text_chunk)))
 

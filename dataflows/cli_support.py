@@ -37,19 +37,19 @@ def parse_time(text: str | None, option: str = "--reference-time") -> datetime |
 def open_store(path: str, *, create: bool = False, read_only: bool = False, expansion: str | None = None) -> MemoryStore:
     """The store at `path`. `create` opens it for writing with the default encoder; `read_only`
     is for commands that only read (audits), so nothing is set up, cleaned or logged;
-    `expansion` names the preset an empty store is built with (stores/expansion.py)."""
+    `expansion` names the preset an empty store is built with (stores/analysis/expansion.py)."""
     from rms_retrieval.stores.memory_store import MemoryStore
 
     if not create and not Path(path).exists():
         raise CliError(f"no store at {path}; build one with `rms ingest` or `rms ingest-locomo`")
     encoder = None
     if create:
-        from rms_retrieval.stores.embedding import default_encoder
+        from rms_retrieval.stores.providers.embedding import default_encoder
 
         encoder = default_encoder()
     asked = None
     if expansion is not None:
-        from rms_retrieval.stores.expansion import expansion_named
+        from rms_retrieval.stores.analysis.expansion import expansion_named
 
         asked = expansion_named(expansion)
     return MemoryStore.open(path, encoder=encoder, create=create, read_only=read_only, expansion=asked)
@@ -70,7 +70,7 @@ def check_budget(budget: int) -> int:
 
 def check_namespaces(store: MemoryStore, path: str, namespaces: Sequence[str]) -> None:
     """Every requested namespace holds memories, else a CliError listing the known ones."""
-    known = set(store.namespaces())
+    known = set(store.snapshot().namespaces())
     unknown = [ns for ns in namespaces if ns not in known]
     if unknown:
         raise CliError(f"namespace {', '.join(unknown)} has no memories in {path}; "

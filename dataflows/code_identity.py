@@ -3,7 +3,7 @@ depends on.
 
 The modules are found from the imports, not from a list kept by hand: starting at the modules
 `retrieve()` names (itself, and the module of the store class that answered), every import of a
-module of the package is followed, at module level and inside functions alike, so a change in a helper such as `nodes/temporal.py` or `stores/lexical.py`
+module of the package is followed, at module level and inside functions alike, so a change in a helper such as `nodes/helpers/temporal.py` or `stores/indexes/lexical.py`
 changes the fingerprint. Replay and what-if compare it with the logged one to tell a code change
 from a settings or a store change.
 """

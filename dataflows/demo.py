@@ -38,12 +38,12 @@ def load_demo() -> DemoCorpus:
 
 def build_demo_store(store_path: str | Path, *, progress: bool = False):
     """Open the demo store at `store_path`, building it on first use (later runs reuse it)."""
-    from rms_retrieval.stores.embedding import default_encoder
+    from rms_retrieval.stores.providers.embedding import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     corpus = load_demo()
     store = MemoryStore.open(str(store_path), encoder=default_encoder())
-    if store.count_objects([corpus.namespace]) == 0:
+    if store.snapshot().count_objects([corpus.namespace]) == 0:
         store.add(corpus.objects, progress=progress)
     return store, corpus
 
@@ -56,7 +56,7 @@ def run_demo(store_path: str | Path, print_fn: Callable[[str], None] = print) ->
     store, corpus = build_demo_store(store_path, progress=True)
     with store:
         when = reference_time(corpus.dataset.conversations[0])
-        print_fn(f"demo store: {store_path} ({store.count_objects()} objects); reference time {when:%Y-%m-%d}")
+        print_fn(f"demo store: {store_path} ({store.snapshot().count_objects()} objects); reference time {when:%Y-%m-%d}")
         for question in corpus.sample_questions:
             result = retrieve(store, question, namespaces=[corpus.namespace], reference_time=when, token_budget=300)
             print_fn("")

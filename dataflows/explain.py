@@ -24,14 +24,24 @@ from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows.node_types import Lineage
 from rms_retrieval.dataflows.pipeline import build_driver, pipeline_lineage
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.nodes.models import (CandidateLimits, CandidatePool, ChannelResult, FilteredPool, MemoryBundle,
-                                        PathType, QueryAnalysis, RankedCandidates, RerankedPool, RetrievalRequest,
-                                        ScoredPool, Selection)
-from rms_retrieval.nodes.formatting import format_item
+from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
+from rms_retrieval.nodes.bundle import MemoryBundle
+from rms_retrieval.nodes.pools import (
+    CandidateLimits,
+    CandidatePool,
+    ChannelResult,
+    FilteredPool,
+    PathType,
+    RankedCandidates,
+    RerankedPool,
+    ScoredPool,
+    Selection,
+)
+from rms_retrieval.nodes.helpers.formatting import format_item
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.nodes.tokens import count_tokens
+from rms_retrieval.nodes.helpers.tokens import count_tokens
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, RetrievalStore
+from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, ReadableStore, snapshot_of
 
 _COUNT_SUFFIXES = ("_rank", "_hops", "_offset")
 SELECTION_SCORE_CUTS = frozenset({"limit", "min_score"})
@@ -348,7 +358,7 @@ def _outcome(lineage: Lineage, ctx: _Context) -> tuple[Outcome, str, str]:
 
 
 def explain(
-    store: RetrievalStore,
+    store: ReadableStore,
     question: str | RetrievalRequest,
     object_id: UUID | str,
     *,
@@ -365,6 +375,7 @@ def explain(
     """
     object_id = UUID(str(object_id))
     settings = settings or RetrievalSettings()
+    store = snapshot_of(store)  # the run and the object it explains read one generation
     lineage = pipeline_lineage(build_driver(settings))
     result = retrieve(store, question, settings=settings, encoder=encoder, cross_encoder=cross_encoder,
                       extra_nodes=lineage.computed, log=False, **request_fields)

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from rms_retrieval.dataflows.locomo import (LocomoConversation, LocomoDataset, LocomoTurn, conversation_objects,
                                             load_locomo, turn_object_id)
-from rms_retrieval.stores.expansion import TurnExpansion
-from rms_retrieval.stores.messages import message_turn
+from rms_retrieval.stores.analysis.expansion import TurnExpansion
+from rms_retrieval.stores.analysis.messages import message_turn
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import IngestReport
 
@@ -64,7 +64,7 @@ def read_jsonl(path: Path) -> list[MemoryObject]:
 
 def read_message_lines(path: Path) -> list[MemoryObject]:
     """Chat messages, one JSON object per line: `namespace`, `session_id` and a message
-    (stores/messages.py: `role`, `content`, optional `name`, `created_at`, `metadata`,
+    (stores/analysis/messages.py: `role`, `content`, optional `name`, `created_at`, `metadata`,
     `source_ref`, `id`), as TURN objects in file order; every bad line is reported, none is added."""
     return read_validated_lines(path, _message_line, IngestError, nothing_done="nothing was added",
                                 when_empty="no messages found (expected one JSON message per line)")
@@ -141,8 +141,8 @@ def ingest_locomo(
     path: Path, store_path: str, *, progress: bool = True, expansion: TurnExpansion | None = None
 ) -> tuple[IngestReport, LocomoDataset]:
     """Build (or extend) a store from the LoCoMo file at `path`; one namespace per conversation;
-    `expansion` is what an empty store is built with (stores/expansion.py)."""
-    from rms_retrieval.stores.embedding import default_encoder
+    `expansion` is what an empty store is built with (stores/analysis/expansion.py)."""
+    from rms_retrieval.stores.providers.embedding import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     dataset = load_locomo(path)

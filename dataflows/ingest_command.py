@@ -32,7 +32,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 def _cmd_ingest_locomo(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.ingest import ingest_locomo
 
-    from rms_retrieval.stores.expansion import expansion_named
+    from rms_retrieval.stores.analysis.expansion import expansion_named
 
     expansion = None if args.expansion is None else expansion_named(args.expansion)
     report, dataset = ingest_locomo(Path(args.path), args.store, expansion=expansion)
@@ -49,7 +49,7 @@ def _cmd_ingest_locomo(args: argparse.Namespace) -> int:
 def _expansion_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expansion", metavar="NAME",
                         help="ingest-time expansion of an empty store: off, previous, previous-lexical, previous-both, "
-                             "previous-next, previous-next-both (stores/expansion.py); a store with objects keeps its own")
+                             "previous-next, previous-next-both (stores/analysis/expansion.py); a store with objects keeps its own")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

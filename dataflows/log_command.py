@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _log_directory(store: Path) -> Path:
-    from rms_retrieval.stores.retrieval_log import LOG_DIRECTORY
+    from rms_retrieval.stores.log.retrieval_log import LOG_DIRECTORY
 
     if not store.is_dir():
         raise ValueError(f"no store at {store}; give the store directory with --store")
@@ -41,7 +41,7 @@ def _log_directory(store: Path) -> Path:
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
-    from rms_retrieval.stores.log_compaction import LogRetention, compact
+    from rms_retrieval.stores.log.compaction import LogRetention, compact
 
     retention = LogRetention(max_age_days=None if args.keep_all else args.max_age_days, max_records=args.max_records)
     report = compact(_log_directory(args.store), retention)
@@ -54,7 +54,7 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _cmd_tail(args: argparse.Namespace) -> int:
-    from rms_retrieval.stores.retrieval_log import read_records
+    from rms_retrieval.stores.log.retrieval_log import read_records
 
     for record in read_records(_log_directory(args.store), limit=args.limit, namespaces=args.namespace):
         print(json.dumps(record, sort_keys=True))

@@ -17,9 +17,9 @@ from rms_retrieval.nodes import (candidate_generation, filtering, merging, packi
                                  reranking, scoring, session_context)
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.cross_encoder import default_cross_encoder
-from rms_retrieval.stores.chat_reformulator import ChatCompletionsReformulator
-from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, QueryReformulator
+from rms_retrieval.stores.providers.cross_encoder import default_cross_encoder
+from rms_retrieval.stores.providers.chat_reformulator import ChatCompletionsReformulator
+from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, QueryReformulator, ReadableStore, snapshot_of
 
 STAGE_MODULES = (
     query_analysis,
@@ -52,23 +52,21 @@ def build_driver(settings: RetrievalSettings | None = None) -> driver.Driver:
 
 
 def pipeline_inputs(
-    store: Any,
+    store: ReadableStore,
     request: RetrievalRequest,
     settings: RetrievalSettings,
     encoder: QueryEncoder,
     cross_encoder: CrossEncoder | None = None,
     reformulator: QueryReformulator | None = None,
 ) -> dict[str, Any]:
-    """The driver inputs for one request. One store object serves every store protocol; the
-    cross-encoder and the reformulation provider are inputs only while the settings enable them."""
+    """The driver inputs for one request. The store is one input, `store_snapshot`: one generation
+    serves every candidate node; the cross-encoder and the reformulation provider are inputs only
+    while the settings enable them."""
     inputs = {
         "request": request,
         "settings": settings,
         "query_encoder": encoder,
-        "vector_index": store,
-        "lexical_index": store,
-        "graph_index": store,
-        "object_store": store,
+        "store_snapshot": snapshot_of(store),
     }
     if settings.rerank.enabled:
         inputs["cross_encoder"] = cross_encoder or default_cross_encoder()

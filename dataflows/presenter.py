@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rms_retrieval.nodes.models import MemoryBundle
+from rms_retrieval.nodes.bundle import MemoryBundle
 
 
 def format_bundle(bundle: MemoryBundle) -> str:

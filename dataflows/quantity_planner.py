@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from rms_retrieval.stores.aggregation import QuantityAggregation, QuantityQuery, aggregate_quantities
+from rms_retrieval.stores.exact.aggregation import QuantityAggregation, QuantityQuery, aggregate_quantities
 from rms_retrieval.stores.protocols import RecordReader
 
 # Every accepted inflection and the predicate prefix it selects (underscore-suffix rule).

@@ -19,11 +19,12 @@ from uuid import UUID
 import numpy as np
 
 from rms_retrieval.dataflows.retrieval import RetrievalResult, retrieve
-from rms_retrieval.nodes.models import (CrossEncoderScores, MemoryBundle, PathType, QueryEmbedding, Reformulations,
-                                        RetrievalRequest)
+from rms_retrieval.nodes.models import QueryEmbedding, Reformulations, RetrievalRequest
+from rms_retrieval.nodes.bundle import MemoryBundle
+from rms_retrieval.nodes.pools import CrossEncoderScores, PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import (CrossEncoder, EmbeddingIdentity, QueryEncoder, QueryReformulator,
-                                            RetrievalStore)
+                                            ReadableStore, snapshot_of)
 
 # Fields of the log payload that describe the bundle; replay compares them when the hashes differ.
 COMPARED_FIELDS = ("query_intent", "candidates_generated", "candidates_after_filter", "objects_included_in_bundle",
@@ -76,7 +77,7 @@ class ReplayReport:
         return "\n".join(lines)
 
 
-def find_record(store: RetrievalStore, request_id: str | UUID) -> dict[str, Any]:
+def find_record(store: ReadableStore, request_id: str | UUID) -> dict[str, Any]:
     """The logged RETRIEVAL_REQUEST record with this id, searched newest first from the log files' ends."""
     wanted = str(request_id)
     entries = store.retrieval_log_newest_first()
@@ -90,7 +91,7 @@ def find_record(store: RetrievalStore, request_id: str | UUID) -> dict[str, Any]
                       f"`rms replay --store DIR --last 5` replays the latest ones")
 
 
-def _identity(store: RetrievalStore, logged_version: str | None, dimension: int) -> EmbeddingIdentity:
+def _identity(store: ReadableStore, logged_version: str | None, dimension: int) -> EmbeddingIdentity:
     """The store's identity when the record was embedded with the same model, else the logged one,
     so the vector path sees the same (mis)match it saw when the request ran."""
     stored = store.embedding_identity
@@ -191,7 +192,7 @@ class LoggedRequest:
     encoder: RefusingEncoder
     payload: Mapping[str, Any]
 
-    def run(self, store: RetrievalStore, settings: RetrievalSettings | None = None,
+    def run(self, store: ReadableStore, settings: RetrievalSettings | None = None,
             extra_nodes: Sequence[str] = ()) -> RetrievalResult:
         """The request again on `store` (not logged), under its own settings or `settings`, with
         the logged vector in place of the `query_embedding` node wherever the vector path is on."""
@@ -203,7 +204,7 @@ class LoggedRequest:
                         overrides={"query_embedding": self.embedding if searches_vectors else None, **logged}, log=False)
 
 
-def logged_request(store: RetrievalStore, record: Mapping[str, Any]) -> LoggedRequest:
+def logged_request(store: ReadableStore, record: Mapping[str, Any]) -> LoggedRequest:
     """The request a successful record logged, ready to run again (ReplayError for a failed one)."""
     payload = record.get("payload") or {}
     request_id = str(record.get("request_id"))
@@ -219,8 +220,9 @@ def logged_request(store: RetrievalStore, record: Mapping[str, Any]) -> LoggedRe
                          settings_as_logged(payload["configuration"]), embedding, RefusingEncoder(identity), payload)
 
 
-def replay_record(store: RetrievalStore, record: Mapping[str, Any]) -> ReplayReport:
+def replay_record(store: ReadableStore, record: Mapping[str, Any]) -> ReplayReport:
     """Replay one logged record (see module docstring)."""
+    store = snapshot_of(store)  # the run and the state it is compared with read one generation
     logged = logged_request(store, record)
     payload, settings = logged.payload, logged.settings
     differences = []
@@ -251,6 +253,6 @@ def replay_record(store: RetrievalStore, record: Mapping[str, Any]) -> ReplayRep
                         logged_state, current_state, tuple(differences), result.bundle)
 
 
-def replay(store: RetrievalStore, request_id: str | UUID) -> ReplayReport:
+def replay(store: ReadableStore, request_id: str | UUID) -> ReplayReport:
     """Replay the logged request `request_id` from `store`'s retrieval log, without the embedding model."""
     return replay_record(store, find_record(store, request_id))

@@ -13,10 +13,11 @@ from uuid import UUID, uuid4
 
 from rms_retrieval.dataflows.code_identity import code_identity
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from rms_retrieval.nodes.models import MAX_QUERY_CHARS, MemoryBundle, QueryEmbedding, RetrievalRequest
+from rms_retrieval.nodes.models import MAX_QUERY_CHARS, QueryEmbedding, RetrievalRequest
+from rms_retrieval.nodes.bundle import MemoryBundle
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.onnx_encoder import default_query_encoder
-from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, QueryReformulator, RetrievalStore, SnapshotSource
+from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, QueryReformulator, ReadableStore, snapshot_of
 
 LOG_VERSION = 1
 # A rejected request's error can quote its input; the record keeps this much of the message.
@@ -26,7 +27,7 @@ _LOGGED_ERROR_CHARS = 2000
 class LazyRecord(Mapping[str, Any]):
     """A retrieval log record built on first read, once, from values that never change (the
     request, the settings, the bundle, the snapshot): serialising and hashing the bundle costs
-    the request nothing. The log's writer thread reads it (stores/log_buffer.py), or whoever reads
+    the request nothing. The log's writer thread reads it (stores/log/buffer.py), or whoever reads
     `RetrievalResult.log_record`; with `log=False` usually nobody does."""
 
     def __init__(self, build: Callable[[], dict[str, Any]]) -> None:
@@ -195,7 +196,7 @@ def policy_provenance(settings: RetrievalSettings, results: Mapping[str, Any]) -
 
 
 def retrieve(
-    store: RetrievalStore,
+    store: ReadableStore,
     query: str | RetrievalRequest,
     *,
     namespaces: Sequence[str] | str | None = None,
@@ -225,12 +226,11 @@ def retrieve(
     questions when they enable query reformulation (default: the chat-completions endpoint of the
     `reformulation` settings). Every call logs one retrieval record in the store, a rejected request
     included (with the question capped at `MAX_QUERY_CHARS`, its length and hash); the record is
-    built and written off the request path (stores/log_buffer.py), and `log=False` builds none
+    built and written off the request path (stores/log/buffer.py), and `log=False` builds none
     unless `RetrievalResult.log_record` is read.
     """
     settings = settings or RetrievalSettings()
-    if isinstance(store, SnapshotSource):
-        store = store.snapshot()  # one generation for the whole request, even while a writer commits
+    store = snapshot_of(store)  # one generation for the whole request, even while a writer commits
     request_id = uuid4()
     request: RetrievalRequest | None = None
     try:

@@ -23,11 +23,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from rms_retrieval.stores.check import check_store
+    from rms_retrieval.stores.engine.check import check_store
 
     if args.repair:
-        from rms_retrieval.stores.embedding import default_encoder
-        from rms_retrieval.stores.repair import repair_store
+        from rms_retrieval.stores.providers.embedding import default_encoder
+        from rms_retrieval.stores.engine.repair import repair_store
 
         print(repair_store(Path(args.store), lambda: default_encoder().identity).to_text())
     report = check_store(Path(args.store))
@@ -36,7 +36,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from rms_retrieval.stores.migrate import migrate_store
+    from rms_retrieval.stores.engine.migrate import migrate_store
 
     print(migrate_store(Path(args.store)).to_text())
     return 0

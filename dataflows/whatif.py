@@ -20,256 +20,27 @@ presented as the counterfactual.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from statistics import mean
-from typing import TYPE_CHECKING, Any, get_origin
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-import numpy as np
-from pydantic import BaseModel, ValidationError
-
-from rms_retrieval.dataflows.node_types import value_summary
+from rms_retrieval.dataflows.node_changes import ItemChange, NodeChange, compare_node
 from rms_retrieval.dataflows.pipeline import build_driver, pipeline_lineage
 from rms_retrieval.dataflows.replay import LoggedRequest, ReplayError, find_record, logged_request
+from rms_retrieval.dataflows.setting_changes import WhatIfError, changed_settings
 from rms_retrieval.dataflows.retrieval import answering_code, bundle_sha256
-from rms_retrieval.nodes.models import (CandidatePool, ChannelResult, FilteredPool, MemoryBundle, PathType,
-                                        RankedCandidates, ScoredPool, Selection)
+from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import RetrievalStore, SnapshotSource
-from rms_retrieval.stores.retrieval_log import within_namespaces
+from rms_retrieval.stores.protocols import ReadableStore, snapshot_of
+from rms_retrieval.stores.log.retrieval_log import within_namespaces
 
 if TYPE_CHECKING:
     import graphviz
-
-# Rank moves shown per node in the text report (the JSON has them all).
-SHOWN_MOVES = 5
-
-
-class WhatIfError(ValueError):
-    """A change that names no setting or gives it an invalid value, or a request that cannot be found."""
-
-
-# ----- the changes ------------------------------------------------------------------------------
-
-
-def parse_change(text: str) -> tuple[str, Any]:
-    """`section.field=value` as (path, value): the value is read as JSON (`0`, `true`, `null`,
-    `["LEXICAL"]`), else taken as text (`plain`)."""
-    path, equals, raw = text.partition("=")
-    if not equals or not path.strip():
-        raise WhatIfError(f"--set {text!r}: write a change as section.field=value, e.g. scoring.speaker_boost=0")
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = raw
-    return path.strip(), value
-
-
-def _setting_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
-    paths = []
-    for name, info in model.model_fields.items():
-        kind = info.annotation
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            paths += _setting_paths(kind, f"{prefix}{name}.")
-        else:
-            paths.append(f"{prefix}{name}")
-    return paths
-
-
-def _unknown(path: str) -> WhatIfError:
-    paths = _setting_paths(RetrievalSettings)
-    close = difflib.get_close_matches(path, paths, n=1)
-    hint = f"did you mean {close[0]}?" if close else f"settings are {', '.join(paths[:4])}, ... (nodes/settings.py)"
-    return WhatIfError(f"--set {path}: there is no such setting; {hint}")
-
-
-def _set(data: dict[str, Any], model: type[BaseModel], keys: Sequence[str], value: Any, path: str) -> None:
-    """Put `value` at `keys` in `data` (a settings dump), walking the settings model so that only
-    a real field, or a key of a mapping field such as `scoring.epistemic_weights.OBSERVED`, is set."""
-    info = model.model_fields.get(keys[0])
-    if info is None:
-        raise _unknown(path)
-    kind = info.annotation
-    if len(keys) == 1:
-        data[keys[0]] = value
-    elif isinstance(kind, type) and issubclass(kind, BaseModel):
-        _set(data[keys[0]], kind, keys[1:], value, path)
-    elif get_origin(kind) is dict and len(keys) == 2:
-        data[keys[0]] = {**data[keys[0]], keys[1]: value}
-    else:
-        raise _unknown(path)
-
-
-def changed_settings(settings: RetrievalSettings, changes: Mapping[str, Any]) -> RetrievalSettings:
-    """`settings` with `changes` ({"scoring.speaker_boost": 0, ...}) applied and validated as usual;
-    a WhatIfError of one line names a change that is unknown or invalid."""
-    data = settings.model_dump(mode="json")
-    for path, value in changes.items():
-        _set(data, RetrievalSettings, path.split("."), value, path)
-    try:
-        return RetrievalSettings.model_validate(data)
-    except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in error.errors())
-        given = ", ".join(f"{path}={json.dumps(value)}" for path, value in changes.items())
-        raise WhatIfError(f"--set {given}: {problems}") from None
-
-
-# ----- comparing node values --------------------------------------------------------------------
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Whether two node values are equal, numpy columns and nested records included."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, np.ndarray):
-        return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
-    if dataclasses.is_dataclass(a):
-        return all(same_value(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
-    if isinstance(a, Mapping):
-        return a.keys() == b.keys() and all(same_value(a[key], b[key]) for key in a)
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    return bool(a == b)
-
-
-def object_order(value: Any) -> tuple[UUID, ...] | None:
-    """The objects a node value holds, in its order; None for a value that holds no objects."""
-    if isinstance(value, ChannelResult):
-        return tuple(hit.object_id for hit in value.hits)
-    if isinstance(value, CandidatePool | FilteredPool):
-        return tuple(candidate.object_id for candidate in value.candidates)
-    if isinstance(value, ScoredPool):
-        return value.object_ids
-    if isinstance(value, RankedCandidates | Selection):
-        return value.pool.object_ids
-    if isinstance(value, MemoryBundle):
-        return tuple(item.id for item in value.items)
-    if isinstance(value, Mapping | Set) and value and all(isinstance(key, UUID) for key in value):
-        return tuple(value) if isinstance(value, Mapping) else tuple(sorted(value))
-    return None
-
-
-@dataclass(frozen=True)
-class RankMove:
-    """One object in both scored pools whose rank or score changed (ranks from 1)."""
-
-    object_id: str
-    rank_before: int
-    rank_after: int
-    score_before: float
-    score_after: float
-
-
-@dataclass(frozen=True)
-class ItemChange:
-    """A bundle item that came in (before None), went out (after None) or changed place, tier or tokens."""
-
-    object_id: str
-    position_before: int | None
-    position_after: int | None
-    tier_before: int | None
-    tier_after: int | None
-    tokens_before: int | None
-    tokens_after: int | None
-    text: str
-
-
-@dataclass(frozen=True)
-class NodeChange:
-    """One node of the DAG under both settings: whether its value differs, and how."""
-
-    node: str
-    stage: str
-    changed: bool
-    before: str
-    after: str
-    entered: tuple[str, ...] = ()
-    left: tuple[str, ...] = ()
-    moves: tuple[RankMove, ...] = ()
-    items: tuple[ItemChange, ...] = ()
-
-    def to_text(self) -> str:
-        head = f"  {self.node} ({self.stage}): {self.before} -> {self.after}"
-        lines = [head]
-        if self.entered or self.left:
-            lines.append(f"      {len(self.entered)} objects entered ({_ids(self.entered)}), "
-                         f"{len(self.left)} left ({_ids(self.left)})")
-        if self.moves:
-            lines.append(f"      {len(self.moves)} moved in rank or score; largest moves:")
-            largest = sorted(self.moves, key=lambda m: (-abs(m.rank_after - m.rank_before), m.rank_before))
-            lines += [f"        {m.object_id[:8]} rank {m.rank_before} -> {m.rank_after}, "
-                      f"score {m.score_before:.4f} -> {m.score_after:.4f}" for m in largest[:SHOWN_MOVES]]
-        for item in self.items:
-            lines.append("      " + _item_text(item))
-        return "\n".join(lines)
-
-
-def _ids(ids: Sequence[str]) -> str:
-    shown = ", ".join(object_id[:8] for object_id in ids[:3])
-    return shown + (", ..." if len(ids) > 3 else "") if ids else "none"
-
-
-def _item_text(item: ItemChange) -> str:
-    quoted = json.dumps(item.text[:60])
-    if item.position_before is None:
-        return f"+ {item.object_id[:8]} in at {item.position_after}: tier {item.tier_after}, {item.tokens_after} tokens {quoted}"
-    if item.position_after is None:
-        return f"- {item.object_id[:8]} out from {item.position_before}: tier {item.tier_before}, {item.tokens_before} tokens {quoted}"
-    return (f"~ {item.object_id[:8]} position {item.position_before} -> {item.position_after}, tier {item.tier_before} "
-            f"-> {item.tier_after}, tokens {item.tokens_before} -> {item.tokens_after}")
-
-
-def _rank_moves(before: ScoredPool, after: ScoredPool) -> tuple[RankMove, ...]:
-    where_after = {object_id: rank for rank, object_id in enumerate(after.object_ids)}
-    moves = []
-    for rank, object_id in enumerate(before.object_ids):
-        other = where_after.get(object_id)
-        if other is not None and (other != rank or before.score[rank] != after.score[other]):
-            moves.append(RankMove(str(object_id), rank + 1, other + 1, float(before.score[rank]), float(after.score[other])))
-    return tuple(moves)
-
-
-def _item_changes(before: MemoryBundle, after: MemoryBundle) -> tuple[ItemChange, ...]:
-    old = {item.id: (position, item) for position, item in enumerate(before.items, start=1)}
-    new = {item.id: (position, item) for position, item in enumerate(after.items, start=1)}
-    changes = [ItemChange(str(object_id), None, position, None, item.tier, None, item.tokens, item.text)
-               for object_id, (position, item) in new.items() if object_id not in old]
-    changes += [ItemChange(str(object_id), position, None, item.tier, None, item.tokens, None, item.text)
-                for object_id, (position, item) in old.items() if object_id not in new]
-    for object_id, (position, item) in new.items():
-        if object_id in old:
-            was_at, was = old[object_id]
-            if (was_at, was.tier, was.tokens) != (position, item.tier, item.tokens):
-                changes.append(ItemChange(str(object_id), was_at, position, was.tier, item.tier, was.tokens,
-                                          item.tokens, item.text))
-    return tuple(changes)
-
-
-def _pool_of(value: Any) -> ScoredPool | None:
-    if isinstance(value, ScoredPool):
-        return value
-    return value.pool if isinstance(value, RankedCandidates | Selection) else None
-
-
-def compare_node(node: str, stage: str, before: Any, after: Any) -> NodeChange:
-    """How one node's value differs between the two runs (a node only one DAG has is None in the other)."""
-    if same_value(before, after):
-        return NodeChange(node, stage, False, value_summary(before), value_summary(after))
-    held_before, held_after = object_order(before), object_order(after)
-    entered = left = ()
-    if held_before is not None and held_after is not None:
-        entered = tuple(str(o) for o in held_after if o not in set(held_before))
-        left = tuple(str(o) for o in held_before if o not in set(held_after))
-    pools = _pool_of(before), _pool_of(after)
-    moves = _rank_moves(*pools) if pools[0] is not None and pools[1] is not None else ()
-    items = _item_changes(before, after) if isinstance(before, MemoryBundle) and isinstance(after, MemoryBundle) else ()
-    return NodeChange(node, stage, True, value_summary(before), value_summary(after), entered, left, moves, items)
-
 
 # ----- one request ------------------------------------------------------------------------------
 
@@ -356,7 +127,7 @@ def _stage_names(settings: RetrievalSettings) -> tuple[list[str], dict[str, str]
     return computed, stages
 
 
-def _limits(store: RetrievalStore, logged: LoggedRequest, changed: RetrievalSettings) -> list[str]:
+def _limits(store: ReadableStore, logged: LoggedRequest, changed: RetrievalSettings) -> list[str]:
     """Why the logged request cannot be replayed exactly under either settings (empty: it can)."""
     payload = logged.payload
     limits = []
@@ -374,12 +145,11 @@ def _limits(store: RetrievalStore, logged: LoggedRequest, changed: RetrievalSett
     return limits
 
 
-def whatif_record(store: RetrievalStore, record: Mapping[str, Any], changes: Mapping[str, Any]) -> WhatIfReport:
+def whatif_record(store: ReadableStore, record: Mapping[str, Any], changes: Mapping[str, Any]) -> WhatIfReport:
     """`whatif` for a record already read from the log."""
+    store = snapshot_of(store)  # both runs, and the generation check, read one generation
     logged = logged_request(store, record)
     changed = changed_settings(logged.settings, changes)
-    if isinstance(store, SnapshotSource):
-        store = store.snapshot()  # both runs, and the generation check, read one generation
     report = dict(request_id=logged.request_id, query=logged.request.query, changes=dict(changes), settings=changed)
     limits = _limits(store, logged, changed)
     if limits:
@@ -400,7 +170,7 @@ def whatif_record(store: RetrievalStore, record: Mapping[str, Any], changes: Map
                         tokens_after=after.bundle.tokens_used, **report)
 
 
-def whatif(store: RetrievalStore, request_id: str | UUID, changes: Mapping[str, Any], *,
+def whatif(store: ReadableStore, request_id: str | UUID, changes: Mapping[str, Any], *,
            namespaces: Sequence[str] | None = None) -> WhatIfReport:
     """Run the logged request `request_id` with its logged settings and with `changes`
     ({"section.field": value}) applied, and compare them node by node (see the module docstring).
@@ -417,7 +187,7 @@ def whatif(store: RetrievalStore, request_id: str | UUID, changes: Mapping[str, 
 # ----- many requests ----------------------------------------------------------------------------
 
 
-def logged_records(store: RetrievalStore, *, last: int | None = None, since: datetime | None = None,
+def logged_records(store: ReadableStore, *, last: int | None = None, since: datetime | None = None,
                    namespaces: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The successful logged requests (of those that read only `namespaces`, when given), oldest
     first: the latest `last`, or those logged at or after `since`."""
@@ -513,7 +283,7 @@ def whatif_graph(report: WhatIfReport) -> graphviz.Digraph:
     return dag_graph(report.settings, notes=notes, marked=report.changed_nodes, title=title)
 
 
-def whatif_many(store: RetrievalStore, records: Iterable[Mapping[str, Any]], changes: Mapping[str, Any]) -> WhatIfSummary:
+def whatif_many(store: ReadableStore, records: Iterable[Mapping[str, Any]], changes: Mapping[str, Any]) -> WhatIfSummary:
     """The change over each record (`logged_records`), summarised."""
     changed_settings(RetrievalSettings(), changes)  # an unknown setting fails before anything runs
     return WhatIfSummary(dict(changes), tuple(whatif_record(store, record, changes) for record in records))

@@ -18,27 +18,14 @@ from uuid import UUID
 
 from hamilton.function_modifiers import group, inject, source
 
-from rms_retrieval.nodes.models import (
-    CandidateLimits,
-    ChannelHit,
-    ChannelResult,
-    PathType,
-    QueryAnalysis,
-    QueryEmbedding,
-    RetrievalRequest,
-)
-from rms_retrieval.nodes.graph_walk import walk
+from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, RetrievalRequest
+from rms_retrieval.nodes.pools import CandidateLimits, ChannelHit, ChannelResult, PathType
+from rms_retrieval.nodes.helpers.graph_walk import walk
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.entity_graph import SPOKEN_BY
+from rms_retrieval.stores.indexes.entity_graph import SPOKEN_BY
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import (
-    EntityRef,
-    GraphIndex,
-    LexicalIndex,
-    ObjectStore,
-    VectorIndex,
-)
+from rms_retrieval.stores.protocols import EntityRef, RetrievalStore
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +70,7 @@ def candidate_limits(query_analysis: QueryAnalysis, settings: RetrievalSettings)
 
 def vector_candidates(
     query_embedding: QueryEmbedding | None,
-    vector_index: VectorIndex,
+    store_snapshot: RetrievalStore,
     candidate_limits: CandidateLimits,
     request: RetrievalRequest,
     settings: RetrievalSettings,
@@ -92,7 +79,7 @@ def vector_candidates(
     limit = candidate_limits.vector_k
     if query_embedding is None or limit == 0:
         return ChannelResult(path=PathType.VECTOR)
-    stored = vector_index.embedding_identity
+    stored = store_snapshot.embedding_identity
     if stored is not None and stored != query_embedding.identity:
         if settings.candidates.on_embedding_mismatch == "error":
             raise EmbeddingMismatchError(
@@ -102,7 +89,7 @@ def vector_candidates(
         return ChannelResult(path=PathType.VECTOR, limit=limit, embedding_mismatch=True, failure="embedding_mismatch")
 
     def search() -> ChannelResult:
-        found = vector_index.search_vector(query_embedding.vector, request.namespaces, limit)
+        found = store_snapshot.search_vector(query_embedding.vector, request.namespaces, limit)
         hits = tuple(
             ChannelHit(hit.object_id, PathType.VECTOR, rank, hit.cosine, max(hit.cosine, 0.0))
             for rank, hit in enumerate(found, start=1)
@@ -113,7 +100,7 @@ def vector_candidates(
 
 
 def lexical_candidates(
-    lexical_index: LexicalIndex,
+    store_snapshot: RetrievalStore,
     candidate_limits: CandidateLimits,
     request: RetrievalRequest,
     settings: RetrievalSettings,
@@ -124,7 +111,7 @@ def lexical_candidates(
         return ChannelResult(path=PathType.LEXICAL)
 
     def search() -> ChannelResult:
-        found = lexical_index.search_lexical(request.query, request.namespaces, limit)
+        found = store_snapshot.search_lexical(request.query, request.namespaces, limit)
         hits = tuple(
             ChannelHit(hit.object_id, PathType.LEXICAL, rank, hit.bm25, hit.score)
             for rank, hit in enumerate(found, start=1)
@@ -137,7 +124,7 @@ def lexical_candidates(
 def graph_candidates(
     query_analysis: QueryAnalysis,
     entity_catalog: list[EntityRef],
-    graph_index: GraphIndex,
+    store_snapshot: RetrievalStore,
     candidate_limits: CandidateLimits,
     request: RetrievalRequest,
     settings: RetrievalSettings,
@@ -151,7 +138,7 @@ def graph_candidates(
     cfg = settings.candidates
 
     def search() -> ChannelResult:
-        graph = graph_index.adjacency(request.namespaces)
+        graph = store_snapshot.adjacency(request.namespaces)
         reached = walk(graph, starts, entity_ids, max_hops=cfg.graph_max_hops,
                        min_confidence=cfg.graph_min_edge_confidence, max_candidates=limit)
         hits = tuple(
@@ -174,7 +161,7 @@ def graph_candidates(
 
 
 def spoken_by_query_entities(
-    query_analysis: QueryAnalysis, graph_index: GraphIndex, request: RetrievalRequest, settings: RetrievalSettings
+    query_analysis: QueryAnalysis, store_snapshot: RetrievalStore, request: RetrievalRequest, settings: RetrievalSettings
 ) -> frozenset[int]:
     """The objects spoken by a person the question names (SPOKEN_BY edges into its matched
     entities), as id integers: what `scoring.speaker_boost` lifts. Empty while the boost is 0."""
@@ -182,7 +169,7 @@ def spoken_by_query_entities(
     if settings.scoring.speaker_boost == 0 or not starts:
         return frozenset()
     try:
-        graph = graph_index.adjacency(request.namespaces)
+        graph = store_snapshot.adjacency(request.namespaces)
         spoken = graph.sources_into(starts, SPOKEN_BY, settings.candidates.graph_min_edge_confidence)
     except Exception as exc:  # the graph backend failed: no lift, as a failed graph path adds no hits
         logger.warning("speaker lookup failed (%s: %s); no speaker boost", type(exc).__name__, exc)
@@ -191,14 +178,14 @@ def spoken_by_query_entities(
 
 
 def pinned_candidates(
-    object_store: ObjectStore, request: RetrievalRequest, settings: RetrievalSettings
+    store_snapshot: RetrievalStore, request: RetrievalRequest, settings: RetrievalSettings
 ) -> ChannelResult:
     """Pinned (salience 1.0), ACTIVE TASK and ACTIVE INTENT objects in scope; they bypass scoring."""
     if PathType.PINNED not in settings.candidates.enabled_paths:
         return ChannelResult(path=PathType.PINNED)
 
     def search() -> ChannelResult:
-        objects = object_store.pinned_objects(request.namespaces)
+        objects = store_snapshot.pinned_objects(request.namespaces)
         hits = tuple(
             ChannelHit(obj.id, PathType.PINNED, rank, obj.salience, 1.0)
             for rank, obj in enumerate(sorted(objects, key=lambda o: str(o.id)), start=1)
@@ -210,7 +197,7 @@ def pinned_candidates(
 
 @inject(channels=CANDIDATE_CHANNELS)
 def candidate_objects(
-    channels: list[ChannelResult], object_store: ObjectStore, request: RetrievalRequest
+    channels: list[ChannelResult], store_snapshot: RetrievalStore, request: RetrievalRequest
 ) -> dict[UUID, MemoryObject]:
     """The stored objects behind every hit, read in one round trip, in id order; a channel that
     read its objects itself (the pinned path) brings them along."""
@@ -223,7 +210,7 @@ def candidate_objects(
     for known in objects:
         wanted.pop(known.int, None)
     if wanted:
-        objects.update(object_store.get_objects([wanted[key] for key in sorted(wanted)], request.namespaces))
+        objects.update(store_snapshot.get_objects([wanted[key] for key in sorted(wanted)], request.namespaces))
     return objects
 
 
@@ -249,7 +236,7 @@ def _scan_terms(query_analysis: QueryAnalysis) -> list[str]:
 
 def keyword_scan_candidates(
     query_analysis: QueryAnalysis,
-    lexical_index: LexicalIndex,
+    store_snapshot: RetrievalStore,
     request: RetrievalRequest,
     settings: RetrievalSettings,
 ) -> ChannelResult:
@@ -269,7 +256,7 @@ def keyword_scan_candidates(
         for text, limit in scans:
             if limit == 0:
                 continue
-            for hit in lexical_index.search_lexical(text, request.namespaces, limit):
+            for hit in store_snapshot.search_lexical(text, request.namespaces, limit):
                 if hit.object_id not in best or hit.score > best[hit.object_id][0]:
                     best[hit.object_id] = (hit.score, text)
         ordered = sorted(best.items(), key=lambda kv: (-kv[1][0], str(kv[0])))

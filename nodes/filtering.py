@@ -1,13 +1,14 @@
 """Stage 4: epistemic filtering (RFC 6), before scoring, plus the explicit time filters (RFC 3).
 
-The rules live in `nodes/eligibility.py`; this stage applies them to the merged pool and keeps
+The rules live in `nodes/helpers/eligibility.py`; this stage applies them to the merged pool and keeps
 every removal with its reason.
 """
 
 from __future__ import annotations
 
-from rms_retrieval.nodes.eligibility import exclusion_reason
-from rms_retrieval.nodes.models import CandidatePool, FilteredPool, RetrievalRequest
+from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
+from rms_retrieval.nodes.models import RetrievalRequest
+from rms_retrieval.nodes.pools import CandidatePool, FilteredPool
 from rms_retrieval.nodes.settings import RetrievalSettings
 
 

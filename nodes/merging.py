@@ -7,7 +7,7 @@ from uuid import UUID
 from hamilton.function_modifiers import config, inject
 
 from rms_retrieval.nodes.candidate_generation import CANDIDATE_CHANNELS
-from rms_retrieval.nodes.models import AlternatePasses, Candidate, CandidatePool, ChannelHit, ChannelResult, PathType
+from rms_retrieval.nodes.pools import AlternatePasses, Candidate, CandidatePool, ChannelHit, ChannelResult, PathType
 from rms_retrieval.nodes.reformulation import merge_alternates
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject

@@ -11,30 +11,31 @@ count and list questions, the coverage warning that heads the context.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from rms_retrieval.nodes.formatting import format_item, group_header
-from rms_retrieval.nodes.models import (
+from rms_retrieval.nodes.helpers.formatting import format_item, group_header
+from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
+from rms_retrieval.nodes.bundle import (
     AggregationCoverage,
     HistoricalCoverage,
     BundleItem,
+    MemoryBundle,
+    RetrievalMetadata,
+)
+from rms_retrieval.nodes.pools import (
     CandidatePool,
     FilteredPool,
-    MemoryBundle,
     PathType,
-    QueryAnalysis,
     RankedCandidates,
-    RetrievalMetadata,
-    RetrievalRequest,
     ScoredPool,
     Selection,
     mask_paths,
 )
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.nodes.tokens import count_context_tokens, count_tokens
+from rms_retrieval.nodes.helpers.tokens import count_context_tokens, count_tokens
 from rms_retrieval.stores.models import MemoryObject
 
 SEPARATOR = "\n"

@@ -16,7 +16,6 @@ from uuid import UUID
 from rms_retrieval.nodes.models import (
     AggregationKind,
     EntityType,
-    PathType,
     QueryEmbedding,
     QueryAnalysis,
     QueryEntity,
@@ -25,14 +24,15 @@ from rms_retrieval.nodes.models import (
     TemporalSignal,
     TemporalType,
 )
+from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.nodes.temporal import date_words_read_as_names, parse_temporal_signals
-from rms_retrieval.stores.embedding import validated_query_vector
-from rms_retrieval.stores.entities import ExtractedEntity, NameMatcher, extract_entities
-from rms_retrieval.stores.entities import first_name_word as _first_word
-from rms_retrieval.stores.entities import name_key as _key
-from rms_retrieval.stores.entities import name_words as _words
-from rms_retrieval.stores.protocols import EntityRef, GraphIndex, QueryEncoder
+from rms_retrieval.nodes.helpers.temporal import date_words_read_as_names, parse_temporal_signals
+from rms_retrieval.stores.providers.embedding import validated_query_vector
+from rms_retrieval.stores.analysis.entities import ExtractedEntity, NameMatcher, extract_entities
+from rms_retrieval.stores.analysis.entities import first_name_word as _first_word
+from rms_retrieval.stores.analysis.entities import name_key as _key
+from rms_retrieval.stores.analysis.entities import name_words as _words
+from rms_retrieval.stores.protocols import EntityRef, QueryEncoder, RetrievalStore
 
 # How sure a name is a named entity, by how it was found; the best finding of a name wins.
 # A capitalised span might be a sentence start or a title, so it is the least sure.
@@ -302,9 +302,9 @@ def _aggregation(query: str) -> AggregationKind | None:
     return None
 
 
-def entity_catalog(graph_index: GraphIndex, request: RetrievalRequest) -> list[EntityRef]:
+def entity_catalog(store_snapshot: RetrievalStore, request: RetrievalRequest) -> list[EntityRef]:
     """Every entity name and alias in the request's namespaces."""
-    return graph_index.entity_catalog(request.namespaces)
+    return store_snapshot.entity_catalog(request.namespaces)
 
 
 def query_embedding(

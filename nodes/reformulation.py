@@ -22,20 +22,27 @@ alternative pass has run. Scoring, filtering and packing then run as always.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from uuid import UUID
 
 from hamilton.function_modifiers import config
 
 from rms_retrieval.nodes.candidate_generation import (candidate_objects, graph_candidates, lexical_candidates,
                                                       vector_candidates)
-from rms_retrieval.nodes.models import (AlternatePasses, Candidate, CandidateLimits, CandidatePool, ChannelHit,
-                                        ChannelResult, PathType, QueryEmbedding, Reformulations, RetrievalRequest)
+from rms_retrieval.nodes.models import QueryEmbedding, Reformulations, RetrievalRequest
+from rms_retrieval.nodes.pools import (
+    AlternatePasses,
+    Candidate,
+    CandidateLimits,
+    CandidatePool,
+    ChannelHit,
+    ChannelResult,
+    PathType,
+)
 from rms_retrieval.nodes.query_analysis import query_analysis
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import (EntityRef, GraphIndex, LexicalIndex, ObjectStore, QueryEncoder,
-                                            QueryReformulator, VectorIndex)
+from rms_retrieval.stores.protocols import EntityRef, QueryEncoder, QueryReformulator, RetrievalStore
 
 # The signal each path's hits are compared by under max_signals.
 _SIGNALS = {PathType.VECTOR: "raw_score", PathType.LEXICAL: "score", PathType.GRAPH: "score"}
@@ -101,10 +108,7 @@ def _pass_failures(number: int, results: Sequence[ChannelResult]) -> list[str]:
 def alternate_candidates(
     query_reformulations: Reformulations,
     entity_catalog: list[EntityRef],
-    vector_index: VectorIndex,
-    lexical_index: LexicalIndex,
-    graph_index: GraphIndex,
-    object_store: ObjectStore,
+    store_snapshot: RetrievalStore,
     candidate_limits: CandidateLimits,
     request: RetrievalRequest,
     settings: RetrievalSettings,
@@ -119,14 +123,14 @@ def alternate_candidates(
         alternate = request.model_copy(update={"query": text})
         analysis = query_analysis(alternate, entity_catalog, settings)
         results = (
-            vector_candidates(embedding, vector_index, candidate_limits, alternate, settings),
-            lexical_candidates(lexical_index, candidate_limits, alternate, settings),
-            graph_candidates(analysis, entity_catalog, graph_index, candidate_limits, alternate, settings),
+            vector_candidates(embedding, store_snapshot, candidate_limits, alternate, settings),
+            lexical_candidates(store_snapshot, candidate_limits, alternate, settings),
+            graph_candidates(analysis, entity_catalog, store_snapshot, candidate_limits, alternate, settings),
         )
         failures += _pass_failures(number, results)
         passes.append(results)
         if not failures:
-            objects.update(candidate_objects([*results, none, ChannelResult(path=PathType.KEYWORD_SCAN)], object_store,
+            objects.update(candidate_objects([*results, none, ChannelResult(path=PathType.KEYWORD_SCAN)], store_snapshot,
                                              alternate))
     if failures:
         raise ReformulationError("query reformulation aborted before merging: " + "; ".join(failures))

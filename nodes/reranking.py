@@ -28,15 +28,8 @@ import dataclasses
 import numpy as np
 from hamilton.function_modifiers import config
 
-from rms_retrieval.nodes.models import (
-    CrossEncoderScores,
-    PathType,
-    RerankedPool,
-    RetrievalRequest,
-    ScoredPool,
-    path_mask,
-    rank_order,
-)
+from rms_retrieval.nodes.models import RetrievalRequest
+from rms_retrieval.nodes.pools import CrossEncoderScores, PathType, RerankedPool, ScoredPool, path_mask, rank_order
 from rms_retrieval.nodes.scoring import SCORE_DECIMALS
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject, NodeType

@@ -15,26 +15,26 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.nodes.eligibility import exclusion_reason
-from rms_retrieval.nodes.models import (
+from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
+from rms_retrieval.nodes.models import RetrievalRequest
+from rms_retrieval.nodes.pools import (
     FilteredPool,
     PathType,
     RankedCandidates,
     RerankedPool,
-    RetrievalRequest,
     ScoredPool,
     path_mask,
     rank_order,
 )
 from rms_retrieval.nodes.scoring import SCORE_DECIMALS
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import ObjectStore, SessionNeighbour
+from rms_retrieval.stores.protocols import RetrievalStore, SessionNeighbour
 
 _SESSION_BIT = path_mask([PathType.SESSION_CONTEXT])
 
 
 def session_context(
-    reranked_scores: RerankedPool, object_store: ObjectStore, request: RetrievalRequest, settings: RetrievalSettings
+    reranked_scores: RerankedPool, store_snapshot: RetrievalStore, request: RetrievalRequest, settings: RetrievalSettings
 ) -> list[SessionNeighbour]:
     """Objects within the session window of the top-scored candidates, read from the store."""
     cfg = settings.session
@@ -43,7 +43,7 @@ def session_context(
         return []
     scored = np.flatnonzero(scored_pool.score > 0)[: cfg.top_triggers]
     triggers = [scored_pool.objects[i].id for i in scored.tolist()]
-    return object_store.session_neighbours(triggers, cfg.window, request.namespaces) if triggers else []
+    return store_snapshot.session_neighbours(triggers, cfg.window, request.namespaces) if triggers else []
 
 
 def _decay(pool: ScoredPool, settings: RetrievalSettings) -> float:

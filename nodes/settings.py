@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator, model_validator
 
-from rms_retrieval.nodes.models import PRIMARY_PATHS, PathType
+from rms_retrieval.nodes.pools import PRIMARY_PATHS, PathType
 from rms_retrieval.stores.models import EpistemicType, NodeType
 from rms_retrieval.stores.visibility import DEFAULT_UNVERIFIED_THRESHOLD
 

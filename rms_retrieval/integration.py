@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, field_validator, model_validator
 
 from rms_retrieval.dataflows.retrieval import RetrievalResult, as_request, retrieve
-from rms_retrieval.nodes.models import DEFAULT_TOKEN_BUDGET, BundleItem, MemoryBundle, RetrievalRequest
+from rms_retrieval.nodes.models import DEFAULT_TOKEN_BUDGET, RetrievalRequest
+from rms_retrieval.nodes.bundle import BundleItem, MemoryBundle
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import QueryEncoder
 

@@ -37,7 +37,7 @@ class RmsRetriever(RetrieverFields, BaseRetriever):
 
     def add_messages(self, messages: Sequence[Any], *, session_id: str, namespace: str | None = None,
                      time: datetime | None = None) -> IngestReport:
-        """Write chat messages (`HumanMessage`, `AIMessage`, ... or dicts; stores/messages.py) as the
+        """Write chat messages (`HumanMessage`, `AIMessage`, ... or dicts; stores/analysis/messages.py) as the
         next turns of `session_id` in `namespace`, which may be left out when the retriever reads one."""
         if namespace is None:
             if len(self.namespaces) != 1:

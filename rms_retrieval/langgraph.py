@@ -47,10 +47,11 @@ except ImportError as error:  # the integration is optional; say which extra bri
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.models import DEFAULT_TOKEN_BUDGET
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.enumeration import iter_objects
+from rms_retrieval.stores.exact.enumeration import iter_objects
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import MemoryObject, NodeType
+from rms_retrieval.stores.snapshot import StoreSnapshot
 
 PREFIX = "lg"
 _SEPARATOR = "."
@@ -136,30 +137,31 @@ class RmsStore(BaseStore):
     def _read(self, op: Op) -> Result:
         if isinstance(op, GetOp):
             wanted = item_id(op.namespace, op.key)
-            found = self.store.get_objects([wanted], [namespace_of(op.namespace)]).get(wanted)
+            found = self.store.snapshot().get_objects([wanted], [namespace_of(op.namespace)]).get(wanted)
             return None if found is None else Item(**_item_fields(found))
         if isinstance(op, SearchOp):
             return self._search(op)
         if isinstance(op, ListNamespacesOp):
-            return _listed(self._namespaces(), op)
+            return _listed(self._namespaces(self.store.snapshot()), op)
         raise StoreError(f"RmsStore cannot run a {type(op).__name__}")
 
-    def _namespaces(self) -> dict[tuple[str, ...], str]:
-        """Every LangGraph namespace the store holds, with our name for it."""
-        return {labels: name for name in self.store.namespaces() if (labels := labels_of(name)) is not None}
+    def _namespaces(self, snapshot: StoreSnapshot) -> dict[tuple[str, ...], str]:
+        """Every LangGraph namespace the snapshot holds, with our name for it."""
+        return {labels: name for name in snapshot.namespaces() if (labels := labels_of(name)) is not None}
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
-        scope = sorted(name for labels, name in self._namespaces().items() if labels[:len(prefix)] == prefix)
+        snapshot = self.store.snapshot()  # one generation for the namespaces, the search and its objects
+        scope = sorted(name for labels, name in self._namespaces(snapshot).items() if labels[:len(prefix)] == prefix)
         if not scope:
             return []
         if op.query:
-            result = retrieve(self.store, op.query, namespaces=scope, token_budget=self.token_budget,
+            result = retrieve(snapshot, op.query, namespaces=scope, token_budget=self.token_budget,
                               settings=self.settings)
-            ranked = self.store.get_objects([item.id for item in result.bundle.items], scope)
+            ranked = snapshot.get_objects([item.id for item in result.bundle.items], scope)
             found = [(ranked[item.id], item.score) for item in result.bundle.items if item.id in ranked]
         else:
-            found = sorted(((memory, None) for name in scope for memory in iter_objects(self.store, namespace=name)),
+            found = sorted(((memory, None) for name in scope for memory in iter_objects(snapshot, namespace=name)),
                            key=lambda pair: pair[0].updated_at, reverse=True)
         kept = [(memory, score) for memory, score in found if _METADATA_KEY in memory.metadata and _matches(memory, op)]
         return [SearchItem(**_item_fields(memory), score=score) for memory, score in kept[op.offset:op.offset + op.limit]]
@@ -169,7 +171,7 @@ class RmsStore(BaseStore):
     def _put(self, puts: Sequence[PutOp]) -> None:
         latest = {(tuple(op.namespace), op.key): op for op in puts}  # the last put of a key wins, as in LangGraph
         ids = {item_id(*where): where for where in latest}
-        stored = self.store.get_objects(ids, sorted({namespace_of(namespace) for namespace, _ in latest}))
+        stored = self.store.snapshot().get_objects(ids, sorted({namespace_of(namespace) for namespace, _ in latest}))
         now = datetime.now(timezone.utc)
         new = [self._object(op, now) for where, op in latest.items() if op.value is not None
                and item_id(*where) not in stored]

@@ -22,7 +22,7 @@ except ImportError as error:  # the integration is optional; say which extra bri
 
 from rms_retrieval.dataflows.retrieval import RetrievalResult
 from rms_retrieval.integration import RetrieverFields, bundle_items
-from rms_retrieval.nodes.models import MemoryBundle
+from rms_retrieval.nodes.bundle import MemoryBundle
 
 
 class RmsRetriever(BaseRetriever):

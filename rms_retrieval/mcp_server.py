@@ -35,8 +35,8 @@ from rms_retrieval.dataflows.cli_support import one_line
 from rms_retrieval.dataflows.retrieval import as_request, retrieve
 from rms_retrieval.integration import bundle_items
 from rms_retrieval.nodes.models import RetrievalRequest
-from rms_retrieval.stores.aggregation import AssertionQuery, QuantityQuery, aggregate_assertions, aggregate_quantities
-from rms_retrieval.stores.enumeration import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, scan_objects
+from rms_retrieval.stores.exact.aggregation import AssertionQuery, QuantityQuery, aggregate_assertions, aggregate_quantities
+from rms_retrieval.stores.exact.enumeration import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, scan_objects
 from rms_retrieval.stores.errors import EmbeddingError, StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, NodeType
@@ -196,7 +196,7 @@ class MemoryServer:
 
     def _readable(self, namespaces: Sequence[str]) -> tuple[str, ...]:
         """The namespaces, each served and holding memories, else the one refusal for the first that is not."""
-        held = set(self.store.namespaces())
+        held = set(self.store.snapshot().namespaces())
         for namespace in namespaces:
             if not (self.binding.serves(namespace) and namespace in held):
                 raise ToolError(not_served(namespace))
@@ -204,7 +204,7 @@ class MemoryServer:
 
     def _request(self, arguments: SearchArguments) -> RetrievalRequest:
         if arguments.namespaces is None:
-            namespaces = tuple(ns for ns in self.store.namespaces() if self.binding.serves(ns))
+            namespaces = tuple(ns for ns in self.store.snapshot().namespaces() if self.binding.serves(ns))
             if not namespaces:
                 raise ToolError(f"no namespace this server serves ({self.binding.describe()}) holds memories yet")
         else:

@@ -24,27 +24,24 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores import changes, compaction, writer
-from rms_retrieval.stores.adjacency import Adjacency
-from rms_retrieval.stores.embedding import default_encoder, validated_vectors
+from rms_retrieval.stores.engine import changes, compaction, writer
+from rms_retrieval.stores.providers.embedding import default_encoder, validated_vectors
 from rms_retrieval.stores.errors import EmbeddingError, EmbeddingMismatchError, StoreError
-from rms_retrieval.stores.expansion import TurnExpansion, resolved_expansion
-from rms_retrieval.stores.manifest import (LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, holds_segments,
+from rms_retrieval.stores.analysis.expansion import TurnExpansion, resolved_expansion
+from rms_retrieval.stores.engine.manifest import (LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, holds_segments,
                                            missing_manifest_message, read_manifest, write_manifest)
-from rms_retrieval.stores.messages import message_turns
+from rms_retrieval.stores.analysis.messages import message_turns
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.repair import STORE_FACTS_FILE, write_store_facts
-from rms_retrieval.stores.protocols import (EmbeddingIdentity, EntityRef, GraphIndex, IngestReport, LexicalHit,
-                                            LexicalIndex, ObjectStore, QueryEncoder, RecordReader, RetrievalLog,
-                                            SessionNeighbour, SnapshotSource, VectorHit, VectorIndex)
-from rms_retrieval.stores.entity_graph import GraphEdge
-from rms_retrieval.stores.log_buffer import BufferedLogWriter
-from rms_retrieval.stores.log_compaction import forget
-from rms_retrieval.stores.retrieval_log import entries_newest_first, flush_queued, read_records
-from rms_retrieval.stores.segments import LoadedSegment
+from rms_retrieval.stores.engine.repair import STORE_FACTS_FILE, write_store_facts
+from rms_retrieval.stores.protocols import EmbeddingIdentity, IngestReport, QueryEncoder, RetrievalLog, SnapshotSource
+from rms_retrieval.stores.indexes.entity_graph import GraphEdge
+from rms_retrieval.stores.log.buffer import BufferedLogWriter
+from rms_retrieval.stores.log.compaction import forget
+from rms_retrieval.stores.log.retrieval_log import entries_newest_first, flush_queued, read_records
+from rms_retrieval.stores.engine.segments import LoadedSegment
 from rms_retrieval.stores.snapshot import StoreSnapshot
-from rms_retrieval.stores.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
-from rms_retrieval.stores.write_lock import DEFAULT_WRITE_TIMEOUT_SECONDS, WriteLock
+from rms_retrieval.stores.analysis.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
+from rms_retrieval.stores.engine.write_lock import DEFAULT_WRITE_TIMEOUT_SECONDS, WriteLock
 
 LOG_DIRECTORY = "log"
 _RELOAD_ATTEMPTS = 5
@@ -59,8 +56,9 @@ class ChangeReport:
     object_ids: tuple[UUID, ...]
 
 
-class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog, RecordReader, SnapshotSource):
-    """One store directory behind every store protocol; each call reads the live generation."""
+class MemoryStore(RetrievalLog, SnapshotSource):
+    """One store directory: it opens, writes, and hands out snapshots (`snapshot()`), each of which
+    serves every read of one generation; and it keeps the retrieval log."""
 
     def __init__(
         self, path: Path, encoder: QueryEncoder | None, *, read_only: bool, write_timeout: float,
@@ -99,8 +97,8 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         existing store; `write_timeout` is how long an add waits for another process's write;
         `retired_grace` how long this process's writes keep a merged-away segment's files for
         readers still answering from an older generation; `expansion` is what the first write of
-        an empty store records (stores/expansion.py); `speakers` how this process's writes find a
-        plain turn's speaker (stores/speakers.py)."""
+        an empty store records (stores/analysis/expansion.py); `speakers` how this process's writes find a
+        plain turn's speaker (stores/analysis/speakers.py)."""
         path = Path(path)
         if not (path / MANIFEST_FILE).exists() and not (path / LEGACY_DATABASE_FILE).exists() and create and not read_only:
             if path.exists() and not path.is_dir():
@@ -301,7 +299,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
     def erase(self, namespace: str | None = None, *, owner: str | None = None,
               where: Mapping[str, Any] | None = None) -> ChangeReport:
         """Delete every object of `namespace` (every namespace if None) of `owner` matching `where`
-        (stores/changes.py ERASE_FIELDS or `metadata.<key>`, exact), then compact at once and
+        (stores/engine/changes.py ERASE_FIELDS or `metadata.<key>`, exact), then compact at once and
         remove the retrieval log records that name them: afterwards no byte of them is left in the
         store directory. Readers keep answering from the snapshot they hold."""
         with self._writing("erase objects") as snapshot:
@@ -354,7 +352,7 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
         self, namespace: str, session_id: str, messages: Sequence[Any], *, owner: str = "default",
         scope: str = "default", time: datetime | None = None, progress: bool = False,
     ) -> IngestReport:
-        """Store chat messages (OpenAI/mem0 or Zep dicts, LangChain messages; stores/messages.py) as
+        """Store chat messages (OpenAI/mem0 or Zep dicts, LangChain messages; stores/analysis/messages.py) as
         the next turns of session `session_id`, in order, content as given, each speaker recorded
         as an ENTITY once per namespace; `time` dates the messages that carry none (default: now)."""
         return self.add(message_turns(namespace, session_id, messages, owner=owner, scope=scope, time=time),
@@ -369,59 +367,11 @@ class MemoryStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalL
             raise EmbeddingMismatchError(f"the encoder is {identity} but {self.path} holds vectors from {stored}; {_MISMATCH_HINT}")
         return self._encoder
 
-    # ----- the store protocols, each on the live generation ---------------------------------------
-
-    def search_lexical(self, text: str, namespaces: Sequence[str], limit: int) -> list[LexicalHit]:
-        return self.snapshot().search_lexical(text, namespaces, limit)
-
-    @property
-    def embedding_identity(self) -> EmbeddingIdentity | None:
-        return self.snapshot().embedding_identity
-
-    def search_vector(self, vector: np.ndarray, namespaces: Sequence[str], limit: int) -> list[VectorHit]:
-        return self.snapshot().search_vector(vector, namespaces, limit)
-
-    def entity_catalog(self, namespaces: Sequence[str]) -> list[EntityRef]:
-        return self.snapshot().entity_catalog(namespaces)
-
-    def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
-        return self.snapshot().adjacency(namespaces)
-
-    def get_objects(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, MemoryObject]:
-        return self.snapshot().get_objects(ids, namespaces)
-
-    def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
-        return self.snapshot().pinned_objects(namespaces)
-
-    def session_neighbours(self, triggers: Sequence[UUID], window: int, namespaces: Sequence[str]) -> list[SessionNeighbour]:
-        return self.snapshot().session_neighbours(triggers, window, namespaces)
-
-    def state_fingerprint(self) -> str:
-        return self.snapshot().state_fingerprint()
-
-    def count_objects(self, namespaces: Sequence[str] | None = None) -> int:
-        return self.snapshot().count_objects(namespaces)
-
-    def namespaces(self) -> list[str]:
-        return self.snapshot().namespaces()
-
-    def scan_page(self, parameters: Mapping[str, Any]) -> list[MemoryObject]:
-        return self.snapshot().scan_page(parameters)
-
-    def exclusion_counts(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return self.snapshot().exclusion_counts(parameters)
-
-    def assertion_groups(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return self.snapshot().assertion_groups(parameters)
-
-    def quantity_page(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return self.snapshot().quantity_page(parameters)
-
-    # ----- RetrievalLog (stores/retrieval_log.py) ---------------------------------------------------
+    # ----- RetrievalLog (stores/log/retrieval_log.py) ---------------------------------------------------
 
     def log_retrieval(self, record: Mapping[str, Any]) -> None:
         """Queue one retrieval record for this process's log file (written by a background thread,
-        stores/log_buffer.py); no write lock, fail-open."""
+        stores/log/buffer.py); no write lock, fail-open."""
         with self._log_lock:
             if self._log_writer is None:
                 self._log_writer = BufferedLogWriter(self.path / LOG_DIRECTORY)

@@ -11,7 +11,7 @@ from uuid import UUID, uuid4
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rms_retrieval.stores.claims import Assertion, QuantityOfAssertion
+from rms_retrieval.stores.analysis.claims import Assertion, QuantityOfAssertion
 
 
 class NodeType(StrEnum):

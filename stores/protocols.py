@@ -1,6 +1,7 @@
 """The small interfaces the retrieval nodes see. Nodes never import duckdb or faiss.
 
-`MemoryStore` (stores/memory_store.py) implements all of them, which makes it a `RetrievalStore`; tests use tiny fakes. They are
+`StoreSnapshot` (stores/snapshot.py), one generation of a `MemoryStore`, implements all of them, which makes it a
+`RetrievalStore`; tests use tiny fakes. They are
 abstract base classes rather than `typing.Protocol`s because Hamilton checks driver inputs with
 `isinstance`, which it skips for Protocol (generic) classes: implementations inherit them.
 Every method that takes `namespaces` applies the namespace filter inside the backend,
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
@@ -20,7 +22,7 @@ import numpy as np
 from rms_retrieval.stores.models import MemoryObject
 
 if TYPE_CHECKING:  # the adjacency module imports Edge from here
-    from rms_retrieval.stores.adjacency import Adjacency
+    from rms_retrieval.stores.indexes.adjacency import Adjacency
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,30 +179,98 @@ class RetrievalLog(ABC):
     def log_retrieval(self, record: Mapping[str, Any]) -> None: ...
 
 
+@dataclass(frozen=True)
+class ScanSelection:
+    """What one page of enumeration reads: a namespace (and scope), node types and lifecycle
+    states as their values, the ids after `after_id`, at most `limit` of them."""
+
+    namespace: str
+    scope: str | None
+    node_types: tuple[str, ...]
+    lifecycles: tuple[str, ...]
+    after_id: UUID | None
+    limit: int
+
+
+@dataclass(frozen=True)
+class ClaimSelection:
+    """The records an aggregation selects, and the rules that exclude some of them (each with its
+    reason): one namespace (and scope), node types, the claim selectors as normalised text, the
+    retrieval mode's epistemic and lifecycle rules, the time filters, and whether a quantity is required."""
+
+    namespace: str
+    scope: str | None
+    node_types: tuple[str, ...]
+    subjects: tuple[str, ...]
+    predicates: tuple[str, ...]
+    objects: tuple[str, ...]
+    polarities: tuple[str, ...]
+    predicate_prefixes: tuple[str, ...]
+    dropped_epistemic_types: tuple[str, ...]
+    drop_low_unverified: bool
+    unverified_min_confidence: float
+    lifecycles: tuple[str, ...]
+    event_time_from: datetime | None
+    event_time_to: datetime | None
+    valid_at: datetime | None
+    knowledge_at: datetime | None
+    require_quantity: bool
+
+
+class AssertionGroupRow(NamedTuple):
+    """One normalised claim, how many selected records state it and its first samples (each a
+    mapping of object_id, evidence_refs and assertion as JSON text, stated_time), with the totals over
+    every group before the group limit."""
+
+    subject: str
+    predicate: str
+    object: str
+    polarity: str
+    occurrences: int
+    samples: tuple[Mapping[str, Any], ...]
+    group_count: int
+    occurrence_total: int
+
+
+class QuantityRow(NamedTuple):
+    """One admitted claim with a quantity; evidence_refs, assertion and quantity are JSON text,
+    validated again when read."""
+
+    object_id: UUID
+    evidence_refs: str
+    stated_time: datetime
+    assertion: str
+    quantity: str
+    subject: str
+    predicate: str
+    object: str
+    polarity: str
+
+
 class RecordReader(ABC):
-    """Read-only exact queries over every stored record, for enumeration and aggregation.
-
-    The SQL behind each method lives in stores/store_sql.py; `parameters` are its bound values.
-    """
+    """Read-only exact queries over every stored record, for enumeration and aggregation (the SQL
+    behind each lives in stores/engine/store_sql.py)."""
 
     @abstractmethod
-    def scan_page(self, parameters: Mapping[str, Any]) -> list[MemoryObject]:
-        """One keyset page of `store_sql.SCAN_PAGE`, as objects in id order."""
+    def scan_page(self, selection: ScanSelection) -> list[MemoryObject]:
+        """The selected objects in id order: at most `selection.limit + 1`, so that one more tells
+        that another page follows."""
         ...
 
     @abstractmethod
-    def exclusion_counts(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """(reason, count) rows of `store_sql.EXCLUSION_COUNTS`."""
+    def exclusion_counts(self, selection: ClaimSelection) -> dict[str, int]:
+        """How many selected records each rule excluded, by reason, in reason order."""
         ...
 
     @abstractmethod
-    def assertion_groups(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """The rows of `store_sql.ASSERTION_GROUPS`."""
+    def assertion_groups(self, selection: ClaimSelection, max_groups: int, max_samples: int) -> list[AssertionGroupRow]:
+        """The admitted records grouped by normalised claim, most occurrences first, at most
+        `max_groups` groups of at most `max_samples` samples each."""
         ...
 
     @abstractmethod
-    def quantity_page(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """One keyset page of `store_sql.QUANTITY_PAGE`."""
+    def quantity_page(self, selection: ClaimSelection, after_id: UUID | None, limit: int) -> list[QuantityRow]:
+        """The admitted records with a quantity and an id after `after_id`, in id order, at most `limit`."""
         ...
 
     @abstractmethod
@@ -214,6 +284,12 @@ class SnapshotSource(ABC):
     def snapshot(self) -> Any:
         """The live generation, as an object that implements every store protocol and never changes."""
         ...
+
+def snapshot_of(store: Any) -> Any:
+    """What one request or one exact operation reads: the live generation of a store that hands out
+    snapshots (`MemoryStore.snapshot()`), else the store itself (a snapshot, or a test's fake)."""
+    return store.snapshot() if isinstance(store, SnapshotSource) else store
+
 
 class RetrievalStore(ABC):
     """What `retrieve()` needs of a store: the four indexes (LexicalIndex, VectorIndex,
@@ -229,6 +305,10 @@ class RetrievalStore(ABC):
 
 
 _RETRIEVAL_STORE_PARTS = (LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog)
+
+# What `retrieve()` and the audits take: a store that hands out snapshots (`MemoryStore`), or a
+# RetrievalStore read as it is (a `StoreSnapshot`, a test's fake).
+ReadableStore = RetrievalStore | SnapshotSource
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ Readers never lock: they hold a snapshot, and a newer generation is a new snapsh
 the segments both generations name. Derived structures (the BM25 index, adjacency lists, entity
 catalogs) are built on first use; a racing second build gives the same value. Those of a namespace
 scope read that scope's rows only and pass to the next generation while the segments they came
-from stay live (stores/scope_cache.py). The BM25 index is the previous generation's less the
+from stay live (stores/engine/scope_cache.py). The BM25 index is the previous generation's less the
 parts of segments this one no longer reads and plus the parts of those it lacks (keyed by segment
 and deletion file), so a write, a delete or a merge costs the segments it touches. Deleted rows
-(stores/segments.py deletion files) are left out of every structure.
+(stores/engine/segments.py deletion files) are left out of every structure.
 """
 
 from __future__ import annotations
@@ -21,19 +21,20 @@ from uuid import UUID
 import numpy as np
 import pyarrow as pa
 
-from rms_retrieval.stores.adjacency import Adjacency
-from rms_retrieval.stores.entity_graph import entity_names
-from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotError, StoreError
-from rms_retrieval.stores.lexical import Bm25Index
-from rms_retrieval.stores.manifest import Manifest
+from rms_retrieval.stores.indexes.adjacency import Adjacency
+from rms_retrieval.stores.indexes.entity_graph import entity_names
+from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotError
+from rms_retrieval.stores.indexes.lexical import Bm25Index
+from rms_retrieval.stores.engine.manifest import Manifest
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import (Edge, EmbeddingIdentity, EntityRef, GraphIndex, LexicalHit, LexicalIndex,
-                                            ObjectStore, RecordReader, RetrievalLog, SessionNeighbour, SnapshotSource,
-                                            VectorHit, VectorIndex)
-from rms_retrieval.stores.scope_cache import NamespaceRows, Scope, ScopeValues, namespace_rows
-from rms_retrieval.stores.segments import LoadedSegment
-from rms_retrieval.stores.store_sql import ParquetRecords
-from rms_retrieval.stores.vector_index import exact_top_k
+from rms_retrieval.stores.protocols import (AssertionGroupRow, ClaimSelection, Edge, EmbeddingIdentity, EntityRef,
+                                            GraphIndex, LexicalHit, LexicalIndex, ObjectStore, QuantityRow, RecordReader,
+                                            RetrievalLog, ScanSelection, SessionNeighbour, SnapshotSource, VectorHit,
+                                            VectorIndex)
+from rms_retrieval.stores.engine.scope_cache import NamespaceRows, Scope, ScopeValues, namespace_rows
+from rms_retrieval.stores.engine.segments import LoadedSegment
+from rms_retrieval.stores.engine.store_sql import ParquetRecords
+from rms_retrieval.stores.indexes.vector_index import exact_top_k
 
 CO_MENTIONED = "CO_MENTIONED"
 
@@ -182,7 +183,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     def search_vector(self, vector: np.ndarray, namespaces: Sequence[str], limit: int) -> list[VectorHit]:
         """Exact inner-product top-k over the namespaces' vectors, best first, ties by object id.
-        float32 scores from FAISS's per-row kernel (stores/vector_index.py), so a row scores the same
+        float32 scores from FAISS's per-row kernel (stores/indexes/vector_index.py), so a row scores the same
         bits in any segment at any offset, and each namespace slice of a segment is searched in place."""
         identity = self.manifest.embedding
         if identity is None or limit <= 0:
@@ -353,17 +354,17 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def log_retrieval(self, record: Mapping[str, Any]) -> None:
         self._log(record)
 
-    def scan_page(self, parameters: Mapping[str, Any]) -> list[MemoryObject]:
-        return self._records.scan_page(parameters)
+    def scan_page(self, selection: ScanSelection) -> list[MemoryObject]:
+        return self._records.scan_page(selection)
 
-    def exclusion_counts(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return self._records.exclusion_counts(parameters)
+    def exclusion_counts(self, selection: ClaimSelection) -> dict[str, int]:
+        return self._records.exclusion_counts(selection)
 
-    def assertion_groups(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return self._records.assertion_groups(parameters)
+    def assertion_groups(self, selection: ClaimSelection, max_groups: int, max_samples: int) -> list[AssertionGroupRow]:
+        return self._records.assertion_groups(selection, max_groups, max_samples)
 
-    def quantity_page(self, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return self._records.quantity_page(parameters)
+    def quantity_page(self, selection: ClaimSelection, after_id: UUID | None, limit: int) -> list[QuantityRow]:
+        return self._records.quantity_page(selection, after_id, limit)
 
 
 def _live_in(segment: LoadedSegment, start: int, stop: int) -> int:

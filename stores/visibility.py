@@ -1,7 +1,7 @@
 """The retrieval modes and what each lets a caller see (RFC 6, RFC-0003), as data.
 
-One enum and one table serve the retrieval filter (`nodes/eligibility.py`, in Python) and exact
-aggregation (`stores/aggregation.py`, as SQL parameters), so the two can never disagree. They
+One enum and one table serve the retrieval filter (`nodes/helpers/eligibility.py`, in Python) and exact
+aggregation (`stores/exact/aggregation.py`, as SQL parameters), so the two can never disagree. They
 live in stores because nodes import stores, never the other way round.
 """
 

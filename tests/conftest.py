@@ -10,13 +10,13 @@ from uuid import UUID
 import pytest
 
 from rms_retrieval.dataflows.demo import DemoCorpus
-from rms_retrieval.stores.embedding import SentenceEncoder
+from rms_retrieval.stores.providers.embedding import SentenceEncoder
 
 
 @pytest.fixture(scope="session")
 def encoder() -> SentenceEncoder:
     """The packaged MiniLM encoder, loaded once: the same one `retrieve()` uses by default."""
-    from rms_retrieval.stores.embedding import default_encoder
+    from rms_retrieval.stores.providers.embedding import default_encoder
 
     return default_encoder()
 
@@ -41,7 +41,7 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> DemoStore:
     plus one memory in a second namespace, for namespace-isolation checks."""
     from rms_retrieval.dataflows.demo import load_demo
     from rms_retrieval.dataflows.locomo import reference_time
-    from rms_retrieval.stores.embedding import default_encoder
+    from rms_retrieval.stores.providers.embedding import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
     from rms_retrieval.stores.models import MemoryObject
 

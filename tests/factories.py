@@ -9,9 +9,11 @@ from uuid import UUID, uuid5
 
 import numpy as np
 
-from rms_retrieval.nodes.models import Candidate, ChannelHit, PathType, QueryIntent, RetrievalMetadata, RetrievalRequest
-from rms_retrieval.stores.adjacency import Adjacency
-from rms_retrieval.stores.claims import Assertion, Quantity
+from rms_retrieval.nodes.models import QueryIntent, RetrievalRequest
+from rms_retrieval.nodes.bundle import RetrievalMetadata
+from rms_retrieval.nodes.pools import Candidate, ChannelHit, PathType
+from rms_retrieval.stores.indexes.adjacency import Adjacency
+from rms_retrieval.stores.analysis.claims import Assertion, Quantity
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import (Edge, EmbeddingIdentity, EntityRef, GraphIndex, LexicalHit, LexicalIndex,
                                             ObjectStore, QueryEncoder, RetrievalLog, SessionNeighbour, VectorHit,
@@ -105,6 +107,10 @@ class FakeStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog
     @property
     def embedding_identity(self):
         return self._identity
+
+    def snapshot(self) -> FakeStore:
+        """A fake never changes, so it is its own snapshot (as `MemoryStore.snapshot()` is read)."""
+        return self
 
     def _check(self, what: str) -> None:
         if what in self.fail:

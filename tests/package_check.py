@@ -57,7 +57,7 @@ WHEEL_MUST_HOLD = (
 )
 # What it does not: the benchmarks (run from a checkout) and the test helpers.
 WHEEL_MUST_NOT_HOLD = ("rms_retrieval/dataflows/bench/", "tests/")
-SDIST_MUST_HOLD = {"pyproject.toml", "README.md", "dataflows/cli.py", "nodes/models.py", "stores/embedding.py",
+SDIST_MUST_HOLD = {"pyproject.toml", "README.md", "dataflows/cli.py", "nodes/models.py", "stores/providers/embedding.py",
                    "rms_retrieval/__init__.py", "dataflows/data/demo_conversation.json"}
 
 

@@ -113,7 +113,7 @@ def read(store_path: Path, stop: Path, seconds: float = 600.0) -> dict[str, Any]
     also explains a turn."""
     from rms_retrieval.dataflows.explain import explain
     from rms_retrieval.dataflows.retrieval import retrieve
-    from rms_retrieval.stores.enumeration import iter_objects
+    from rms_retrieval.stores.exact.enumeration import iter_objects
     from rms_retrieval.stores.memory_store import MemoryStore
 
     summary: dict[str, Any] = {"requests": 0, "explained": 0, "generations": set(), "problems": [], "errors": []}
@@ -143,7 +143,7 @@ def read(store_path: Path, stop: Path, seconds: float = 600.0) -> dict[str, Any]
 def watch(store_path: Path, stop: Path, total: int, seconds: float = 600.0) -> dict[str, Any]:
     """Check snapshots while `forget` runs, until `stop` exists: each must hold turns d..total-1
     for some d in rows, postings, vectors, enumeration and aggregation, never a state between."""
-    from rms_retrieval.stores.enumeration import iter_objects
+    from rms_retrieval.stores.exact.enumeration import iter_objects
     from rms_retrieval.stores.errors import StaleSnapshotError
     from rms_retrieval.stores.memory_store import MemoryStore
 
@@ -171,8 +171,8 @@ def watch(store_path: Path, stop: Path, total: int, seconds: float = 600.0) -> d
 def hold(store_path: Path, ready: Path, go: Path, seconds: float = 120.0) -> dict[str, Any]:
     """Take one snapshot, touch `ready`, wait for `go`, then enumerate and aggregate that snapshot
     (a request that outlives the writes after it began)."""
-    from rms_retrieval.stores.aggregation import AssertionQuery, aggregate_assertions
-    from rms_retrieval.stores.enumeration import iter_objects
+    from rms_retrieval.stores.exact.aggregation import AssertionQuery, aggregate_assertions
+    from rms_retrieval.stores.exact.enumeration import iter_objects
     from rms_retrieval.stores.memory_store import MemoryStore
     from rms_retrieval.stores.models import NodeType
 

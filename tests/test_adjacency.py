@@ -2,7 +2,7 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores.adjacency import Adjacency
+from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.protocols import Edge
 
 A, B, C = UUID(int=1), UUID(int=2), UUID(int=3)

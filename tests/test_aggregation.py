@@ -5,14 +5,14 @@ from datetime import timedelta
 import pytest
 from pydantic import ValidationError
 
-from rms_retrieval.stores import aggregation
-from rms_retrieval.stores.aggregation import (
+from rms_retrieval.stores.exact import aggregation
+from rms_retrieval.stores.exact.aggregation import (
     AssertionQuery,
     QuantityQuery,
     aggregate_assertions,
     aggregate_quantities,
 )
-from rms_retrieval.stores.claims import Quantity
+from rms_retrieval.stores.analysis.claims import Quantity
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
 from rms_retrieval.stores.visibility import RetrievalMode

@@ -35,7 +35,7 @@ def test_the_whole_dag_renders_every_node_with_its_type_and_configuration(tmp_pa
 
 
 def test_one_execution_renders_the_nodes_that_ran_with_their_values(tmp_path, store, demo_store, monkeypatch):
-    from rms_retrieval.nodes.models import MemoryBundle
+    from rms_retrieval.nodes.bundle import MemoryBundle
 
     serialised = []  # the log record (which serialises the bundle) is never built: the request is the result's
     to_json = MemoryBundle.to_json

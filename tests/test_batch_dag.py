@@ -71,14 +71,14 @@ def test_a_shard_reuses_the_open_store_and_reopens_it_after_a_commit(demo_store,
     assert batch_dag.cached_store(str(path))[0] is first
     batch_dag.close_cached_stores()
     with MemoryStore.open(path, encoder=encoder) as writable:
-        before = writable.state_fingerprint()
+        before = writable.snapshot().state_fingerprint()
     opened, _ = batch_dag.cached_store(str(path))
-    assert opened.state_fingerprint() == before
+    assert opened.snapshot().state_fingerprint() == before
     batch_dag.close_cached_stores()
     with MemoryStore.open(path, encoder=encoder) as writable:
         writable.add([MemoryObject(namespace="late", node_type="FACT", content="Ines keeps bees.")])
     reopened, _ = batch_dag.cached_store(str(path))
-    assert reopened.state_fingerprint() != before and "late" in reopened.namespaces()
+    assert reopened.snapshot().state_fingerprint() != before and "late" in reopened.snapshot().namespaces()
     batch_dag.close_cached_stores()
 
 

@@ -8,7 +8,7 @@ import pytest
 from rms_retrieval.dataflows import batch_ingest
 from rms_retrieval.dataflows.batch import ingest_with_workers
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.stores import embedding
+from rms_retrieval.stores.providers import embedding
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 
@@ -59,11 +59,11 @@ def test_a_failed_commit_leaves_the_store_as_it_was(demo_store, small_chunks, tm
     objects = demo_store.corpus.objects
     ingest_with_workers(objects[:20], tmp_path / "store", engine="local")
     with MemoryStore.open(tmp_path / "store", create=False, read_only=True) as store:
-        before = store.state_fingerprint()
+        before = store.snapshot().state_fingerprint()
     with pytest.raises(StoreError, match="already in"):
         ingest_with_workers(objects[10:], tmp_path / "store", engine="local")
     with MemoryStore.open(tmp_path / "store", create=False, read_only=True) as store:
-        assert store.state_fingerprint() == before
+        assert store.snapshot().state_fingerprint() == before
 
 
 def test_chunks_are_cut_where_encode_many_cuts_them():

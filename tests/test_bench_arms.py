@@ -1,5 +1,5 @@
-"""The benchmark's arms that give back earlier behaviour (dataflows/bench/arm_settings.py and
-arm_nodes.py): at their defaults they retrieve as the product does; each lever does what it did."""
+"""The benchmark's arms (dataflows/bench/arms.py), and those that give back earlier behaviour
+(arm_settings.py and arm_nodes.py): at their defaults they retrieve as the product does; each lever does what it did."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from datetime import timedelta
 
 import pytest
 
-from rms_retrieval.dataflows.bench import arm_nodes, locomo_bench
+from rms_retrieval.dataflows.bench import arm_nodes, arms
 from rms_retrieval.dataflows.bench.arm_settings import ArmPacking, ArmScoring, ArmSettings
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from rms_retrieval.nodes.formatting import group_header
-from rms_retrieval.nodes.models import (CandidatePool, FilteredPool, QueryAnalysis, QueryIntent, RerankedPool, TemporalSignal,
-                                        TemporalType)
+from rms_retrieval.nodes.helpers.formatting import group_header
+from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
+from rms_retrieval.nodes.pools import CandidatePool, FilteredPool, PathType, RerankedPool
 from rms_retrieval.nodes.packing import SEPARATOR, selected_candidates
 from rms_retrieval.nodes.session_context import ranked_candidates
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings
-from rms_retrieval.nodes.tokens import count_tokens
+from rms_retrieval.nodes.helpers.tokens import count_tokens
 from tests.factories import BASE_TIME, FakeEncoder, conversation_store, make_candidate, make_object, make_request
 
 
@@ -43,9 +43,9 @@ def test_the_arm_nodes_refuse_product_settings():
         arm_nodes._arm(RetrievalSettings())
 
 
-@pytest.mark.parametrize("arm", sorted(locomo_bench.ARMS))
+@pytest.mark.parametrize("arm", sorted(arms.ARMS))
 def test_every_arm_builds_and_executes(arm):
-    bundle = _bundle(locomo_bench.arm_settings(arm))
+    bundle = _bundle(arms.arm_settings(arm))
     assert bundle.items and bundle.tokens_used <= bundle.token_budget
 
 
@@ -90,3 +90,21 @@ def test_the_temporal_intent_only_arm_drops_the_dates_of_other_intents():
         assert arm_nodes.fused_scores__rrf(pool, analysis, intent_only).objects[0].id == first.object_id
         assert arm_nodes.fused_scores__rrf(pool, analysis, ArmSettings(scoring=ArmScoring(**no_tie))).objects[0].id \
             == inside.object_id
+
+
+def test_every_arm_builds_distinct_valid_settings():
+    fingerprints = {arms.arm_settings(arm).fingerprint() for arm in arms.ARMS}
+    assert len(fingerprints) == len(arms.ARMS)
+    assert arms.settings_changes(arms.arm_settings("pipeline")) == {}
+    assert arms.settings_changes(arms.arm_settings("rrf_vector_bm25")) == {
+        "candidates.enabled_paths": ["LEXICAL", "VECTOR"], "scoring.temporal_boost": 0.0, "session.window": 0,
+    }
+    assert arms.settings_changes(arms.arm_settings("round3_off")) == {
+        "candidates.lexical_k": 150, "candidates.vector_k": 150, "packing.tier_path_depth": None,
+        "scoring.speaker_boost": 0.0,
+    }
+    no_graph = arms.arm_settings("no_graph")
+    assert PathType.GRAPH not in no_graph.candidates.enabled_paths
+    assert no_graph.session == RetrievalSettings().session and no_graph.scoring == RetrievalSettings().scoring
+    with pytest.raises(ValueError, match="unknown arm"):
+        arms.arm_settings("graph_only")

@@ -11,7 +11,7 @@ from rms_retrieval.dataflows.bench import latency_bench
 from rms_retrieval.dataflows.bench.latency_bench import (CHANNELS, PEER_MISSING, channel_off, interleaved, run_latency,
                                                         warming_queries)
 from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
-from rms_retrieval.nodes.models import PathType
+from rms_retrieval.nodes.pools import PathType
 from tests.factories import FakeEncoder
 from tests.test_bench_identical import _dataset
 

@@ -6,9 +6,8 @@ import pytest
 
 from rms_retrieval.dataflows.bench import locomo_bench
 from rms_retrieval.dataflows.demo import load_demo
-from rms_retrieval.stores.embedding import default_encoder
-from rms_retrieval.nodes.models import PathType
-from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.providers.embedding import default_encoder
+from rms_retrieval.dataflows.bench import arms
 from rms_retrieval.stores.memory_store import MemoryStore
 
 BUDGETS = (150, 400)
@@ -25,24 +24,6 @@ def bench(corpus, tmp_path_factory):
     store.add(corpus.objects)
     yield locomo_bench.LocomoBench(store, corpus.dataset, default_encoder(), BUDGETS)
     store.close()
-
-
-def test_every_arm_builds_distinct_valid_settings():
-    fingerprints = {locomo_bench.arm_settings(arm).fingerprint() for arm in locomo_bench.ARMS}
-    assert len(fingerprints) == len(locomo_bench.ARMS)
-    assert locomo_bench.settings_changes(locomo_bench.arm_settings("pipeline")) == {}
-    assert locomo_bench.settings_changes(locomo_bench.arm_settings("rrf_vector_bm25")) == {
-        "candidates.enabled_paths": ["LEXICAL", "VECTOR"], "scoring.temporal_boost": 0.0, "session.window": 0,
-    }
-    assert locomo_bench.settings_changes(locomo_bench.arm_settings("round3_off")) == {
-        "candidates.lexical_k": 150, "candidates.vector_k": 150, "packing.tier_path_depth": None,
-        "scoring.speaker_boost": 0.0,
-    }
-    no_graph = locomo_bench.arm_settings("no_graph")
-    assert PathType.GRAPH not in no_graph.candidates.enabled_paths
-    assert no_graph.session == RetrievalSettings().session and no_graph.scoring == RetrievalSettings().scoring
-    with pytest.raises(ValueError, match="unknown arm"):
-        locomo_bench.arm_settings("graph_only")
 
 
 def test_evenly_spaced():
@@ -81,7 +62,7 @@ def test_relevance_on_the_demo_corpus(bench, corpus):
 
 def test_ranked_list_is_the_ranked_candidates_frame(bench, corpus):
     question = corpus.dataset.questions[0]
-    run = bench.run(question, locomo_bench.arm_settings("pipeline"))
+    run = bench.run(question, arms.arm_settings("pipeline"))
     assert len(run.ranked_ids) == len(set(run.ranked_ids)) >= len(run.bundles[400].items)
     assert {item.id for item in run.bundles[400].items} <= set(run.ranked_ids)
     assert set(run.bundles) == set(BUDGETS)
@@ -131,11 +112,11 @@ def test_benchmark_questions_keep_only_the_split(corpus):
 def test_shared_pools_give_the_bundles_of_full_runs(bench, corpus):
     shared = locomo_bench.LocomoBench(bench.store, corpus.dataset, bench.encoder, BUDGETS, share_pools=True)
     questions = locomo_bench.benchmark_questions(corpus.dataset)
-    arms = ["pipeline", "score_order", "temporal_intent_only"]
-    results = locomo_bench.run_relevance(shared, questions, arms, progress=False, repack_check_questions=3)
+    names = ["pipeline", "score_order", "temporal_intent_only"]
+    results = locomo_bench.run_relevance(shared, questions, names, progress=False, repack_check_questions=3)
     assert results["shared_pool_check"] == {"compared": 3, "identical": 3, "different": []}
     assert len(shared._pools) == len(questions["main"])  # one pool per question, shared by all three arms
-    plain = locomo_bench.run_relevance(bench, questions, arms, progress=False, repack_check_questions=0)
+    plain = locomo_bench.run_relevance(bench, questions, names, progress=False, repack_check_questions=0)
     assert plain["per_question"] == results["per_question"]
-    assert locomo_bench.pool_fingerprint(locomo_bench.arm_settings("no_graph")) != locomo_bench.pool_fingerprint(
-        locomo_bench.arm_settings("score_order"))
+    assert locomo_bench.pool_fingerprint(arms.arm_settings("no_graph")) != locomo_bench.pool_fingerprint(
+        arms.arm_settings("score_order"))

@@ -64,7 +64,7 @@ def test_node_times_cover_the_dag(store, encoder):
 
 
 def test_isolation_finds_no_leaks(store, encoder):
-    namespaces = store.namespaces()
+    namespaces = store.snapshot().namespaces()
     queries = speed_bench.isolation_queries(["garden painting", "river"], namespaces, WHEN, 12, seed=3)
     assert len(queries) == 12 and any(len(q.namespaces) == 2 for q in queries)
     checkpoints = []

@@ -7,7 +7,8 @@ import pytest
 
 from rms_retrieval.nodes import candidate_generation as cg
 from rms_retrieval.nodes import query_analysis as qa
-from rms_retrieval.nodes.models import CandidateLimits, PathType, QueryAnalysis, QueryEmbedding, QueryEntity
+from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, QueryEntity
+from rms_retrieval.nodes.pools import CandidateLimits, PathType
 from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
 from rms_retrieval.stores.errors import EmbeddingError, EmbeddingMismatchError
 from rms_retrieval.stores.models import NodeType
@@ -31,7 +32,7 @@ def _graph(settings: RetrievalSettings, store: FakeStore, *names: str, limit: in
     limits = CandidateLimits(5, 5, limit)
     return cg.graph_candidates(
         query_analysis=_analysis(*names), entity_catalog=qa.entity_catalog(store, request),
-        graph_index=store, candidate_limits=limits, request=request, settings=settings,
+        store_snapshot=store, candidate_limits=limits, request=request, settings=settings,
     )
 
 

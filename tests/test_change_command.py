@@ -24,7 +24,7 @@ def store_path(tmp_path, encoder):
 def _objects(path):
     with MemoryStore.open(path, create=False, read_only=True) as store:
         ids = [UUID(int=number) for number in (1, 2, 3)]
-        return {**store.get_objects(ids, ["ns"]), **store.get_objects(ids, ["other"])}
+        return {**store.snapshot().get_objects(ids, ["ns"]), **store.snapshot().get_objects(ids, ["other"])}
 
 
 def test_update_delete_erase_and_compact(store_path, capsys):

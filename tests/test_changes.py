@@ -9,7 +9,7 @@ import pytest
 
 from tests import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.stores.check import check_store
+from rms_retrieval.stores.engine.check import check_store
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, MemoryObject
@@ -42,7 +42,7 @@ def test_deleted_turns_leave_bundles_byte_identical_to_a_store_that_never_held_t
         never.add([turn for turn in turns if turn.id not in gone])
         changed.delete(NAMESPACE, sorted(gone)[:4])
         changed.delete(NAMESPACE, sorted(gone)[4:])
-        assert changed.count_objects() == never.count_objects() == 53
+        assert changed.snapshot().count_objects() == never.snapshot().count_objects() == 53
         assert _bundles(changed) == _bundles(never)  # BM25 statistics, vectors, session neighbours
         changed.compact()
         assert _bundles(changed) == _bundles(never)
@@ -53,13 +53,13 @@ def test_update_changes_fields_records_updated_at_and_keeps_the_vector(tmp_path)
     turns = _turns(12)
     with _open(tmp_path / "store") as store:
         store.add(turns)
-        before = store.search_vector(store.snapshot().segments[0].vectors[4], [NAMESPACE], 3)
+        before = store.snapshot().search_vector(store.snapshot().segments[0].vectors[4], [NAMESPACE], 3)
         store.update(NAMESPACE, turns[4].id, {"salience": 0.9}, metadata={"topic": "river"}, valid_to=turns[4].created_at)
-        updated = store.get_objects([turns[4].id], [NAMESPACE])[turns[4].id]
+        updated = store.snapshot().get_objects([turns[4].id], [NAMESPACE])[turns[4].id]
         assert (updated.salience, updated.metadata, updated.valid_to) == (0.9, {"topic": "river"}, turns[4].created_at)
         assert updated.updated_at > turns[4].updated_at and updated.content == turns[4].content
-        assert store.search_vector(store.snapshot().segments[0].vectors[4], [NAMESPACE], 3) == before
-        assert store.count_objects() == 12 and check_store(tmp_path / "store").problems == []
+        assert store.snapshot().search_vector(store.snapshot().segments[0].vectors[4], [NAMESPACE], 3) == before
+        assert store.snapshot().count_objects() == 12 and check_store(tmp_path / "store").problems == []
 
 
 def test_a_content_change_is_indexed_again(tmp_path):
@@ -67,20 +67,20 @@ def test_a_content_change_is_indexed_again(tmp_path):
     with _open(tmp_path / "store") as store:
         store.add(turns)
         store.update(NAMESPACE, turns[2].id, content="turn 2 zeppelin")
-        assert [hit.object_id for hit in store.search_lexical("zeppelin", [NAMESPACE], 5)] == [turns[2].id]
+        assert [hit.object_id for hit in store.snapshot().search_lexical("zeppelin", [NAMESPACE], 5)] == [turns[2].id]
         old_words = set(turns[2].content.split()[2:]) - {word for turn in turns if turn is not turns[2] for word in turn.content.split()}
         for word in old_words:
-            assert turns[2].id not in {hit.object_id for hit in store.search_lexical(word, [NAMESPACE], 50)}
-        assert store.count_objects() == 12
+            assert turns[2].id not in {hit.object_id for hit in store.snapshot().search_lexical(word, [NAMESPACE], 50)}
+        assert store.snapshot().count_objects() == 12
 
 
 def test_a_pinned_task_stops_being_pinned_when_it_is_done(tmp_path):
     task = MemoryObject(namespace=NAMESPACE, node_type="TASK", content="book the river trip")
     with _open(tmp_path / "store") as store:
         store.add([*_turns(3), task])
-        assert [memory.id for memory in store.pinned_objects([NAMESPACE])] == [task.id]
+        assert [memory.id for memory in store.snapshot().pinned_objects([NAMESPACE])] == [task.id]
         store.update(NAMESPACE, task.id, lifecycle_state="ARCHIVED")
-        assert store.pinned_objects([NAMESPACE]) == []
+        assert store.snapshot().pinned_objects([NAMESPACE]) == []
 
 
 def test_supersede_drops_the_old_fact_in_default_mode_with_the_reason_and_audit_still_shows_it(tmp_path):
@@ -90,8 +90,8 @@ def test_supersede_drops_the_old_fact_in_default_mode_with_the_reason_and_audit_
     with _open(tmp_path / "store") as store:
         store.add([*_turns(5), old])
         store.supersede(NAMESPACE, old.id, new)
-        assert store.get_objects([old.id], [NAMESPACE])[old.id].lifecycle_state is LifecycleState.SUPERSEDED
-        edges = store.adjacency([NAMESPACE]).edges
+        assert store.snapshot().get_objects([old.id], [NAMESPACE])[old.id].lifecycle_state is LifecycleState.SUPERSEDED
+        edges = store.snapshot().adjacency([NAMESPACE]).edges
         assert [(edge.source, edge.target, edge.edge_type) for edge in edges] == [(new.id, old.id, "SUPERSEDES")]
         default = retrieve(store, "when is the river trip?", namespaces=[NAMESPACE], encoder=store_workers.encoder(),
                            reference_time=when, log=False)
@@ -122,7 +122,7 @@ def test_an_id_of_another_namespace_reads_like_an_unknown_id(tmp_path):
         generation = store.snapshot().generation
         with pytest.raises(StoreError, match="confidence"):  # bad values change nothing
             store.update(NAMESPACE, store_workers.turn(0).id, confidence=7)
-        assert store.snapshot().generation == generation and store.count_objects() == 4
+        assert store.snapshot().generation == generation and store.snapshot().count_objects() == 4
 
 
 def test_a_deleted_id_is_not_reused_until_compaction_removed_it(tmp_path):
@@ -134,7 +134,7 @@ def test_a_deleted_id_is_not_reused_until_compaction_removed_it(tmp_path):
             store.add([turn])
         store.compact()
         store.add([turn])
-        assert store.count_objects() == 2
+        assert store.snapshot().count_objects() == 2
 
 
 def test_erase_leaves_no_byte_of_the_erased_objects_in_the_store_directory(tmp_path):
@@ -155,7 +155,7 @@ def test_erase_leaves_no_byte_of_the_erased_objects_in_the_store_directory(tmp_p
         report = store.erase("tenant-gone", owner="carol")
         store.erase("tenant-gone", where={"node_type": "ENTITY"})
         assert set(report.object_ids) >= {memory.id for memory in erased}
-        assert store.count_objects(["tenant-gone"]) == 1 and store.count_objects() == 31
+        assert store.snapshot().count_objects(["tenant-gone"]) == 1 and store.snapshot().count_objects() == 31
     needles = [secret.encode(), b"zanzibar", b"Danvers"]
     for memory in [*erased, *entities]:
         needles += [str(memory.id).encode(), memory.id.hex.encode(), memory.id.bytes]
@@ -164,7 +164,7 @@ def test_erase_leaves_no_byte_of_the_erased_objects_in_the_store_directory(tmp_p
     assert found == []
     assert check_store(path).problems == []
     with MemoryStore.open(path, create=False, read_only=True) as reader:
-        assert reader.count_objects() == 31
+        assert reader.snapshot().count_objects() == 31
 
 
 def test_erasing_a_whole_namespace_removes_its_log_records(tmp_path):
@@ -178,7 +178,7 @@ def test_erasing_a_whole_namespace_removes_its_log_records(tmp_path):
         assert len(store.retrieval_log()) == 2
         store.erase("tenant-gone")
         assert [record["payload"]["namespace_scope"] for record in store.retrieval_log()] == [[NAMESPACE]]
-        assert "tenant-gone" not in store.namespaces()
+        assert "tenant-gone" not in store.snapshot().namespaces()
     assert not any(b"tenant-gone" in file.read_bytes() or b"quokka" in file.read_bytes()
                    for file in path.rglob("*") if file.is_file())
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from rms_retrieval.stores.claims import (
+from rms_retrieval.stores.analysis.claims import (
     Assertion,
     Quantity,
     decimal_text,

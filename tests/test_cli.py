@@ -159,7 +159,7 @@ def test_a_successful_query_prints_nothing_on_stderr(demo_store, demo_copy):
 
 _BROKEN_ENCODER = """
 import sys
-from rms_retrieval.stores import onnx_encoder
+from rms_retrieval.stores.providers import onnx_encoder
 from rms_retrieval.stores.errors import EmbeddingError
 
 def broken(self, texts):

@@ -54,14 +54,15 @@ def test_changing_a_helper_module_changes_the_fingerprint_and_an_unused_one_does
 
 def test_a_bundle_s_fingerprint_covers_the_helpers_of_the_stages_and_the_store():
     covered = set(dependency_modules(RETRIEVE_ROOTS))
-    helpers = {f"rms_retrieval.nodes.{name}" for name in
-               ("temporal", "eligibility", "graph_walk", "formatting", "tokens", "models", "settings", "reformulation")}
+    helpers = {f"rms_retrieval.nodes.helpers.{name}" for name in
+               ("temporal", "eligibility", "graph_walk", "formatting", "tokens")}
+    helpers |= {f"rms_retrieval.nodes.{name}" for name in ("models", "settings", "reformulation")}
     stages = {f"rms_retrieval.nodes.{name}" for name in ("query_analysis", "candidate_generation", "merging",
                                                           "filtering", "scoring", "reranking", "session_context",
                                                           "packing")}
-    assert helpers | stages | {"rms_retrieval.stores.lexical", "rms_retrieval.stores.vector_index"} <= covered
+    assert helpers | stages | {"rms_retrieval.stores.indexes.lexical", "rms_retrieval.stores.indexes.vector_index"} <= covered
     # Finding them imports nothing that a query process does not already need.
-    assert "rms_retrieval.dataflows.cli" not in covered and "rms_retrieval.stores.writer" not in covered
+    assert "rms_retrieval.dataflows.cli" not in covered and "rms_retrieval.stores.engine.writer" not in covered
 
 
 def test_the_logged_identity_is_the_version_and_the_fingerprint_of_those_modules():

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tests import store_workers
-from rms_retrieval.stores import compaction
-from rms_retrieval.stores.manifest import SEGMENTS_DIR, read_manifest
+from rms_retrieval.stores.engine import compaction
+from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.writer import MERGE_FACTOR
+from rms_retrieval.stores.engine.writer import MERGE_FACTOR
 
 NAMESPACE = store_workers.NAMESPACE
 

@@ -10,8 +10,8 @@ from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows.pipeline import build_driver
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes import scoring
-from rms_retrieval.nodes.graph_walk import walk
-from rms_retrieval.nodes.models import PathType
+from rms_retrieval.nodes.helpers.graph_walk import walk
+from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings, ScoringSettings, WeightedScoring
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import NodeType
@@ -103,7 +103,7 @@ def test_graph_traversal_depth_must_not_exceed_three_hops():
     edges.append(Edge(99, turn.id, chain[5].id, "MENTIONS", 0.9))
     store = FakeStore([*chain, turn], edges)
     settings = RetrievalSettings(candidates=CandidateSettings(graph_max_hops=3))
-    graph = store.adjacency(make_request().namespaces)
+    graph = store.snapshot().adjacency(make_request().namespaces)
     reached = walk(graph, [chain[0].id], {c.id for c in chain}, max_hops=settings.candidates.graph_max_hops,
                    min_confidence=settings.candidates.graph_min_edge_confidence, max_candidates=50)
     assert reached.objects == ()  # the turn is six hops away

@@ -1,4 +1,4 @@
-"""The packaged cross-encoder (stores/cross_encoder.py) and the reranker through the whole
+"""The packaged cross-encoder (stores/providers/cross_encoder.py) and the reranker through the whole
 pipeline: the log's provenance, replay without the model, `rms explain`, the missing extra."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rms_retrieval.dataflows.explain import explain
 from rms_retrieval.dataflows.replay import ReplayError, RefusingCrossEncoder, replay
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.settings import RerankSettings, RetrievalSettings
-from rms_retrieval.stores.cross_encoder import (OnnxCrossEncoder, RerankerUnavailable, default_cross_encoder,
+from rms_retrieval.stores.providers.cross_encoder import (OnnxCrossEncoder, RerankerUnavailable, default_cross_encoder,
                                                 model_directory)
 from rms_retrieval.stores.memory_store import MemoryStore
 

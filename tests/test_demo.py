@@ -11,8 +11,8 @@ def test_the_demo_corpus_is_stable_and_self_consistent():
 def test_building_the_demo_store_twice_adds_nothing_the_second_time(tmp_path):
     store, corpus = build_demo_store(tmp_path / "demo")
     with store:
-        count = store.count_objects()
+        count = store.snapshot().count_objects()
         assert count >= len(corpus.objects)
     again, _ = build_demo_store(tmp_path / "demo")
     with again:
-        assert again.count_objects() == count
+        assert again.snapshot().count_objects() == count

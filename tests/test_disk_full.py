@@ -15,7 +15,7 @@ from tests import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.retrieval_log import RetrievalLogWarning
+from rms_retrieval.stores.log.retrieval_log import RetrievalLogWarning
 
 DISK_BYTES = 4 * 1024 * 1024
 
@@ -67,7 +67,7 @@ def _add_in_another_process(path: Path) -> str:
     code = ("import sys; from tests import store_workers as w; "
             "from rms_retrieval.stores.memory_store import MemoryStore\n"
             "with MemoryStore.open(sys.argv[1], w.encoder(), write_timeout=2) as s: "
-            "s.add([w.turn(7)]); print(s.count_objects())")
+            "s.add([w.turn(7)]); print(s.snapshot().count_objects())")
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
                           cwd=store_workers.ROOT)
     return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
@@ -98,10 +98,10 @@ def test_a_full_disk_during_a_write_says_which_store_and_step_and_leaves_it_as_i
         assert f"cannot write store {path}: No space left on device while" in message
         assert "nothing was written, the store is as it was at generation 1; free space and try again" in message
         assert "\n" not in message
-        assert _tree(path) == before and store.count_objects() == 1
+        assert _tree(path) == before and store.snapshot().count_objects() == 1
         filler.unlink()
         store.add(many)
-        assert store.count_objects() == 400
+        assert store.snapshot().count_objects() == 400
 
 
 def test_queries_on_a_full_disk_leave_no_empty_log_files(disk):

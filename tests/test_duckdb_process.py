@@ -1,10 +1,10 @@
-"""stores/duckdb_process.py: one database per process, a fresh one after a fork."""
+"""stores/engine/duckdb_process.py: one database per process, a fresh one after a fork."""
 
 from __future__ import annotations
 
 import os
 
-from rms_retrieval.stores.duckdb_process import ProcessDatabase
+from rms_retrieval.stores.engine.duckdb_process import ProcessDatabase
 
 
 def test_one_database_per_process_prepared_once_and_a_fresh_one_in_a_forked_child():

@@ -1,4 +1,4 @@
-from rms_retrieval.nodes.eligibility import exclusion_reason
+from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
 from rms_retrieval.nodes.models import RetrievalMode
 from rms_retrieval.nodes.settings import RetrievalSettings
 from tests.factories import make_object, make_request

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rms_retrieval.stores.embedding import (
+from rms_retrieval.stores.providers.embedding import (
     DEFAULT_MODEL_NAME,
     SentenceEncoder,
     encode_many,
@@ -85,7 +85,7 @@ def test_unreadable_model_path_is_an_embedding_error(tmp_path):
 
 _COLD_PROCESS = """
 import json, os, sys
-from rms_retrieval.stores.embedding import default_encoder
+from rms_retrieval.stores.providers.embedding import default_encoder
 encoder = default_encoder()
 identity = encoder.identity
 loaded_before_encode = "sentence_transformers" in sys.modules

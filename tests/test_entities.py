@@ -8,8 +8,8 @@ import pytest
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.query_analysis import query_analysis
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.entities import NameMatcher, extract_entities, first_name_word, name_key, name_words
-from rms_retrieval.stores.entity_graph import MENTIONS, entity_graph
+from rms_retrieval.stores.analysis.entities import NameMatcher, extract_entities, first_name_word, name_key, name_words
+from rms_retrieval.stores.indexes.entity_graph import MENTIONS, entity_graph
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import EntityRef
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
-from rms_retrieval.stores.entity_graph import (
+from rms_retrieval.stores.indexes.entity_graph import (
     CO_MENTIONED,
     MENTIONS,
     SPOKEN_BY,

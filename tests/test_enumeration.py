@@ -4,10 +4,10 @@ from uuid import NAMESPACE_OID, UUID, uuid5
 
 import pytest
 
-from rms_retrieval.stores.claims import Assertion, Quantity
-from rms_retrieval.stores.enumeration import iter_objects, scan_objects
+from rms_retrieval.stores.analysis.claims import Assertion, Quantity
+from rms_retrieval.stores.exact.enumeration import iter_objects, scan_objects
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.manifest import MANIFEST_FILE
+from rms_retrieval.stores.engine.manifest import MANIFEST_FILE
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 from tests.factories import FakeEncoder
@@ -49,19 +49,20 @@ def _expected(*, node_types=tuple(NodeType), lifecycles=(LifecycleState.ACTIVE,)
 
 def test_pages_of_97_cover_the_10000_objects_once_in_id_order(store, monkeypatch):
     largest_read = 0
-    read = store.scan_page
+    snapshot = store.snapshot()
+    read = snapshot.scan_page
 
-    def counting_read(parameters):
+    def counting_read(selection):
         nonlocal largest_read
-        rows = read(parameters)
+        rows = read(selection)
         largest_read = max(largest_read, len(rows))
         return rows
 
-    monkeypatch.setattr(store, "scan_page", counting_read)
+    monkeypatch.setattr(snapshot, "scan_page", counting_read)
     lifecycles = tuple(LifecycleState)
     seen, after_id, pages = [], None, 0
     while True:
-        page = scan_objects(store, namespace="big", lifecycle=lifecycles, after_id=after_id, limit=PAGE)
+        page = scan_objects(snapshot, namespace="big", lifecycle=lifecycles, after_id=after_id, limit=PAGE)
         pages += 1
         seen.extend(memory.id for memory in page.objects)
         if not page.has_more:
@@ -139,7 +140,7 @@ def test_claims_round_trip_through_a_scan(tmp_path):
     with MemoryStore.open(tmp_path / "store", FakeEncoder()) as opened:
         opened.add([memory])
         [found] = scan_objects(opened, namespace="a").objects
-        assert found == memory and opened.get_objects([memory.id], ["a"])[memory.id] == memory
+        assert found == memory and opened.snapshot().get_objects([memory.id], ["a"])[memory.id] == memory
 
 
 def test_a_store_of_another_format_version_is_named(tmp_path):

@@ -10,9 +10,9 @@ import pytest
 
 from factories import FakeEncoder, make_object
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.expansion import (DEFAULT_EXPANSION, OFF, PRESETS, TurnExpansion, expansion_from_json,
+from rms_retrieval.stores.analysis.expansion import (DEFAULT_EXPANSION, OFF, PRESETS, TurnExpansion, expansion_from_json,
                                             expansion_named, indexed_texts, resolved_expansion)
-from rms_retrieval.stores.manifest import read_manifest
+from rms_retrieval.stores.engine.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import NodeType
 
@@ -107,23 +107,23 @@ def test_a_store_records_its_expansion_and_later_adds_use_it(tmp_path):
     assert read_manifest(tmp_path).expansion == PRESETS["previous-both"]
     with MemoryStore.open(tmp_path, encoder) as store:  # no expansion asked: the store's own
         store.add(rows[2:])
-        assert store.get_objects([rows[2].id], [rows[2].namespace])[rows[2].id].content == "Ann: great"  # content unchanged
+        assert store.snapshot().get_objects([rows[2].id], [rows[2].namespace])[rows[2].id].content == "Ann: great"  # content unchanged
         # the third turn, added later, found its previous turn among the stored ones
         assert encoder.texts[-1] == "Bob: yes, at the lighthouse\nAnn: great"
-        lighthouse = {hit.object_id for hit in store.search_lexical("lighthouse", ["ns"], 10)}
+        lighthouse = {hit.object_id for hit in store.snapshot().search_lexical("lighthouse", ["ns"], 10)}
         assert lighthouse == {rows[1].id, rows[2].id}
     with MemoryStore.open(tmp_path, encoder, expansion=OFF) as store:
-        before = store.state_fingerprint()
+        before = store.snapshot().state_fingerprint()
         with pytest.raises(StoreError, match="cannot take objects expanded as"):
             store.add([_turn("t3", 3, "Bob: bye")])
-        assert store.state_fingerprint() == before
+        assert store.snapshot().state_fingerprint() == before
 
 
 def test_an_unexpanded_store_writes_no_expansion_and_indexes_content(tmp_path):
     with MemoryStore.open(tmp_path, RecordingEncoder(), expansion=OFF) as store:
         rows = _session()
         store.add(rows)
-        assert {hit.object_id for hit in store.search_lexical("lighthouse", ["ns"], 10)} == {rows[1].id}
+        assert {hit.object_id for hit in store.snapshot().search_lexical("lighthouse", ["ns"], 10)} == {rows[1].id}
     assert "expansion" not in json.loads((tmp_path / "manifest.json").read_text())
     assert read_manifest(tmp_path).expansion == OFF
 
@@ -134,7 +134,7 @@ def test_a_new_store_gets_the_default_expansion(tmp_path):
         rows = _session()
         store.add(rows)
         assert encoder.texts[:3] == [row.content for row in rows]  # vectors from the content alone
-        assert {hit.object_id for hit in store.search_lexical("lighthouse", ["ns"], 10)} == {rows[1].id, rows[2].id}
+        assert {hit.object_id for hit in store.snapshot().search_lexical("lighthouse", ["ns"], 10)} == {rows[1].id, rows[2].id}
     assert read_manifest(tmp_path).expansion == DEFAULT_EXPANSION
 
 

@@ -14,7 +14,7 @@ from rms_retrieval.dataflows.explain import Outcome, explain
 from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_lineage
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.nodes.models import PathType
+from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings, ScoringSettings
 from rms_retrieval.stores.memory_store import MemoryStore
 
@@ -55,7 +55,8 @@ def test_lineage_comes_from_the_driver_and_names_every_stage():
 def test_lineage_follows_renamed_nodes_in_another_dag():
     module = types.ModuleType("renamed_stages")
     exec(
-        "from rms_retrieval.nodes.models import ChannelResult, MemoryBundle, PathType, ScoredPool\n"
+        "from rms_retrieval.nodes.bundle import MemoryBundle\n"
+        "from rms_retrieval.nodes.pools import ChannelResult, PathType, ScoredPool\n"
         "def hits_by_meaning(question: str) -> ChannelResult:\n    return ChannelResult(path=PathType.VECTOR)\n"
         "def score_table(hits_by_meaning: ChannelResult) -> ScoredPool:\n    raise NotImplementedError\n"
         "def final_bundle(score_table: ScoredPool) -> MemoryBundle:\n    raise NotImplementedError\n",
@@ -74,7 +75,7 @@ def test_lineage_follows_renamed_nodes_in_another_dag():
 
 
 def test_an_included_object_is_explained_with_the_numbers_of_the_nodes(store, demo_store, monkeypatch):
-    from rms_retrieval.nodes.models import MemoryBundle
+    from rms_retrieval.nodes.bundle import MemoryBundle
 
     result = _run(store, demo_store, token_budget=300)
     item = next(i for i in result.bundle.items if len(i.paths) >= 2)

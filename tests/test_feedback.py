@@ -5,7 +5,7 @@ from __future__ import annotations
 from rms_retrieval.dataflows.bench import arm_nodes
 from rms_retrieval.dataflows.bench.arm_settings import ArmCandidates, ArmSettings
 from rms_retrieval.dataflows.bench.feedback import feedback_terms, interpolated_hits
-from rms_retrieval.nodes.models import CandidateLimits
+from rms_retrieval.nodes.pools import CandidateLimits
 from rms_retrieval.stores.protocols import LexicalHit
 from tests.factories import FakeStore, make_object, make_request, oid
 
@@ -41,9 +41,9 @@ def test_lexical_candidates_with_feedback_find_the_turn_that_shares_only_the_top
         make_object("other", "Cy: pottery class tonight"),
     ])
     off = ArmSettings(candidates=ArmCandidates(lexical_feedback_terms=0))
-    plain = arm_nodes.lexical_candidates(store, store, LIMITS, make_request("dog"), off)
+    plain = arm_nodes.lexical_candidates(store, LIMITS, make_request("dog"), off)
     assert [hit.object_id for hit in plain.hits] == [oid("q")]
     settings = ArmSettings(candidates=ArmCandidates(lexical_feedback_terms=3, lexical_feedback_docs=1))
-    widened = arm_nodes.lexical_candidates(store, store, LIMITS, make_request("dog"), settings)
+    widened = arm_nodes.lexical_candidates(store, LIMITS, make_request("dog"), settings)
     assert [hit.object_id for hit in widened.hits] == [oid("q"), oid("topic")]
     assert widened.hits[0].score == 1.0 and widened.hits[1].score == 0.0

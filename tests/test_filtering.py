@@ -3,7 +3,8 @@ from datetime import timedelta
 import pytest
 
 from rms_retrieval.nodes.filtering import filtered_candidates
-from rms_retrieval.nodes.models import CandidatePool, RetrievalMode
+from rms_retrieval.nodes.models import RetrievalMode
+from rms_retrieval.nodes.pools import CandidatePool
 from rms_retrieval.nodes.settings import FilterSettings, RetrievalSettings
 from rms_retrieval.stores.models import NodeType
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request

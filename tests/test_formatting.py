@@ -1,4 +1,4 @@
-from rms_retrieval.nodes.formatting import format_item, group_header
+from rms_retrieval.nodes.helpers.formatting import format_item, group_header
 from tests.factories import make_object
 
 

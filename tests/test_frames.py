@@ -7,7 +7,7 @@ import pandas as pd
 from rms_retrieval.dataflows.frames import bundle_frame, channel_frame, filtered_frame, pool_frame
 from rms_retrieval.dataflows.node_types import node_frame
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from rms_retrieval.nodes.models import CandidatePool, ChannelHit, ChannelResult, FilteredPool, PathType
+from rms_retrieval.nodes.pools import CandidatePool, ChannelHit, ChannelResult, FilteredPool, PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 from tests.factories import FakeEncoder, FakeStore, make_candidate, make_object, make_request, oid
 

@@ -7,8 +7,8 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.nodes.graph_walk import _summed, walk
-from rms_retrieval.stores.adjacency import Adjacency
+from rms_retrieval.nodes.helpers.graph_walk import _summed, walk
+from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.protocols import Edge
 
 E1, E2, E3, HUB = (UUID(int=i) for i in (1, 2, 3, 4))

@@ -103,7 +103,7 @@ def test_plain_chat_turns_show_a_shared_image(tmp_path):
 
 def test_chat_sessions_are_messages_of_each_session():
     from rms_retrieval.dataflows.ingest import chat_sessions
-    from rms_retrieval.stores.messages import chat_message
+    from rms_retrieval.stores.analysis.messages import chat_message
 
     conversation = load_demo().dataset.conversations[0]
     sessions = chat_sessions(conversation)

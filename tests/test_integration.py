@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.integration import RetrieverFields, bundle_items, item_metadata
-from rms_retrieval.nodes.models import BundleItem, PathType
+from rms_retrieval.nodes.bundle import BundleItem
+from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.stores.memory_store import MemoryStore
 
 ITEM = BundleItem(id=UUID(int=7), namespace="ns", node_type="TURN", content="Tomas: hi", text="Tomas: hi", score=0.5,

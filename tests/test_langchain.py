@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.langchain import RmsRetriever
-from rms_retrieval.stores.log_compaction import LogRetention, compact
+from rms_retrieval.stores.log.compaction import LogRetention, compact
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.retrieval_log import LOG_DIRECTORY, list_segments
+from rms_retrieval.stores.log.retrieval_log import LOG_DIRECTORY, list_segments
 from tests.factories import DEMO_QUESTION as QUESTION, demo_bundle, demo_retriever_fields
 
 

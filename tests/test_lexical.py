@@ -10,8 +10,8 @@ import duckdb
 import numpy as np
 import pytest
 
-from rms_retrieval.stores.lexical import (
-    DUCKDB_CONFIG,
+from rms_retrieval.stores.engine.duckdb_process import DUCKDB_CONFIG
+from rms_retrieval.stores.indexes.lexical import (
     FTS_EXTENSION,
     Bm25Index,
     TermPostings,

@@ -12,8 +12,8 @@ import warnings
 import pytest
 
 from rms_retrieval.dataflows.retrieval import LazyRecord
-from rms_retrieval.stores.log_buffer import BufferedLogWriter
-from rms_retrieval.stores.retrieval_log import RetrievalLogWarning, read_records
+from rms_retrieval.stores.log.buffer import BufferedLogWriter
+from rms_retrieval.stores.log.retrieval_log import RetrievalLogWarning, read_records
 from tests.factories import append_around_a_fork, append_from_threads, appends_to_a_blocked_log, log_record
 
 # A child that appends numbered records through a buffered writer, reporting each, and then exits
@@ -21,7 +21,7 @@ from tests.factories import append_around_a_fork, append_from_threads, appends_t
 CHILD = """
 import sys
 from pathlib import Path
-from rms_retrieval.stores.log_buffer import BufferedLogWriter
+from rms_retrieval.stores.log.buffer import BufferedLogWriter
 
 directory, mode, capacity = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 writer = BufferedLogWriter(directory, capacity=capacity)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from rms_retrieval.dataflows.cli import main
-from rms_retrieval.stores.retrieval_log import LOG_DIRECTORY, RetrievalLogWriter, read_records
+from rms_retrieval.stores.log.retrieval_log import LOG_DIRECTORY, RetrievalLogWriter, read_records
 
 
 def _fill(store, count: int, segments: int = 3) -> None:

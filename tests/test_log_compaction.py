@@ -9,8 +9,8 @@ import pydantic
 import pytest
 
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.log_compaction import LogRetention, compact, log_size
-from rms_retrieval.stores.retrieval_log import RetrievalLogWriter, read_records
+from rms_retrieval.stores.log.compaction import LogRetention, compact, log_size
+from rms_retrieval.stores.log.retrieval_log import RetrievalLogWriter, read_records
 
 DAY_NS = 86_400 * 10**9
 
@@ -112,7 +112,7 @@ def test_two_writers_in_one_process_write_two_segments(tmp_path):
 # A compaction that starts when told to, so the parent can kill it at a moment of its own choosing.
 COMPACT_SCRIPT = """
 import sys
-from rms_retrieval.stores.log_compaction import LogRetention, compact
+from rms_retrieval.stores.log.compaction import LogRetention, compact
 print("ready", flush=True)
 sys.stdin.readline()
 compact(sys.argv[1], LogRetention())
@@ -147,7 +147,7 @@ def test_compactions_sigkilled_at_random_moments_show_every_record_once(tmp_path
 
 
 def test_forget_drops_only_the_lines_that_name_a_needle(tmp_path):
-    from rms_retrieval.stores.log_compaction import forget
+    from rms_retrieval.stores.log.compaction import forget
 
     (tmp_path / "a.jsonl").write_bytes(b'{"ns": "gone", "n": 1}\n{"ns": "kept", "n": 2}\n')
     (tmp_path / "b.jsonl").write_bytes(b'{"ns": "kept", "n": 3}\n')

@@ -165,7 +165,7 @@ def test_a_hostile_client_learns_nothing_of_other_namespaces(demo_store, demo_co
 
 def _counts(store_path: Path) -> dict[str, int]:
     with MemoryStore.open(store_path, create=False, read_only=True) as store:
-        return {namespace: store.count_objects([namespace]) for namespace in store.namespaces()}
+        return {namespace: store.snapshot().count_objects([namespace]) for namespace in store.snapshot().namespaces()}
 
 
 def test_a_pattern_serves_matching_namespaces_only(demo_store, demo_copy):
@@ -234,7 +234,7 @@ def test_delete_and_erase_change_only_the_served_namespace(demo_store, demo_copy
             _, page = await call(session, "memory_scan", {"namespace": demo_store.namespace, "limit": 500})
             assert not {"My locker code is 4417.", "The spare key hangs by the door."} & {o["content"] for o in page["objects"]}
         with MemoryStore.open(demo_copy, create=False) as store:
-            assert store.count_objects([OTHER]) > 0  # the other namespace is untouched
+            assert store.snapshot().count_objects([OTHER]) > 0  # the other namespace is untouched
 
     asyncio.run(scenario())
 

@@ -7,11 +7,11 @@ import duckdb
 import numpy as np
 import pytest
 
-from rms_retrieval.stores import segments, writer
-from rms_retrieval.stores.entity_graph import entity_id
-from rms_retrieval.stores.expansion import PRESETS
-from rms_retrieval.stores.lexical import FTS_EXTENSION
-from rms_retrieval.stores.segments import SEGMENT_FILES
+from rms_retrieval.stores.engine import segments, writer
+from rms_retrieval.stores.indexes.entity_graph import entity_id
+from rms_retrieval.stores.analysis.expansion import PRESETS
+from rms_retrieval.stores.indexes.lexical import FTS_EXTENSION
+from rms_retrieval.stores.engine.segments import SEGMENT_FILES
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
@@ -38,27 +38,27 @@ def store(tmp_path, encoder):
         yield opened
 
 
-def test_implements_every_protocol(store):
+def test_its_snapshots_implement_every_protocol(store):
     for protocol in (LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog):
-        assert isinstance(store, protocol)
+        assert isinstance(store.snapshot(), protocol)
 
 
 def test_empty_store(store, encoder):
-    assert store.embedding_identity is None and store.state_fingerprint() == "g0-o0-e0"
-    assert store.search_lexical("cat", ["a"], 5) == []
-    assert store.search_vector(encoder.encode(["cat"])[0], ["a"], 5) == []
-    assert store.count_objects() == 0 and store.namespaces() == []
+    assert store.snapshot().embedding_identity is None and store.snapshot().state_fingerprint() == "g0-o0-e0"
+    assert store.snapshot().search_lexical("cat", ["a"], 5) == []
+    assert store.snapshot().search_vector(encoder.encode(["cat"])[0], ["a"], 5) == []
+    assert store.snapshot().count_objects() == 0 and store.snapshot().namespaces() == []
 
 
 def test_bm25_ranking_on_three_documents(store):
     store.add(THREE_DOCUMENTS)
-    hits = store.search_lexical("cat", ["a"], 10)
+    hits = store.snapshot().search_lexical("cat", ["a"], 10)
     assert [hit.object_id for hit in hits] == [UUID(int=2), UUID(int=1)]
     assert [hit.score for hit in hits] == [1.0, 0.0] and hits[0].bm25 > hits[1].bm25 > 0
-    assert [hit.object_id for hit in store.search_lexical("bird's garden!", ["a"], 10)] == [UUID(int=3)]
-    assert store.search_lexical("the a of ... ?!", ["a"], 10) == []
-    assert store.search_lexical("cat", ["b"], 10) == []
-    [single] = store.search_lexical("dog", ["a"], 10)
+    assert [hit.object_id for hit in store.snapshot().search_lexical("bird's garden!", ["a"], 10)] == [UUID(int=3)]
+    assert store.snapshot().search_lexical("the a of ... ?!", ["a"], 10) == []
+    assert store.snapshot().search_lexical("cat", ["b"], 10) == []
+    [single] = store.snapshot().search_lexical("dog", ["a"], 10)
     assert single.object_id == UUID(int=2) and single.score == 1.0
 
 
@@ -84,9 +84,9 @@ def test_lexical_scores_equal_duckdbs_own_match_bm25(store, query):
     corpus = THREE_DOCUMENTS + [_memory(4, "cat cat cat", entity_canonical_name="Cat Stevens")]
     store.add(corpus[:2])
     store.add(corpus[2:])
-    stored = store.get_objects(store.snapshot().segments[0].ids + store.snapshot().segments[1].ids, ["a"])
+    stored = store.snapshot().get_objects(store.snapshot().segments[0].ids + store.snapshot().segments[1].ids, ["a"])
     reference = _duckdb_match_bm25(list(stored.values()), query)
-    hits = store.search_lexical(query, ["a"], 10)
+    hits = store.snapshot().search_lexical(query, ["a"], 10)
     assert [hit.object_id for hit in hits] == [row[0] for row in reference]
     assert [hit.bm25 for hit in hits] == pytest.approx([row[1] for row in reference], abs=1e-8)
 
@@ -98,13 +98,13 @@ def test_round_trip_and_fingerprint(store, encoder):
     )
     report = store.add([rich])
     assert (report.objects_added, report.entities_added) == (1, 1) and report.details["generation"] == 1
-    stored = store.get_objects([rich.id, UUID(int=12345)], ["a"])
-    assert store.get_objects([rich.id], ["b"]) == {}  # another namespace's id is unknown there
+    stored = store.snapshot().get_objects([rich.id, UUID(int=12345)], ["a"])
+    assert store.snapshot().get_objects([rich.id], ["b"]) == {}  # another namespace's id is unknown there
     assert list(stored) == [rich.id] and stored[rich.id] == rich
     assert stored[rich.id].created_at.tzinfo is timezone.utc and stored[rich.id].node_type is NodeType.TURN
-    assert store.state_fingerprint() == "g1-o2-e2"  # the turn, the extracted entity; MENTIONS + SPOKEN_BY
-    assert store.embedding_identity == encoder.identity
-    assert [ref.alias for ref in store.entity_catalog(["a"])] == ["Caroline"]
+    assert store.snapshot().state_fingerprint() == "g1-o2-e2"  # the turn, the extracted entity; MENTIONS + SPOKEN_BY
+    assert store.snapshot().embedding_identity == encoder.identity
+    assert [ref.alias for ref in store.snapshot().entity_catalog(["a"])] == ["Caroline"]
 
 
 def test_namespace_filter_applies_before_top_k(store, encoder):
@@ -112,12 +112,12 @@ def test_namespace_filter_applies_before_top_k(store, encoder):
     few = [_memory(i, f"Caroline joined the pottery class, group {i}", namespace="b") for i in range(200, 203)]
     store.add(crowd + few)
     expected = {memory.id for memory in few}
-    assert {hit.object_id for hit in store.search_lexical("pottery class", ["b"], 3)} == expected
+    assert {hit.object_id for hit in store.snapshot().search_lexical("pottery class", ["b"], 3)} == expected
     query = encoder.encode(["pottery class"])[0]
-    vector_hits = store.search_vector(query, ["b"], 3)
+    vector_hits = store.snapshot().search_vector(query, ["b"], 3)
     assert {hit.object_id for hit in vector_hits} == expected
     assert [hit.cosine for hit in vector_hits] == sorted((hit.cosine for hit in vector_hits), reverse=True)
-    assert store.count_objects(["b"]) == 4 and store.namespaces() == ["a", "b"]  # 3 turns + entity Caroline
+    assert store.snapshot().count_objects(["b"]) == 4 and store.snapshot().namespaces() == ["a", "b"]  # 3 turns + entity Caroline
 
 
 def test_reopen_does_not_re_embed(tmp_path, encoder, monkeypatch):
@@ -125,12 +125,12 @@ def test_reopen_does_not_re_embed(tmp_path, encoder, monkeypatch):
     with MemoryStore.open(path, encoder) as store:
         store.add(THREE_DOCUMENTS)
         query = encoder.encode(["a cat on a mat"])[0]
-        before = store.search_vector(query, ["a"], 3)
+        before = store.snapshot().search_vector(query, ["a"], 3)
     monkeypatch.setattr(type(encoder), "encode", lambda self, texts: pytest.fail("re-embedded on reopen"))
     with MemoryStore.open(path, encoder, create=False) as store:
-        assert store.search_vector(query, ["a"], 3) == before and before[0].object_id == UUID(int=1)
+        assert store.snapshot().search_vector(query, ["a"], 3) == before and before[0].object_id == UUID(int=1)
     with MemoryStore.open(path, read_only=True) as store:
-        assert store.state_fingerprint() == "g1-o3-e0"
+        assert store.snapshot().state_fingerprint() == "g1-o3-e0"
         with pytest.raises(StoreError, match="read-only"):
             store.add([_memory(50, "more")])
 
@@ -138,10 +138,10 @@ def test_reopen_does_not_re_embed(tmp_path, encoder, monkeypatch):
 def _observable_state(store: MemoryStore, encoder) -> tuple:
     query = encoder.encode(["cat"])[0]
     return (
-        store.state_fingerprint(),
-        store.count_objects(),
-        store.search_lexical("cat bird Caroline", ["a"], 10),
-        store.search_vector(query, ["a"], 10),
+        store.snapshot().state_fingerprint(),
+        store.snapshot().count_objects(),
+        store.snapshot().search_lexical("cat bird Caroline", ["a"], 10),
+        store.snapshot().search_vector(query, ["a"], 10),
         sorted(str(path.relative_to(store.path)) for path in store.path.rglob("*")),
     )
 
@@ -164,7 +164,7 @@ def test_failed_ingest_leaves_the_store_unchanged(store, encoder, monkeypatch, f
     with MemoryStore.open(path, encoder) as reopened:
         assert _observable_state(reopened, encoder) == before
         reopened.add([_memory(20, "Caroline fed the cat")])
-        assert reopened.state_fingerprint() == "g2-o5-e1"
+        assert reopened.snapshot().state_fingerprint() == "g2-o5-e1"
 
 
 def test_duplicates_and_mismatched_encoders_are_refused(store, encoder):
@@ -182,7 +182,7 @@ def test_duplicates_and_mismatched_encoders_are_refused(store, encoder):
 
     with MemoryStore.open(store.path, OtherModel()) as other, pytest.raises(EmbeddingMismatchError):
         other.add([_memory(31, "z")])
-    assert store.state_fingerprint() == "g1-o3-e0"
+    assert store.snapshot().state_fingerprint() == "g1-o3-e0"
 
 
 @pytest.mark.parametrize("victim", ["manifest.json", *SEGMENT_FILES])
@@ -208,15 +208,15 @@ def test_missing_store(tmp_path):
 def test_edges_never_cross_namespaces(store):
     store.add([_memory(1, "Caroline met Melanie", namespace="a"), _memory(2, "Caroline met Melanie", namespace="b")])
     caroline_a, caroline_b = entity_id("a", "Caroline", UUID(int=1)), entity_id("b", "Caroline", UUID(int=2))
-    edges_a = store.adjacency(["a"]).touching([caroline_a, caroline_b], 0.4)
+    edges_a = store.snapshot().adjacency(["a"]).touching([caroline_a, caroline_b], 0.4)
     assert {edge.edge_type for edge in edges_a} == {"MENTIONS", "CO_MENTIONED"}
-    assert all(store.get_objects([edge.source, edge.target], ["a", "b"]).keys() <= {UUID(int=1), caroline_a, entity_id("a", "Melanie", UUID(int=1))}
+    assert all(store.snapshot().get_objects([edge.source, edge.target], ["a", "b"]).keys() <= {UUID(int=1), caroline_a, entity_id("a", "Melanie", UUID(int=1))}
                for edge in edges_a)
     assert [edge.edge_id for edge in edges_a] == sorted(edge.edge_id for edge in edges_a)
-    assert store.adjacency(["a"]).touching([UUID(int=2)], 0.0) == []
-    assert [edge.confidence for edge in store.adjacency(["b"]).touching([caroline_b], 0.5)] == [0.7]
+    assert store.snapshot().adjacency(["a"]).touching([UUID(int=2)], 0.0) == []
+    assert [edge.confidence for edge in store.snapshot().adjacency(["b"]).touching([caroline_b], 0.5)] == [0.7]
     store.add([_memory(3, "Melanie and Caroline again", namespace="a")])
-    co = [edge for edge in store.adjacency(["a"]).touching([caroline_a], 0.0) if edge.edge_type == "CO_MENTIONED"]
+    co = [edge for edge in store.snapshot().adjacency(["a"]).touching([caroline_a], 0.0) if edge.edge_type == "CO_MENTIONED"]
     assert [edge.confidence for edge in co] == [0.55]
 
 
@@ -231,12 +231,12 @@ def test_session_neighbours_and_pinned(store):
         _memory(15, "other namespace task", namespace="b", node_type=NodeType.TASK),
     ]
     store.add(session + elsewhere)
-    found = store.session_neighbours([UUID(int=3), UUID(int=11)], 1, ["a"])
-    assert store.session_neighbours([UUID(int=3)], 1, ["b"]) == []
+    found = store.snapshot().session_neighbours([UUID(int=3), UUID(int=11)], 1, ["a"])
+    assert store.snapshot().session_neighbours([UUID(int=3)], 1, ["b"]) == []
     assert [(item.trigger.int, item.neighbour.id.int, item.offset) for item in found] == [(3, 2, -1), (3, 4, 1)]
-    assert [m.id.int for m in store.pinned_objects(["a"])] == [12, 13]
+    assert [m.id.int for m in store.snapshot().pinned_objects(["a"])] == [12, 13]
     store.add([_memory(16, "a new pin", salience=1.0)])  # a write refreshes what is pinned
-    assert [m.id.int for m in store.pinned_objects(["a"])] == [12, 13, 16]
+    assert [m.id.int for m in store.snapshot().pinned_objects(["a"])] == [12, 13, 16]
 
 
 def test_retrieval_log_round_trip(store):
@@ -252,7 +252,7 @@ def test_retrieval_log_round_trip(store):
 def test_a_store_opened_without_an_encoder_writes_with_the_packaged_model(tmp_path, encoder):
     with MemoryStore.open(tmp_path / "store") as opened:
         opened.add(THREE_DOCUMENTS[:1])
-        assert opened.embedding_identity == encoder.identity
+        assert opened.snapshot().embedding_identity == encoder.identity
     other = EmbeddingIdentity("other-model", "0" * 16, encoder.identity.dimension)
 
     class _Other(type(encoder)):
@@ -303,7 +303,7 @@ def test_precomputed_vectors_are_stored_instead_of_embedding(tmp_path):
     with MemoryStore.open(tmp_path / "store", encoder, expansion=PRESETS["off"]) as store:
         store.add(objects, vectors=vectors, vector_identity=encoder.identity)
         for row, memory in zip((2, 0, 3), objects):
-            hit = store.search_vector(np.eye(4, dtype=np.float32)[row], ["pre"], 1)[0]
+            hit = store.snapshot().search_vector(np.eye(4, dtype=np.float32)[row], ["pre"], 1)[0]
             assert hit.object_id == memory.id and hit.cosine == pytest.approx(1.0)
 
 
@@ -319,10 +319,10 @@ def test_bad_precomputed_vectors_are_refused_and_the_store_is_unchanged(tmp_path
 
     encoder = FakeEncoder()
     with MemoryStore.open(tmp_path / "store", encoder, expansion=PRESETS["off"]) as store:
-        before = store.state_fingerprint()
+        before = store.snapshot().state_fingerprint()
         with pytest.raises((StoreError, EmbeddingMismatchError), match=message):
             store.add(_plain_turns(3), vectors=vectors, vector_identity=encoder.identity if identity == "store" else identity)
-        assert store.state_fingerprint() == before and store.count_objects() == 0
+        assert store.snapshot().state_fingerprint() == before and store.snapshot().count_objects() == 0
 
 
 def test_precomputed_vectors_are_refused_where_the_store_embeds_expanded_turns(tmp_path):
@@ -332,4 +332,4 @@ def test_precomputed_vectors_are_refused_where_the_store_embeds_expanded_turns(t
     with MemoryStore.open(tmp_path / "store", encoder, expansion=PRESETS["previous"]) as store:
         with pytest.raises(StoreError, match="embedded with its neighbouring turns"):
             store.add(_plain_turns(2), vectors=np.ones((2, 4)), vector_identity=encoder.identity)
-        assert store.count_objects() == 0
+        assert store.snapshot().count_objects() == 0

@@ -1,5 +1,5 @@
 from rms_retrieval.nodes.merging import merged_candidates__primary as merged_candidates
-from rms_retrieval.nodes.models import ChannelHit, ChannelResult, PathType
+from rms_retrieval.nodes.pools import ChannelHit, ChannelResult, PathType
 from tests.factories import make_object
 
 

@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, ChatMessage as LangChainChatMessa
 
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.messages import ChatMessage, chat_message, message_turns
+from rms_retrieval.stores.analysis.messages import ChatMessage, chat_message, message_turns
 from factories import FakeEncoder
 
 T = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)

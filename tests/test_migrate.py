@@ -13,9 +13,9 @@ import pytest
 
 from factories import FakeEncoder
 from rms_retrieval.dataflows.cli import main
-from rms_retrieval.stores import vector_index
-from rms_retrieval.stores.claims import Assertion
-from rms_retrieval.stores.codec import OBJECT_FIELDS, row_values
+from rms_retrieval.stores.indexes import vector_index
+from rms_retrieval.stores.analysis.claims import Assertion
+from rms_retrieval.stores.engine.codec import OBJECT_FIELDS, row_values
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import MemoryObject, NodeType
@@ -88,14 +88,14 @@ def test_rms_migrate_keeps_objects_vectors_edges_and_log(tmp_path, capsys):
     assert main(["migrate", "--store", str(tmp_path / "old")]) == 0
     assert "migrated 3 objects, 1 edges and 1 log records" in capsys.readouterr().out
     with MemoryStore.open(tmp_path / "old", FakeEncoder()) as store:
-        assert store.get_objects([memory.id for memory in OBJECTS], sorted({memory.namespace for memory in OBJECTS})) == {memory.id: memory for memory in OBJECTS}
-        assert store.state_fingerprint() == "g1-o3-e1" and store.embedding_identity == FakeEncoder().identity
-        best = store.search_vector(FakeEncoder().encode(["Ann"])[0], ["a"], 5)[0]
+        assert store.snapshot().get_objects([memory.id for memory in OBJECTS], sorted({memory.namespace for memory in OBJECTS})) == {memory.id: memory for memory in OBJECTS}
+        assert store.snapshot().state_fingerprint() == "g1-o3-e1" and store.snapshot().embedding_identity == FakeEncoder().identity
+        best = store.snapshot().search_vector(FakeEncoder().encode(["Ann"])[0], ["a"], 5)[0]
         assert best.object_id == UUID(int=3) and best.cosine == pytest.approx(1.0)
-        assert [hit.object_id for hit in store.search_lexical("cat", ["a"], 5)] == [UUID(int=1)]
-        assert [edge.edge_type for edge in store.adjacency(["a"]).touching([UUID(int=1)], 0.0)] == ["SPOKEN_BY"]
+        assert [hit.object_id for hit in store.snapshot().search_lexical("cat", ["a"], 5)] == [UUID(int=1)]
+        assert [edge.edge_type for edge in store.snapshot().adjacency(["a"]).touching([UUID(int=1)], 0.0)] == ["SPOKEN_BY"]
         assert store.retrieval_log() == [{"request_id": str(UUID(int=99)), "payload": {"status": "ok"}}]
         store.add([MemoryObject(namespace="a", content="a new turn")])
-        assert store.count_objects() == 4
+        assert store.snapshot().count_objects() == 4
     assert main(["migrate", "--store", str(tmp_path / "old")]) == 2
     assert "already a segment store" in capsys.readouterr().err

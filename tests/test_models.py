@@ -1,4 +1,4 @@
-"""stores/models.py (the memory object) and nodes/models.py (request, analysis, candidates)."""
+"""stores/models.py (the memory object), nodes/models.py (request, analysis) and nodes/pools.py (candidates)."""
 
 import json
 from datetime import datetime, timezone
@@ -7,7 +7,8 @@ from uuid import UUID
 import pytest
 from pydantic import ValidationError
 
-from rms_retrieval.nodes.models import PathType, QueryAnalysis, RetrievalRequest, TemporalSignal, TemporalType
+from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest, TemporalSignal, TemporalType
+from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.stores.models import MemoryObject
 from tests.factories import make_candidate, make_object
 
@@ -76,7 +77,7 @@ def test_a_bare_string_alias_is_one_name_never_its_letters():
 def _scored(size=2, **changes):
     import numpy as np
 
-    from rms_retrieval.nodes.models import ScoredPool, ScoreFactors
+    from rms_retrieval.nodes.pools import ScoredPool, ScoreFactors
 
     factors = ScoreFactors(**{name: np.zeros(size) for name in ScoreFactors.__dataclass_fields__})
     fields = dict(formula_version=2, objects=tuple(make_object(f"o{i}") for i in range(size)), score=np.zeros(size),
@@ -100,7 +101,7 @@ def test_a_scored_pool_is_checked_against_its_declared_schema():
 
 
 def test_path_masks_list_paths_in_enum_order_with_session_context_last():
-    from rms_retrieval.nodes.models import mask_paths, path_mask
+    from rms_retrieval.nodes.pools import mask_paths, path_mask
 
     mask = path_mask([PathType.KEYWORD_SCAN, PathType.SESSION_CONTEXT, PathType.VECTOR])
     assert mask_paths(mask) == (PathType.VECTOR, PathType.KEYWORD_SCAN, PathType.SESSION_CONTEXT)
@@ -145,7 +146,7 @@ def test_a_lone_surrogate_is_refused_where_it_is(fields, message):
 
 
 def test_bundle_metadata_is_typed_and_its_json_keeps_the_published_form():
-    from rms_retrieval.nodes.models import AggregationCoverage, MemoryBundle, RetrievalMetadata
+    from rms_retrieval.nodes.bundle import AggregationCoverage, MemoryBundle, RetrievalMetadata
     from tests.factories import make_metadata
 
     window = (datetime(2023, 5, 1, tzinfo=timezone.utc), datetime(2023, 5, 2, tzinfo=timezone.utc))

@@ -9,7 +9,7 @@ import pandas as pd
 
 from rms_retrieval.dataflows import frames, node_types
 from rms_retrieval.dataflows.pipeline import build_driver, pipeline_lineage
-from rms_retrieval.nodes.models import CandidateLimits, ChannelResult, PathType
+from rms_retrieval.nodes.pools import CandidateLimits, ChannelResult, PathType
 
 
 def test_every_stage_node_of_the_dag_has_a_role_from_the_table():

@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from rms_retrieval.stores import onnx_encoder
-from rms_retrieval.stores.onnx_encoder import MAX_TOKENS, OnnxQueryEncoder, default_query_encoder
+from rms_retrieval.stores.providers import onnx_encoder
+from rms_retrieval.stores.providers.onnx_encoder import MAX_TOKENS, OnnxQueryEncoder, default_query_encoder
 from rms_retrieval.stores.protocols import QueryEncoder
 
 TEXTS = [

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from rms_retrieval.nodes.models import CandidatePool, FilteredPool, PathType, QueryAnalysis, RerankedPool
-from rms_retrieval.nodes.formatting import format_item, group_header
+from rms_retrieval.nodes.models import QueryAnalysis
+from rms_retrieval.nodes.pools import CandidatePool, FilteredPool, PathType, RerankedPool
+from rms_retrieval.nodes.helpers.formatting import format_item, group_header
 from rms_retrieval.nodes.packing import SEPARATOR, packed_bundle, selected_candidates
 from rms_retrieval.nodes.scoring import fused_scores__rrf, fused_scores__weighted
 from rms_retrieval.nodes.session_context import ranked_candidates
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.nodes.tokens import count_tokens
+from rms_retrieval.nodes.helpers.tokens import count_tokens
 from rms_retrieval.stores.models import NodeType, is_blank
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request
 

@@ -9,7 +9,7 @@ import pytest
 
 from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
-from rms_retrieval.nodes.models import PRIMARY_PATHS, PathType
+from rms_retrieval.nodes.pools import PRIMARY_PATHS, PathType
 from rms_retrieval.nodes.settings import (
     CandidateSettings,
     PackingSettings,
@@ -17,7 +17,7 @@ from rms_retrieval.nodes.settings import (
     RetrievalSettings,
     ScoringSettings,
 )
-from rms_retrieval.stores.adjacency import Adjacency
+from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import NodeType
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
@@ -140,7 +140,8 @@ def test_the_order_candidates_arrive_in_does_not_change_the_bundle(name):
 
 def test_the_order_edges_arrive_in_does_not_change_the_graph_path():
     from rms_retrieval.nodes import candidate_generation, query_analysis
-    from rms_retrieval.nodes.models import CandidateLimits, QueryAnalysis, QueryEntity
+    from rms_retrieval.nodes.models import QueryAnalysis, QueryEntity
+    from rms_retrieval.nodes.pools import CandidateLimits
 
     ann, bo = (make_object(n, n, node_type=NodeType.ENTITY, entity_canonical_name=n) for n in ("Ann", "Bo"))
     turns = [make_object(f"t{i}", f"turn {i}") for i in range(4)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.positions import placed_turns, session_key
+from rms_retrieval.stores.analysis.positions import placed_turns, session_key
 from factories import FakeEncoder, make_object
 
 

@@ -6,7 +6,8 @@ from datetime import datetime, timezone
 from uuid import UUID
 
 from rms_retrieval.dataflows.presenter import format_bundle
-from rms_retrieval.nodes.models import BundleItem, MemoryBundle, PathType
+from rms_retrieval.nodes.bundle import BundleItem, MemoryBundle
+from rms_retrieval.nodes.pools import PathType
 from tests.factories import make_metadata
 
 WHEN = datetime(2025, 3, 3, tzinfo=timezone.utc)

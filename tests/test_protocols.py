@@ -1,4 +1,5 @@
-"""RetrievalStore: a store that implements the four indexes and the log is one, by itself."""
+"""RetrievalStore: a store that implements the four indexes and the log is one, by itself; a
+MemoryStore is not (it writes and hands out snapshots), its snapshots are."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ from rms_retrieval.stores.protocols import (
     ObjectStore,
     RetrievalLog,
     RetrievalStore,
+    SnapshotSource,
     VectorIndex,
+    snapshot_of,
 )
+from rms_retrieval.stores.snapshot import StoreSnapshot
+from tests.factories import conversation_store
 
 
 def test_a_class_with_all_five_parts_is_a_retrieval_store():
-    assert issubclass(MemoryStore, RetrievalStore)
+    assert issubclass(StoreSnapshot, RetrievalStore)
 
     class Everything(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog):
         pass
@@ -28,3 +33,13 @@ def test_a_class_missing_a_part_is_not():
 
     assert not issubclass(NoLog, RetrievalStore)
     assert not isinstance(object(), RetrievalStore)
+
+
+def test_the_memory_store_serves_reads_only_through_its_snapshots(tmp_path):
+    assert not issubclass(MemoryStore, RetrievalStore) and issubclass(MemoryStore, SnapshotSource)
+    with MemoryStore.open(tmp_path / "store", encoder=None, create=True) as store:
+        snapshot = snapshot_of(store)
+        assert isinstance(snapshot, StoreSnapshot) and snapshot_of(snapshot) is snapshot
+        assert not hasattr(store, "search_lexical") and not hasattr(store, "count_objects")
+    fake = conversation_store()
+    assert snapshot_of(fake) is fake

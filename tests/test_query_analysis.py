@@ -12,7 +12,6 @@ import rms_retrieval.nodes.query_analysis as query_analysis_module
 import rms_retrieval.nodes.candidate_generation as candidate_generation_module
 from rms_retrieval.nodes.models import (
     AggregationKind,
-    CandidateLimits,
     EntityType,
     QueryAnalysis,
     QueryEntity,
@@ -21,6 +20,7 @@ from rms_retrieval.nodes.models import (
     RetrievalRequest,
     TemporalType,
 )
+from rms_retrieval.nodes.pools import CandidateLimits
 from rms_retrieval.nodes.candidate_generation import candidate_limits
 from rms_retrieval.nodes.query_analysis import query_analysis
 from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings

@@ -14,11 +14,11 @@ import pytest
 
 from rms_retrieval.dataflows.replay import ReplayError, RefusingReformulator, replay
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.nodes.models import AlternatePasses, CandidatePool, ChannelHit, ChannelResult, PathType
+from rms_retrieval.nodes.pools import AlternatePasses, CandidatePool, ChannelHit, ChannelResult, PathType
 from rms_retrieval.nodes.reformulation import (ReformulationError, alternate_candidates, distinct_alternatives,
                                                merge_alternates, query_reformulations)
 from rms_retrieval.nodes.settings import ReformulationSettings, RetrievalSettings
-from rms_retrieval.stores.chat_reformulator import ChatCompletionsReformulator
+from rms_retrieval.stores.providers.chat_reformulator import ChatCompletionsReformulator
 from rms_retrieval.stores.memory_store import MemoryStore
 from tests.factories import FakeEncoder, conversation_store, make_candidate, make_object, make_request
 
@@ -147,11 +147,11 @@ def _alternates(store, texts, settings):
     from rms_retrieval.nodes.models import Reformulations, QueryEmbedding
 
     request = make_request("Who went to the support group?")
-    catalog = store.entity_catalog(request.namespaces)
+    catalog = store.snapshot().entity_catalog(request.namespaces)
     encoder = FakeEncoder()
     made = Reformulations(tuple(texts), tuple(QueryEmbedding(v, encoder.identity) for v in encoder.encode(texts)), "p")
     limits = candidate_limits(query_analysis(request, catalog, settings), settings)
-    return alternate_candidates(made, catalog, store, store, store, store, limits, request, settings)
+    return alternate_candidates(made, catalog, store, limits, request, settings)
 
 
 def test_an_alternative_pass_failure_aborts_after_every_pass_settles():

@@ -11,12 +11,12 @@ import pytest
 
 from tests import store_workers
 from rms_retrieval.dataflows.cli import main
-from rms_retrieval.stores.check import check_store
+from rms_retrieval.stores.engine.check import check_store
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.manifest import read_manifest
+from rms_retrieval.stores.engine.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.repair import STORE_FACTS_FILE, repair_store
-from rms_retrieval.stores.writer import MERGE_FACTOR
+from rms_retrieval.stores.engine.repair import STORE_FACTS_FILE, repair_store
+from rms_retrieval.stores.engine.writer import MERGE_FACTOR
 
 TURNS = MERGE_FACTOR + 5  # one merge of the first ten segments, five segments after it
 
@@ -32,7 +32,7 @@ def _grown(path: Path, turns: int = TURNS) -> list[str]:
 
 def _contents(path: Path) -> list[str]:
     with MemoryStore.open(path, store_workers.encoder(), create=False) as store:
-        found = store.get_objects([store_workers.turn(n).id for n in range(TURNS + 5)], [store_workers.NAMESPACE])
+        found = store.snapshot().get_objects([store_workers.turn(n).id for n in range(TURNS + 5)], [store_workers.NAMESPACE])
         return sorted(memory.content for memory in found.values())
 
 
@@ -79,7 +79,7 @@ def test_repair_rebuilds_a_lost_manifest_from_the_segments_without_counting_merg
     assert _contents(path) == expected and check_store(path).problems == []
     with MemoryStore.open(path, store_workers.encoder()) as store:  # and it takes writes again
         store.add([store_workers.turn(TURNS)])
-        assert store.count_objects() == TURNS + 1
+        assert store.snapshot().count_objects() == TURNS + 1
 
 
 def test_repair_of_a_damaged_manifest_keeps_the_damaged_file_aside(tmp_path):

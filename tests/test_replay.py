@@ -15,7 +15,7 @@ from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, SessionSettings
 from rms_retrieval.stores import snapshot
 from rms_retrieval.stores.memory_store import LOG_DIRECTORY, MemoryStore
-from rms_retrieval.stores.retrieval_log import EMBEDDING_ENCODING, RetrievalLogWriter
+from rms_retrieval.stores.log.retrieval_log import EMBEDDING_ENCODING, RetrievalLogWriter
 
 CONFIGS = [
     RetrievalSettings(),
@@ -57,14 +57,14 @@ def test_replay_does_not_log_and_never_embeds(store, logged):
     before = len(store.retrieval_log())
     replay(store, logged[0])
     assert len(store.retrieval_log()) == before
-    refusing = RefusingEncoder(store.embedding_identity)
-    assert refusing.identity == store.embedding_identity
+    refusing = RefusingEncoder(store.snapshot().embedding_identity)
+    assert refusing.identity == store.snapshot().embedding_identity
     with pytest.raises(ReplayError, match="must use the logged query embedding"):
         refusing.encode(["anything"])
 
 
 def test_the_logged_vector_is_what_the_model_made(store, logged):
-    from rms_retrieval.stores.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
 
     record = find_record(store, logged[0])
     vector = np.asarray(record["payload"]["query_embedding"], dtype=np.float32)
@@ -83,7 +83,7 @@ def test_a_changed_bundle_is_reported_with_the_index_state_and_the_differences(s
     report = replay_record(store, record)
     assert not report.identical and report.index_state_changed
     assert report.differences[0] == (
-        f"the index state changed since the request was logged: g0-o1-e0 -> {store.state_fingerprint()}")
+        f"the index state changed since the request was logged: g0-o1-e0 -> {store.snapshot().state_fingerprint()}")
     text = "\n".join(report.differences)
     assert "tokens_used" in text and "scores: 1 no longer present (00000000-0000-0000-0000-000000000001)" in text
     assert f"{first}: " in text

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from rms_retrieval.dataflows.frames import scored_frame
-from rms_retrieval.nodes.models import CrossEncoderScores, FilteredPool, QueryAnalysis, RerankedPool
+from rms_retrieval.nodes.models import QueryAnalysis
+from rms_retrieval.nodes.pools import CrossEncoderScores, FilteredPool, RerankedPool
 from rms_retrieval.nodes.reranking import cross_encoder_scores, reranked_scores__cross_encoder, reranked_scores__off
 from rms_retrieval.nodes.scoring import fused_scores__rrf
 from rms_retrieval.nodes.settings import RankFusionScoring, RerankSettings, RetrievalSettings, ScoringSettings

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rms_retrieval.dataflows.retrieval import LOG_VERSION, retrieve
-from rms_retrieval.nodes.models import PathType
+from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.stores.memory_store import MemoryStore
 
 
@@ -166,7 +166,7 @@ def test_the_longest_question_is_documented_and_named_in_the_error(demo_store, d
 
 
 def test_without_the_log_the_bundle_is_serialised_only_when_the_record_is_read(demo_store, demo_copy, monkeypatch):
-    from rms_retrieval.nodes.models import MemoryBundle
+    from rms_retrieval.nodes.bundle import MemoryBundle
 
     serialised = []
     to_json = MemoryBundle.to_json

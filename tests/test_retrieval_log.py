@@ -14,9 +14,9 @@ from uuid import uuid4
 import numpy as np
 import pytest
 
-from rms_retrieval.stores import retrieval_log
-from rms_retrieval.stores.log_compaction import LogRetention, compact
-from rms_retrieval.stores.retrieval_log import (
+from rms_retrieval.stores.log import retrieval_log
+from rms_retrieval.stores.log.compaction import LogRetention, compact
+from rms_retrieval.stores.log.retrieval_log import (
     EMBEDDING_ENCODING,
     RetrievalLogWarning,
     RetrievalLogWriter,
@@ -31,7 +31,7 @@ from tests.factories import append_around_a_fork, append_from_threads, appends_t
 WRITER_SCRIPT = """
 import sys
 from pathlib import Path
-from rms_retrieval.stores.retrieval_log import RetrievalLogWriter
+from rms_retrieval.stores.log.retrieval_log import RetrievalLogWriter
 
 directory, name, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 writer = RetrievalLogWriter(directory, max_segment_bytes=int(sys.argv[4]))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
-from rms_retrieval.stores.entity_graph import entity_id
+from rms_retrieval.stores.indexes.entity_graph import entity_id
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import MemoryObject, NodeType
-from rms_retrieval.stores.scope_cache import ScopeValues, namespace_rows
+from rms_retrieval.stores.engine.scope_cache import ScopeValues, namespace_rows
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -46,17 +46,17 @@ def test_a_write_rebuilds_only_the_scopes_it_touched(tmp_path, encoder):
     with MemoryStore.open(tmp_path / "store", encoder) as store:
         store.add([_memory(1, "Caroline met Melanie", "a"), _memory(2, "Caroline met Jon", "b")])
         before = store.snapshot()
-        graph_a, graph_b = before.adjacency(["a"]), before.adjacency(["b"])
-        catalog_a = before.entity_catalog(["a"])
+        graph_a, graph_b = before.snapshot().adjacency(["a"]), before.snapshot().adjacency(["b"])
+        catalog_a = before.snapshot().entity_catalog(["a"])
         store.add([_memory(3, "Jon and Caroline again", "b"), _memory(4, "a pinned note", "b", salience=1.0)])
         after = store.snapshot()
         assert after.generation == before.generation + 1
-        assert after.adjacency(["a"]) is graph_a and after.entity_catalog(["a"]) == catalog_a
-        assert after.adjacency(["b"]) is not graph_b and len(after.adjacency(["b"]).edges) > len(graph_b.edges)
-        assert [memory.id for memory in after.pinned_objects(["b"])] == [UUID(int=4)]
+        assert after.snapshot().adjacency(["a"]) is graph_a and after.snapshot().entity_catalog(["a"]) == catalog_a
+        assert after.snapshot().adjacency(["b"]) is not graph_b and len(after.snapshot().adjacency(["b"]).edges) > len(graph_b.edges)
+        assert [memory.id for memory in after.snapshot().pinned_objects(["b"])] == [UUID(int=4)]
     with MemoryStore.open(tmp_path / "store", encoder, read_only=True) as fresh:
         reopened = fresh.snapshot()
         for scope in (["a"], ["b"], ["a", "b"]):
-            assert reopened.adjacency(scope).edges == after.adjacency(scope).edges
-            assert reopened.entity_catalog(scope) == after.entity_catalog(scope)
-            assert reopened.pinned_objects(scope) == after.pinned_objects(scope)
+            assert reopened.snapshot().adjacency(scope).edges == after.snapshot().adjacency(scope).edges
+            assert reopened.snapshot().entity_catalog(scope) == after.snapshot().entity_catalog(scope)
+            assert reopened.snapshot().pinned_objects(scope) == after.snapshot().pinned_objects(scope)

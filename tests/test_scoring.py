@@ -8,9 +8,10 @@ from datetime import timedelta
 import pytest
 
 from rms_retrieval.dataflows.frames import scored_frame
-from rms_retrieval.nodes.models import FilteredPool, QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
+from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
+from rms_retrieval.nodes.pools import FilteredPool
 from rms_retrieval.nodes.scoring import fused_scores__rrf, fused_scores__weighted
-from rms_retrieval.nodes.temporal import temporal_affinity
+from rms_retrieval.nodes.helpers.temporal import temporal_affinity
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, WeightedScoring
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request
 

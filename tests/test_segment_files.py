@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import store_workers
-from rms_retrieval.stores.claims import Assertion, Quantity
-from rms_retrieval.stores.codec import memory_object, object_record, row_values
+from rms_retrieval.stores.analysis.claims import Assertion, Quantity
+from rms_retrieval.stores.engine.codec import memory_object, object_record, row_values
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.manifest import MANIFEST_FILE, Manifest, SegmentEntry, read_manifest, write_manifest
+from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
-from rms_retrieval.stores.segments import LoadedSegment, StoredEdge, write_segment
+from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge, write_segment
 
 RICH = MemoryObject(
     id=UUID(int=7), namespace="a", content="Ann paid 4.50 for coffee", node_type=NodeType.FACT, session_id="s",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rms_retrieval.dataflows.frames import scored_frame
-from rms_retrieval.nodes.models import FilteredPool, QueryAnalysis, RerankedPool
+from rms_retrieval.nodes.models import QueryAnalysis
+from rms_retrieval.nodes.pools import FilteredPool, RerankedPool
 from rms_retrieval.nodes.scoring import fused_scores__rrf
 from rms_retrieval.nodes.session_context import ranked_candidates, session_context
 from rms_retrieval.nodes.settings import RetrievalSettings, SessionSettings

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from rms_retrieval.nodes.models import PathType
+from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import (
     CandidateSettings,
     FilterSettings,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rms_retrieval.stores.speakers import SpeakerRules, leading_speaker, speaker_of, spoken_text
+from rms_retrieval.stores.analysis.speakers import SpeakerRules, leading_speaker, speaker_of, spoken_text
 from factories import make_object
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,10 +12,10 @@ import pytest
 
 from tests import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.stores.manifest import read_manifest
+from rms_retrieval.stores.engine.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.write_lock import StoreBusyError, WriteLock
-from rms_retrieval.stores.writer import MERGE_FACTOR
+from rms_retrieval.stores.engine.write_lock import StoreBusyError, WriteLock
+from rms_retrieval.stores.engine.writer import MERGE_FACTOR
 
 QUESTIONS = ("What did Caroline research?", "When did Melanie paint a sunrise?", "Where does Tomas work?",
              "What is Caroline's identity?", "Who went camping?")
@@ -62,7 +61,7 @@ def test_a_second_writer_waits_then_is_told_who_writes(tmp_path):
         holder.join()
     with MemoryStore.open(tmp_path / "store", store_workers.encoder(), write_timeout=0.2) as store:
         store.add([store_workers.turn(0)])  # the lock is free again
-        assert store.count_objects() == 1
+        assert store.snapshot().count_objects() == 1
 
 
 def test_an_open_reader_sees_each_new_generation_on_its_next_request(tmp_path):
@@ -71,8 +70,8 @@ def test_an_open_reader_sees_each_new_generation_on_its_next_request(tmp_path):
         pinned = reader.snapshot()
         for number in range(3):
             writer_store.add([store_workers.turn(number)])
-            assert reader.count_objects() == number + 1 and store_workers.snapshot_problems(reader.snapshot()) == []
-        assert pinned.count_objects() == 0  # a snapshot never changes under its request
+            assert reader.snapshot().count_objects() == number + 1 and store_workers.snapshot_problems(reader.snapshot()) == []
+        assert pinned.snapshot().count_objects() == 0  # a snapshot never changes under its request
 
 
 @pytest.mark.parametrize("reader_count, turns", [(2, 200), pytest.param(4, 1_000, marks=pytest.mark.slow)])
@@ -96,7 +95,7 @@ def test_reader_processes_and_one_writer_process(tmp_path, reader_count, turns):
         assert summary["errors"] == [] and summary["problems"] == []
         assert summary["requests"] > 0 and summary["explained"] > 0 and len(summary["generations"]) > 1
     with MemoryStore.open(path, create=False, read_only=True) as store:
-        assert store.count_objects() == turns and store_workers.snapshot_problems(store.snapshot()) == []
+        assert store.snapshot().count_objects() == turns and store_workers.snapshot_problems(store.snapshot()) == []
 
 
 def test_a_request_on_an_old_generation_still_reads_the_segments_merges_retired(tmp_path):
@@ -161,4 +160,4 @@ def test_reader_processes_see_each_update_delete_erase_and_compaction_whole(tmp_
         assert summary["problems"] == [] and summary["errors"] == []
         assert summary["requests"] > 0 and len(summary["generations"]) > 1
     with MemoryStore.open(path, create=False, read_only=True) as store:
-        assert store_workers.suffix_problems(store.snapshot(), total) == [] and store.count_objects() == 10
+        assert store_workers.suffix_problems(store.snapshot(), total) == [] and store.snapshot().count_objects() == 10

@@ -10,17 +10,17 @@ import time
 
 from rms_retrieval.dataflows.bench import crash_bench
 from tests import store_workers
-from rms_retrieval.stores.manifest import SEGMENTS_DIR, read_manifest
+from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.segments import TEMPORARY_PREFIX
-from rms_retrieval.stores.writer import never_named
+from rms_retrieval.stores.engine.segments import TEMPORARY_PREFIX
+from rms_retrieval.stores.engine.writer import never_named
 
 
 def test_five_random_kills_leave_a_consistent_store_and_no_leftovers(tmp_path):
     result = crash_bench.run_kills(tmp_path / "store", 5, seed=12)
     assert result["kills"] == 5 and result["problems"] == []
     with MemoryStore.open(tmp_path / "store", create=False, read_only=True) as store:
-        assert store.count_objects() == result["turns_at_end"]
+        assert store.snapshot().count_objects() == result["turns_at_end"]
 
 
 def test_the_next_write_removes_a_dead_writes_files(tmp_path):
@@ -34,9 +34,9 @@ def test_the_next_write_removes_a_dead_writes_files(tmp_path):
         renamed.mkdir()
         (path / "manifest.json.tmp").write_text("{")
         (path / "write.lock").write_text('{"pid": 1, "since": "2026-01-01T00:00:00+00:00"}')  # as a killed writer leaves it
-        before = store.state_fingerprint()
+        before = store.snapshot().state_fingerprint()
         with MemoryStore.open(path, create=False, read_only=True) as reader:
-            assert reader.state_fingerprint() == before  # leftovers are invisible to readers
+            assert reader.snapshot().state_fingerprint() == before  # leftovers are invisible to readers
         store.add([store_workers.turn(1)])
     assert not staged.exists() and not renamed.exists() and not (path / "manifest.json.tmp").exists()
     assert never_named(path, read_manifest(path)) == []
@@ -50,7 +50,7 @@ def test_kill_round_reports_what_it_checked(tmp_path):
 
 def test_sigkill_during_update_delete_erase_and_compaction_leaves_before_or_after(tmp_path):
     """Six kills of a process that updates, erases, deletes and compacts turns one by one."""
-    from rms_retrieval.stores.check import check_store
+    from rms_retrieval.stores.engine.check import check_store
 
     path, total = tmp_path / "store", 36
     with MemoryStore.open(path, store_workers.encoder()) as store:
@@ -58,7 +58,7 @@ def test_sigkill_during_update_delete_erase_and_compaction_leaves_before_or_afte
     rng = random.Random(22)
     for _ in range(6):
         with MemoryStore.open(path, create=False, read_only=True) as store:
-            start = total - store.count_objects()
+            start = total - store.snapshot().count_objects()
         worker = subprocess.Popen([*store_workers.COMMAND, "forget", str(path), str(start), str(total)],
                                   stdout=subprocess.PIPE, text=True, cwd=store_workers.ROOT)
         assert worker.stdout is not None

@@ -10,9 +10,10 @@ import pytest
 from tests import store_workers
 from rms_retrieval.dataflows.cli import main
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.stores.manifest import read_manifest
+from rms_retrieval.stores.engine.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.retrieval_log import RetrievalLogWarning
+from rms_retrieval.stores.log.retrieval_log import RetrievalLogWarning
+from rms_retrieval.stores.protocols import ScanSelection
 
 
 def _tree(path) -> dict[str, tuple[int, int]]:
@@ -40,8 +41,7 @@ def test_a_reader_writes_nothing_in_the_store(tmp_path):
     before = _tree(tmp_path / "store")
     with MemoryStore.open(tmp_path / "store", create=False) as store:
         assert _ask(store).bundle.items
-        store.scan_page({"namespace": store_workers.NAMESPACE, "scope": None, "node_types": ["TURN"],
-                         "lifecycles": ["ACTIVE"], "after_id": None, "limit_plus_one": 5})
+        store.snapshot().scan_page(ScanSelection(store_workers.NAMESPACE, None, ("TURN",), ("ACTIVE",), None, 4))
     assert _tree(tmp_path / "store") == before
 
 
@@ -106,7 +106,7 @@ def test_replay_never_calls_an_answer_from_a_damaged_store_identical(tmp_path, c
 
 
 def _scanned(snapshot) -> list:
-    from rms_retrieval.stores.enumeration import iter_objects
+    from rms_retrieval.stores.exact.enumeration import iter_objects
 
     return [memory.id for memory in iter_objects(snapshot, namespace=store_workers.NAMESPACE, batch_size=5)]
 
@@ -137,7 +137,7 @@ def test_an_open_process_never_scans_a_file_swapped_under_it(tmp_path):
 def test_a_snapshot_older_than_the_retired_grace_says_so(tmp_path):
     """Issue 21 #10: a raw DuckDB IOException 'No files found'."""
     from rms_retrieval.stores.errors import StoreError
-    from rms_retrieval.stores.writer import MERGE_FACTOR
+    from rms_retrieval.stores.engine.writer import MERGE_FACTOR
 
     path = tmp_path / "store"
     with MemoryStore.open(path, store_workers.encoder(), retired_grace=0) as store:

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rms_retrieval.nodes import temporal
+from rms_retrieval.nodes.helpers import temporal
 from rms_retrieval.nodes.models import TemporalType
-from rms_retrieval.nodes.temporal import DATEPARSER_LOCK, date_words_read_as_names, parse_temporal_signals
+from rms_retrieval.nodes.helpers.temporal import DATEPARSER_LOCK, date_words_read_as_names, parse_temporal_signals
 
 REFERENCE = datetime(2023, 8, 20, 12, 0, tzinfo=UTC)
 A, R, D = TemporalType.ABSOLUTE, TemporalType.RELATIVE, TemporalType.DURATION

@@ -1,4 +1,4 @@
-from rms_retrieval.nodes.tokens import ITEM_TOKENS, TokenCountCache, count_context_tokens, count_tokens
+from rms_retrieval.nodes.helpers.tokens import ITEM_TOKENS, TokenCountCache, count_context_tokens, count_tokens
 
 
 def test_counts_cl100k_base_tokens_offline():

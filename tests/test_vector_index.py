@@ -6,7 +6,7 @@ import faiss
 import numpy as np
 import pytest
 
-from rms_retrieval.stores import vector_index
+from rms_retrieval.stores.indexes import vector_index
 
 
 def _unit_vectors(count: int, dimension: int, seed: int) -> np.ndarray:
@@ -96,7 +96,7 @@ def test_one_segment_and_many_give_bit_identical_hits(tmp_path, rows, layout):
             many.add(turns[start:start + batch])
         assert [entry.rows for entry in many.snapshot().manifest.segments] == layout
         for query in _unit_vectors(4, 384, 7):
-            whole = one.search_vector(query, ["synthetic-0"], rows)
-            assert len(whole) == rows and whole == many.search_vector(query, ["synthetic-0"], 12_000)
-            top = one.search_vector(query, ["synthetic-0"], 50)
-            assert top == many.search_vector(query, ["synthetic-0"], 50) == whole[:50]
+            whole = one.snapshot().search_vector(query, ["synthetic-0"], rows)
+            assert len(whole) == rows and whole == many.snapshot().search_vector(query, ["synthetic-0"], 12_000)
+            top = one.snapshot().search_vector(query, ["synthetic-0"], 50)
+            assert top == many.snapshot().search_vector(query, ["synthetic-0"], 50) == whole[:50]

@@ -7,9 +7,9 @@ from itertools import product
 
 import pytest
 
-from rms_retrieval.nodes.eligibility import exclusion_reason
+from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.aggregation import AssertionQuery, aggregate_assertions
+from rms_retrieval.stores.exact.aggregation import AssertionQuery, aggregate_assertions
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import EpistemicType, LifecycleState
 from rms_retrieval.stores.visibility import MODE_VISIBILITY, RetrievalMode

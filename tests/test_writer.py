@@ -9,12 +9,12 @@ import pytest
 
 from tests import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.stores.entity_graph import entity_id
-from rms_retrieval.stores.manifest import SegmentEntry
+from rms_retrieval.stores.indexes.entity_graph import entity_id
+from rms_retrieval.stores.engine.manifest import SegmentEntry
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.writer import MERGE_FACTOR, merge_run
+from rms_retrieval.stores.engine.writer import MERGE_FACTOR, merge_run
 
 QUESTIONS = ("which turn was about the river?", "guitar and pottery", "turn 17", "museum violin hiking")
 
@@ -67,14 +67,14 @@ def test_ids_are_unique_per_namespace_so_another_namespace_is_never_an_oracle(tm
     victim = MemoryObject(id=UUID(int=50), namespace="b", content="Hunter called about the audit")
     with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as store:
         store.add([victim])
-        hunter = [ref.object_id for ref in store.entity_catalog(["b"]) if ref.alias == "Hunter"]
+        hunter = [ref.object_id for ref in store.snapshot().entity_catalog(["b"]) if ref.alias == "Hunter"]
         assert hunter == [entity_id("b", "Hunter", victim.id)]
         guesses = [victim.id, *hunter, entity_id("b", "Hunter", UUID(int=1))]
         for number, guess in enumerate(guesses):
             store.add([MemoryObject(id=guess, namespace="a", content=f"probe {number}")])
-        assert store.count_objects(["a"]) == len(guesses)
-        assert store.get_objects([victim.id], ["b"])[victim.id] == victim  # b is untouched
-        assert store.get_objects([victim.id], ["a"])[victim.id].content == "probe 0"
+        assert store.snapshot().count_objects(["a"]) == len(guesses)
+        assert store.snapshot().get_objects([victim.id], ["b"])[victim.id] == victim  # b is untouched
+        assert store.snapshot().get_objects([victim.id], ["a"])[victim.id].content == "probe 0"
         with pytest.raises(StoreError, match="already in namespace 'a'"):
             store.add([MemoryObject(id=victim.id, namespace="a", content="twice")])
 
@@ -82,7 +82,7 @@ def test_ids_are_unique_per_namespace_so_another_namespace_is_never_an_oracle(tm
 def test_store_made_ids_depend_on_the_namespace_anchor_not_only_on_public_names(tmp_path):
     with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as store:
         store.add([MemoryObject(id=UUID(int=7), namespace="b", content="Hunter called")])
-        [hunter] = [ref.object_id for ref in store.entity_catalog(["b"]) if ref.alias == "Hunter"]
+        [hunter] = [ref.object_id for ref in store.snapshot().entity_catalog(["b"]) if ref.alias == "Hunter"]
     assert hunter == entity_id("b", "Hunter", UUID(int=7)) != entity_id("b", "Hunter", UUID(int=8))
 
 
@@ -92,12 +92,12 @@ def test_a_user_id_equal_to_a_derived_entity_id_moves_the_entity_to_the_next_fre
     with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as store:
         store.add([MemoryObject(id=anchor, namespace="a", content="the first note"), squatter])
         store.add([MemoryObject(id=UUID(int=2), namespace="a", content="Zorro rode through town")])
-        [zorro] = [ref for ref in store.entity_catalog(["a"]) if ref.alias == "Zorro"]
+        [zorro] = [ref for ref in store.snapshot().entity_catalog(["a"]) if ref.alias == "Zorro"]
         assert zorro.object_id == entity_id("a", "Zorro", anchor, 1)
-        [mention] = store.adjacency(["a"]).touching([UUID(int=2)], 0.0)
+        [mention] = store.snapshot().adjacency(["a"]).touching([UUID(int=2)], 0.0)
         assert mention.target == zorro.object_id
         store.add([MemoryObject(id=UUID(int=3), namespace="a", content="Zorro again")])  # found by name
-        assert [ref.object_id for ref in store.entity_catalog(["a"]) if ref.alias == "Zorro"] == [zorro.object_id]
+        assert [ref.object_id for ref in store.snapshot().entity_catalog(["a"]) if ref.alias == "Zorro"] == [zorro.object_id]
 
 
 def test_a_user_id_in_the_same_batch_is_never_reused(tmp_path):
@@ -105,7 +105,7 @@ def test_a_user_id_in_the_same_batch_is_never_reused(tmp_path):
     squatter = MemoryObject(id=entity_id("a", "Zorro", first.id), namespace="a", content="another note")
     with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as store:
         store.add([first, squatter, MemoryObject(namespace="a", content="Zorro rode by")])
-        [zorro] = [ref for ref in store.entity_catalog(["a"]) if ref.alias == "Zorro"]
+        [zorro] = [ref for ref in store.snapshot().entity_catalog(["a"]) if ref.alias == "Zorro"]
         assert zorro.object_id == entity_id("a", "Zorro", first.id, 1)
 
 
@@ -114,4 +114,4 @@ def test_an_existing_id_is_refused_and_nothing_is_written(tmp_path):
         store.add([store_workers.turn(0)])
         with pytest.raises(Exception, match="already in namespace"):
             store.add([store_workers.turn(1), store_workers.turn(0)])
-        assert store.count_objects() == 1 and store.state_fingerprint() == "g1-o1-e0"
+        assert store.snapshot().count_objects() == 1 and store.snapshot().state_fingerprint() == "g1-o1-e0"

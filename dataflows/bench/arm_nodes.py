@@ -13,11 +13,19 @@ from hamilton.function_modifiers import config
 from rms_retrieval.dataflows.bench.arm_settings import ArmSettings
 from rms_retrieval.dataflows.bench.feedback import feedback_terms, interpolated_hits
 from rms_retrieval.nodes import candidate_generation, packing, scoring
-from rms_retrieval.nodes.models import (CandidateLimits, CandidatePool, ChannelResult, FilteredPool, MemoryBundle,
-                                        QueryAnalysis, QueryIntent, RankedCandidates, RetrievalRequest, ScoredPool,
-                                        Selection)
+from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, RetrievalRequest
+from rms_retrieval.nodes.bundle import MemoryBundle
+from rms_retrieval.nodes.pools import (
+    CandidateLimits,
+    CandidatePool,
+    ChannelResult,
+    FilteredPool,
+    RankedCandidates,
+    ScoredPool,
+    Selection,
+)
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import LexicalHit, LexicalIndex, ObjectStore
+from rms_retrieval.stores.protocols import LexicalHit, RetrievalStore
 
 
 @dataclass(frozen=True)
@@ -25,23 +33,22 @@ class _FeedbackIndex:
     """The lexical index with RM3 feedback on its search: the first search's best hits vote for
     terms, searched for a second time and interpolated with the first."""
 
-    index: LexicalIndex
-    objects: ObjectStore
+    store: RetrievalStore
     terms: int
     docs: int
     weight: float
 
     def search_lexical(self, query: str, namespaces: Sequence[str], limit: int) -> list[LexicalHit]:
-        found = self.index.search_lexical(query, namespaces, limit)
+        found = self.store.search_lexical(query, namespaces, limit)
         if not found:
             return found
         top = found[: self.docs]
-        contents = self.objects.get_objects([hit.object_id for hit in top], namespaces)
+        contents = self.store.get_objects([hit.object_id for hit in top], namespaces)
         terms = feedback_terms(query, [(contents[hit.object_id].content, hit.score) for hit in top
                                        if hit.object_id in contents], self.terms)
         if not terms:
             return found
-        return interpolated_hits(found, self.index.search_lexical(" ".join(terms), namespaces, limit), self.weight, limit)
+        return interpolated_hits(found, self.store.search_lexical(" ".join(terms), namespaces, limit), self.weight, limit)
 
 
 def _arm(settings: RetrievalSettings) -> ArmSettings:
@@ -51,16 +58,15 @@ def _arm(settings: RetrievalSettings) -> ArmSettings:
 
 
 def lexical_candidates(
-    lexical_index: LexicalIndex,
-    object_store: ObjectStore,
+    store_snapshot: RetrievalStore,
     candidate_limits: CandidateLimits,
     request: RetrievalRequest,
     settings: RetrievalSettings,
 ) -> ChannelResult:
     """The stage's BM25 path; with feedback terms set, over the index with RM3 feedback."""
     cfg = _arm(settings).candidates
-    index = (_FeedbackIndex(lexical_index, object_store, cfg.lexical_feedback_terms, cfg.lexical_feedback_docs,
-                            cfg.lexical_feedback_weight) if cfg.lexical_feedback_terms else lexical_index)
+    index = (_FeedbackIndex(store_snapshot, cfg.lexical_feedback_terms, cfg.lexical_feedback_docs,
+                            cfg.lexical_feedback_weight) if cfg.lexical_feedback_terms else store_snapshot)
     return candidate_generation.lexical_candidates(index, candidate_limits, request, settings)
 
 

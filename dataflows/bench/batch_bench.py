@@ -57,7 +57,7 @@ def locomo_requests(dataset: Any, count: int) -> list[BatchRequest]:
 def sequential_arm(store_path: str, requests: Sequence[BatchRequest]) -> dict[str, Any]:
     """`retrieve()` once per request, one process, one query embedding per request."""
     from rms_retrieval.dataflows.retrieval import retrieve
-    from rms_retrieval.stores.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     encoder = default_query_encoder()

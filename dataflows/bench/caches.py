@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rms_retrieval.stores.embedding import encode_many
+from rms_retrieval.stores.providers.embedding import encode_many
 from rms_retrieval.stores.protocols import CrossEncoder, EmbeddingIdentity, QueryEncoder
 
 

@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add `bench locomo` and `bench scale` to the `rms` parser."""
     from rms_retrieval.dataflows.bench import compare, identical, latency_bench, policies_command, published
     from rms_retrieval.dataflows.bench.batch_bench import add_parser as add_batch
-    from rms_retrieval.dataflows.bench.locomo_bench import ARMS, DEFAULT_ARMS, DEFAULT_BUDGETS, SPLITS
+    from rms_retrieval.dataflows.bench.locomo_bench import DEFAULT_BUDGETS, SPLITS
+    from rms_retrieval.dataflows.bench.arms import ARMS, DEFAULT_ARMS
     from rms_retrieval.dataflows.bench.store_command import register as register_store_benches
 
     bench = sub.add_parser("bench", help="benchmarks: LoCoMo relevance and operations, scaling")
@@ -49,10 +50,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                              "source_ref only) or messages (MemoryStore.add_messages, one call per session)")
     locomo.add_argument("--no-leading-name", action="store_true",
                         help="build an empty --store with SpeakerRules(leading_name=False): a plain turn's "
-                             "\"Name: \" does not name its speaker (stores/speakers.py)")
+                             "\"Name: \" does not name its speaker (stores/analysis/speakers.py)")
     locomo.add_argument("--expansion", metavar="NAME",
                         help="ingest-time expansion an empty --store is built with, a preset of "
-                             "stores/expansion.py (off, previous, ...; default: the store default); "
+                             "stores/analysis/expansion.py (off, previous, ...; default: the store default); "
                              "a store that holds objects keeps its own")
     locomo.add_argument("--share-pools", action="store_true",
                         help="arms equal in candidate, filtering and intent settings reuse a question's filtered pool "
@@ -127,7 +128,7 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
 def _ingest_jsonl(dataset: Any, store_path: str, out: Path, progress: bool, expansion: Any = None) -> Any:
     """The generic path: plain turns written as JSON Lines, read back and added as `rms ingest` does."""
     from rms_retrieval.dataflows.ingest import plain_turns, read_jsonl, write_jsonl
-    from rms_retrieval.stores.embedding import default_encoder
+    from rms_retrieval.stores.providers.embedding import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     path = out / JSONL_FILE
@@ -140,10 +141,10 @@ def _ingest_chat(dataset: Any, store_path: str, ingest_path: str, progress: bool
                  leading_name: bool) -> Any:
     """The public API as a new user calls it: plain turns in one `add`, or `add_messages` per session."""
     from rms_retrieval.dataflows.ingest import chat_sessions, plain_chat_turns
-    from rms_retrieval.stores.embedding import default_encoder
+    from rms_retrieval.stores.providers.embedding import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
     from rms_retrieval.stores.protocols import IngestReport
-    from rms_retrieval.stores.speakers import SpeakerRules
+    from rms_retrieval.stores.analysis.speakers import SpeakerRules
 
     started = time.perf_counter()
     with MemoryStore.open(store_path, encoder=default_encoder(), expansion=expansion,
@@ -162,15 +163,15 @@ def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool, in
     """Reuse the store when it holds objects, else build it from the LoCoMo file and time that."""
     from rms_retrieval.dataflows.bench.speed_bench import directory_size_mb, peak_memory_mb
     from rms_retrieval.dataflows.ingest import ingest_locomo
-    from rms_retrieval.stores.expansion import expansion_named
-    from rms_retrieval.stores.manifest import MANIFEST_FILE
+    from rms_retrieval.stores.analysis.expansion import expansion_named
+    from rms_retrieval.stores.engine.manifest import MANIFEST_FILE
     from rms_retrieval.stores.memory_store import MemoryStore
 
     existing = Path(store_path) / MANIFEST_FILE
     if existing.exists():
         with MemoryStore.open(store_path, read_only=True) as store:
-            present = store.count_objects()
-            namespaces = set(store.namespaces())
+            present = store.snapshot().count_objects()
+            namespaces = set(store.snapshot().namespaces())
     else:
         present, namespaces = 0, set()
     ingest: dict[str, Any] | None = None
@@ -201,10 +202,10 @@ def _prepare_store(data: Path, store_path: str, dataset: Any, progress: bool, in
 
 
 def _cmd_locomo(args: argparse.Namespace) -> int:
-    from rms_retrieval.dataflows.bench import locomo_bench, plots, speed_bench
+    from rms_retrieval.dataflows.bench import arms, locomo_bench, plots, speed_bench
     from rms_retrieval.dataflows.locomo import load_locomo
     from rms_retrieval.stores.memory_store import MemoryStore
-    from rms_retrieval.stores.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
 
     for name in ("latency_queries", "node_time_queries", "isolation_queries", "determinism_queries",
                  "determinism_repeats"):
@@ -231,7 +232,7 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
         "ranked_list": locomo_bench.RANKED_LIST,
         "budgets": sorted(set(args.budgets)),
         "targets": locomo_bench.TARGETS,
-        "configuration_fingerprint": locomo_bench.arm_settings("pipeline").fingerprint(),
+        "configuration_fingerprint": arms.arm_settings("pipeline").fingerprint(),
     }
     results["store"] = _prepare_store(data, args.store, dataset, progress, args.ingest, out, args.expansion,
                                       not args.no_leading_name)
@@ -244,8 +245,8 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
     results["dataset"]["split"] = {"name": args.split, "conversations": locomo_bench.split_sample_ids(
         (c.sample_id for c in dataset.conversations), args.split)}
     with MemoryStore.open(args.store, read_only=True) as store:
-        results["store"].update(objects=store.count_objects(), namespaces=store.namespaces(),
-                                state_fingerprint=store.state_fingerprint())
+        results["store"].update(objects=store.snapshot().count_objects(), namespaces=store.snapshot().namespaces(),
+                                state_fingerprint=store.snapshot().state_fingerprint())
         bench = locomo_bench.LocomoBench(store, dataset, encoder, args.budgets, share_pools=args.share_pools)
 
         def partial_relevance(relevance: dict[str, Any]) -> None:
@@ -301,7 +302,7 @@ def _speed(store: Any, dataset: Any, encoder: Any, args: argparse.Namespace, pro
     if args.isolation_queries:
         texts = sorted({q.question for q in dataset.questions})
         when = max(reference_time(c) for c in dataset.conversations)
-        sampled_isolation = speed_bench.isolation_queries(texts, store.namespaces(), when, args.isolation_queries)
+        sampled_isolation = speed_bench.isolation_queries(texts, store.snapshot().namespaces(), when, args.isolation_queries)
 
         def partial_isolation(report: dict[str, Any]) -> None:
             speed["isolation"] = {**report, "partial": True}

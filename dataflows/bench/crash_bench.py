@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import rms_retrieval.dataflows.bench  # noqa: F401  (makes the checkout's tests/ importable)
-from rms_retrieval.stores.manifest import read_manifest
-from rms_retrieval.stores.writer import never_named
+from rms_retrieval.stores.engine.manifest import read_manifest
+from rms_retrieval.stores.engine.writer import never_named
 from tests import store_workers
 
 
@@ -28,7 +28,7 @@ def kill_round(path: Path, rng: random.Random, *, max_commits: int = 12, max_del
     from rms_retrieval.stores.memory_store import MemoryStore
 
     with MemoryStore.open(path, create=False, read_only=True) as store:
-        start = store.count_objects()
+        start = store.snapshot().count_objects()
     writer = subprocess.Popen([*store_workers.COMMAND, "write", str(path), str(start), "10000"],
                               stdout=subprocess.PIPE, text=True, cwd=store_workers.ROOT)
     assert writer.stdout is not None

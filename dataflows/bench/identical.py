@@ -129,7 +129,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _cmd_identical(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.locomo import load_locomo
-    from rms_retrieval.stores.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     if args.questions < 1:

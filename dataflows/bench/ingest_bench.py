@@ -35,8 +35,8 @@ def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int 
     with MemoryStore.open(path, RandomEncoder()) as store:
         for size in sorted(sizes):
             bulk_objects = bulk_seconds = bulk_embedding = 0.0
-            while store.count_objects() < size:
-                count = min(BULK_BATCH, size - store.count_objects())
+            while store.snapshot().count_objects() < size:
+                count = min(BULK_BATCH, size - store.snapshot().count_objects())
                 report = store.add(synthetic_objects(next_number, count))
                 next_number += count
                 bulk_objects += count

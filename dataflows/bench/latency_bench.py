@@ -6,7 +6,7 @@ rotated from question to question, so all arms see the same machine load:
 - `pipeline`: `retrieve()` for a bundle of 50 (`limit=50`, a budget large enough not to bind),
   without the retrieval log (`log=False`);
 - `pipeline_logged`: the same with the retrieval log on, as an application runs it: the record is
-  queued and written by the store's log thread (stores/log_buffer.py), into the store's `log/`;
+  queued and written by the store's log thread (stores/log/buffer.py), into the store's `log/`;
 - `pipeline_threads`: the same DAG through Hamilton's `FutureAdapter`, the candidate paths on
   a thread pool;
 - `no_<channel>`: the pipeline with one channel switched off (vector, lexical, graph, pinned,
@@ -35,7 +35,8 @@ from typing import Any
 from hamilton import driver
 from hamilton.plugins.h_threadpool import FutureAdapter
 
-from rms_retrieval.dataflows.bench.locomo_bench import arm_settings, benchmark_questions, evenly_spaced
+from rms_retrieval.dataflows.bench.locomo_bench import benchmark_questions, evenly_spaced
+from rms_retrieval.dataflows.bench.arms import arm_settings
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
 from rms_retrieval.dataflows.bench.speed_bench import (
     LATENCY_BUDGET,
@@ -45,7 +46,8 @@ from rms_retrieval.dataflows.bench.speed_bench import (
 )
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, STAGE_MODULES, pipeline_inputs
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.nodes.models import PathType, RetrievalRequest
+from rms_retrieval.nodes.models import RetrievalRequest
+from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import QueryEncoder
 
@@ -98,7 +100,7 @@ def threaded_arm(store: Any, encoder: QueryEncoder, workers: int = 4) -> Callabl
 
 def floor_arm(store: Any, encoder: QueryEncoder) -> Callable[[BenchQuery], Any]:
     def run(query: BenchQuery) -> Any:
-        return store.search_vector(encoder.encode([query.text])[0], query.namespaces, BUNDLE)
+        return store.snapshot().search_vector(encoder.encode([query.text])[0], query.namespaces, BUNDLE)
 
     return run
 
@@ -241,7 +243,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rms_retrieval.dataflows.locomo import load_locomo
-    from rms_retrieval.stores.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     for name in ("questions", "node_queries"):

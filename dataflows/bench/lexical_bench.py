@@ -18,7 +18,7 @@ from uuid import UUID, uuid5, NAMESPACE_URL
 import numpy as np
 
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
-from rms_retrieval.stores.lexical import Bm25Index, query_terms, term_postings
+from rms_retrieval.stores.indexes.lexical import Bm25Index, query_terms, term_postings
 
 SEGMENT_ROWS = 100_000
 SEARCH_LIMIT = 200
@@ -65,10 +65,10 @@ def locomo_corpus(path: Path) -> LexicalCorpus:
     per conversation; its questions, each asked of its own conversation."""
     from rms_retrieval.dataflows.ingest import locomo_objects
     from rms_retrieval.dataflows.locomo import load_locomo
-    from rms_retrieval.stores.entity_graph import entity_graph
-    from rms_retrieval.stores.writer import namespace_anchors
+    from rms_retrieval.stores.indexes.entity_graph import entity_graph
+    from rms_retrieval.stores.engine.writer import namespace_anchors
     from rms_retrieval.stores.snapshot import StoreSnapshot
-    from rms_retrieval.stores.manifest import Manifest
+    from rms_retrieval.stores.engine.manifest import Manifest
 
     dataset = load_locomo(path)
     turns = locomo_objects(dataset)

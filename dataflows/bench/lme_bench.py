@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid5
 
-from rms_retrieval.dataflows.bench.locomo_bench import ARMS, LocomoBench, arm_settings, settings_changes
+from rms_retrieval.dataflows.bench.locomo_bench import LocomoBench
+from rms_retrieval.dataflows.bench.arms import ARMS, arm_settings, settings_changes
 from rms_retrieval.dataflows.bench.metrics import QuestionOutcome, latency_percentiles, paired_comparison, summarise
 from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
 from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder
@@ -183,7 +184,7 @@ class _NoDataset:
 def ingest(store, questions: Sequence[LmeQuestion], sessions: Mapping[str, list[Mapping]], vectors,
            *, progress: bool = False) -> dict[str, float | int]:
     """Write each question's haystack not yet in `store` as its own namespace, with cached vectors."""
-    present = set(store.namespaces())
+    present = set(store.snapshot().namespaces())
     added = embedded_before = 0
     for question in questions:
         if question.sample_id in present:

@@ -23,7 +23,8 @@ DEFAULT_LOCOMO_ARMS = ("pipeline", "rerank_anchored_50", "rerank_envelope_50", "
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `bench lme` and `bench policies` under `rms bench`."""
     from rms_retrieval.dataflows.bench.lme_bench import LME_SPLITS
-    from rms_retrieval.dataflows.bench.locomo_bench import ARMS, SPLITS
+    from rms_retrieval.dataflows.bench.locomo_bench import SPLITS
+    from rms_retrieval.dataflows.bench.arms import ARMS
 
     lme = commands.add_parser("lme", help="LongMemEval-S: one namespace per question, arms interleaved")
     lme.add_argument("--data", required=True, help="the longmemeval_s folder (questions.jsonl, sessions.jsonl.gz)")
@@ -53,8 +54,8 @@ def _common(parser: argparse.ArgumentParser, arms: Any, default: tuple[str, ...]
 
 def _cross_encoder(arms: list[str]):
     from rms_retrieval.dataflows.bench.caches import ScoreCache
-    from rms_retrieval.dataflows.bench.locomo_bench import arm_settings
-    from rms_retrieval.stores.cross_encoder import default_cross_encoder
+    from rms_retrieval.dataflows.bench.arms import arm_settings
+    from rms_retrieval.stores.providers.cross_encoder import default_cross_encoder
 
     return ScoreCache(default_cross_encoder()) if any(arm_settings(a).rerank.enabled for a in arms) else None
 
@@ -91,14 +92,14 @@ def _cmd_lme(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.bench import lme_bench
     from rms_retrieval.dataflows.bench.caches import VectorCache
     from rms_retrieval.stores.memory_store import MemoryStore
-    from rms_retrieval.stores.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
 
     started = time.perf_counter()
     questions = lme_bench.benchmark_questions(lme_bench.load_questions(args.data), args.split, args.per_type)
     sessions = lme_bench.load_sessions(args.data, {s for q in questions for s, _ in q.haystack})
     answers = {q.question_id: lme_bench.answer_ids(q, sessions) for q in questions}
     questions = [q for q in questions if answers[q.question_id]]
-    # The ONNX runtime over the same weights carries the same embedding identity (stores/onnx_encoder.py)
+    # The ONNX runtime over the same weights carries the same embedding identity (stores/providers/onnx_encoder.py)
     # and embeds one text per run, without padding: several times faster than a batch here.
     vectors = VectorCache(args.vector_cache, default_query_encoder())
     with MemoryStore.open(args.store, encoder=vectors) as store:
@@ -120,7 +121,7 @@ def _cmd_policies(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.bench import lme_bench, locomo_bench
     from rms_retrieval.dataflows.locomo import load_locomo
     from rms_retrieval.stores.memory_store import MemoryStore
-    from rms_retrieval.stores.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
 
     started = time.perf_counter()
     dataset = load_locomo(args.data)

@@ -106,7 +106,7 @@ def _retrieve(store: Any, query: BenchQuery, encoder: QueryEncoder, **options: A
 
 def _floor(store: Any, query: BenchQuery, encoder: QueryEncoder, k: int) -> int:
     vector = encoder.encode([query.text])[0]
-    return len(store.search_vector(vector, query.namespaces, k))
+    return len(store.snapshot().search_vector(vector, query.namespaces, k))
 
 
 def latency_by_bundle_size(
@@ -272,14 +272,14 @@ def scale_store(path: str | Path, size: int, *, batch: int = 50_000, progress: b
 
     encoder = RandomEncoder()
     with MemoryStore.open(path, encoder=encoder) as store:
-        present = store.count_objects()
+        present = store.snapshot().count_objects()
         if present > size:
             raise ValueError(f"{path} holds {present} objects, more than the {size} asked for; use an empty directory")
         added_seconds = 0.0
         for start in tqdm(range(present, size, batch), desc=f"building {size}", unit="batch", disable=not progress):
             report = store.add(synthetic_objects(start, min(batch, size - start)))
             added_seconds += report.seconds
-        return {"objects": store.count_objects(), "objects_added": size - present, "build_seconds": added_seconds,
+        return {"objects": store.snapshot().count_objects(), "objects_added": size - present, "build_seconds": added_seconds,
                 "size_mb": directory_size_mb(path)}
 
 

@@ -1,0 +1,121 @@
+"""Stage 6's value: the Memory Bundle, its items and its typed metadata (the public, versioned JSON)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from uuid import UUID
+
+from pydantic import (AwareDatetime, BaseModel, ConfigDict, Field, PlainSerializer, SerializerFunctionWrapHandler,
+                      model_serializer)
+
+from rms_retrieval.nodes.models import AggregationKind, QueryIntent
+from rms_retrieval.nodes.pools import PathType
+from rms_retrieval.stores.visibility import RetrievalMode
+
+
+BUNDLE_VERSION = 1
+
+
+class BundleItem(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: UUID
+    namespace: str
+    node_type: str
+    content: str
+    text: str = Field(description="The item exactly as packed into the context, formatting included.")
+    score: float
+    semantic_relevance: float | None = None
+    paths: tuple[PathType, ...]
+    path_count: int
+    tier: int = Field(description="1 pinned and active tasks, 2 found by two or more paths, 3 the rest.")
+    tokens: int
+    event_time: AwareDatetime | None = None
+    source_ref: str | None = None
+
+
+# A time as the metadata's JSON has always written it, `datetime.isoformat()` ("+00:00", not "Z").
+IsoTime = Annotated[AwareDatetime, PlainSerializer(lambda value: value.isoformat(), return_type=str, when_used="json")]
+
+
+class AggregationCoverage(BaseModel):
+    """RFC "aggregation coverage": what a count or list question's bundle can and cannot claim."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: AggregationKind
+    unique_candidates: int
+    returned: int
+    packed: int
+    limitation_codes: tuple[str, ...]
+    candidate_limit_paths: tuple[PathType, ...]
+    exhaustive: bool = False
+
+
+class HistoricalCoverage(BaseModel):
+    """What a `knowledge_at` bundle can and cannot claim (RFC amendment): objects stored after the
+    cutoff are left out, but lifecycle states and derived indexes are today's, so it is no replay."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    knowledge_at: IsoTime
+    exact_snapshot: bool
+    limitations: tuple[str, ...]
+    warning_fits: bool
+
+
+class RetrievalMetadata(BaseModel):
+    """How the bundle was made: the question's analysis, the formula, the pipeline's counts and
+    what was left out (by object id, with the reason). Part of the bundle's versioned JSON, in
+    this field order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    intent: QueryIntent
+    current_state: bool
+    entities: tuple[str, ...]
+    temporal_window: tuple[IsoTime, IsoTime] | None
+    reference_time: IsoTime
+    retrieval_mode: RetrievalMode
+    formula_version: int
+    rrf_k: int | None
+    configuration_fingerprint: str
+    candidates_generated: int
+    candidates_after_filter: int
+    candidates_ranked: int
+    candidates_selected: int
+    cut_by_budget: int
+    paths_at_limit: tuple[PathType, ...]
+    embedding_mismatch: bool
+    backend_failures: dict[PathType, str]
+    min_score_skipped: bool
+    excluded: dict[UUID, str]
+    aggregation_coverage: AggregationCoverage | None
+    historical_coverage: HistoricalCoverage | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_history(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`historical_coverage` only on `knowledge_at` bundles: other bundles keep their bytes."""
+        dumped = handler(self)
+        if dumped.get("historical_coverage") is None:
+            dumped.pop("historical_coverage", None)
+        return dumped
+
+
+class MemoryBundle(BaseModel):
+    """What an application puts into an LLM's context. Its JSON form is versioned and stable."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bundle_version: int = BUNDLE_VERSION
+    query: str
+    namespaces: tuple[str, ...]
+    reference_time: AwareDatetime
+    token_budget: int
+    tokens_used: int
+    items: tuple[BundleItem, ...]
+    context: str = Field(description="The packed text, items joined in order, counted in cl100k_base tokens.")
+    retrieval_metadata: RetrievalMetadata
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=None)

@@ -1,0 +1,1 @@
+"""Helper modules of the stage nodes: plain functions and values, no Hamilton nodes of their own."""

@@ -1,0 +1,20 @@
+"""How a memory is written into the context: its line, and the date line over its group."""
+
+from __future__ import annotations
+
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.analysis.speakers import spoken_text
+
+
+def format_item(obj: MemoryObject, item_format: str) -> str:
+    """The line an item takes in the context. "reader" dates every line; "dated_groups" dates
+    the group of lines it heads (see `group_header`), so "when" questions stay answerable. A turn
+    whose content does not name its speaker is written "Speaker: content" (stores/analysis/speakers.py)."""
+    if item_format == "reader":
+        return f"{group_header(obj)} {spoken_text(obj)}"
+    return spoken_text(obj)
+
+
+def group_header(obj: MemoryObject) -> str:
+    """The date line that heads an item's group under "dated_groups": the day it was stated."""
+    return f"[{obj.stated_time:%Y-%m-%d}]"

@@ -1,0 +1,329 @@
+"""The candidate pool as it travels from generation through merging, filtering, scoring and reranking to
+selection: paths, hits, candidates, and the typed record of numpy columns the scoring stages share."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, NamedTuple
+from uuid import UUID
+
+import numpy as np
+
+from rms_retrieval.stores.models import MemoryObject
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateLimits:
+    """Per-path candidate limits for one request; count and list questions widen them (RFC 4.3)."""
+
+    vector_k: int
+    lexical_k: int
+    graph_max_candidates: int
+    widened: bool = False
+
+
+class PathType(StrEnum):
+    VECTOR = "VECTOR"
+    LEXICAL = "LEXICAL"
+    GRAPH = "GRAPH"
+    PINNED = "PINNED"
+    SESSION_CONTEXT = "SESSION_CONTEXT"
+    KEYWORD_SCAN = "KEYWORD_SCAN"
+
+
+PRIMARY_PATHS = frozenset({PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED})
+
+
+class ChannelHit(NamedTuple):
+    """One object found by one path: its 1-based rank there, raw score and normalised score (a
+    named tuple: immutable, and made in a fifth of a frozen dataclass's time, ~700 per request)."""
+
+    object_id: UUID
+    path: PathType
+    rank: int
+    raw_score: float
+    score: float
+    detail: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class ChannelResult:
+    """Everything one candidate path returned, or why it returned nothing."""
+
+    path: PathType
+    hits: tuple[ChannelHit, ...] = ()
+    objects: Mapping[UUID, MemoryObject] = field(default_factory=dict)
+    limit: int = 0
+    failure: str | None = None
+    embedding_mismatch: bool = False
+
+    @property
+    def at_limit(self) -> bool:
+        return self.limit > 0 and len(self.hits) >= self.limit
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One object with every path that found it."""
+
+    object: MemoryObject
+    hits: Mapping[PathType, ChannelHit]
+
+    @property
+    def object_id(self) -> UUID:
+        return self.object.id
+
+    @property
+    def paths(self) -> tuple[PathType, ...]:
+        return tuple(p for p in PathType if p in self.hits)
+
+    @property
+    def path_count(self) -> int:
+        """Primary retrieval paths that found it (RFC 5); session context and the count/list
+        keyword scans widen the pool without counting as evidence of relevance."""
+        return sum(1 for p in self.hits if p in PRIMARY_PATHS)
+
+
+@dataclass(frozen=True)
+class CandidatePool:
+    """Merged candidates in object-id order, with what each path reported."""
+
+    candidates: tuple[Candidate, ...]
+    backend_failures: Mapping[PathType, str] = field(default_factory=dict)
+    embedding_mismatch: bool = False
+    paths_at_limit: tuple[PathType, ...] = ()
+
+    @property
+    def by_id(self) -> dict[UUID, Candidate]:
+        return {c.object_id: c for c in self.candidates}
+
+
+@dataclass(frozen=True)
+class AlternatePasses:
+    """What the vector, lexical and graph paths found for each alternative question, and the
+    stored objects behind their hits (experimental policies, query reformulation)."""
+
+    passes: tuple[tuple[ChannelResult, ...], ...] = ()
+    objects: Mapping[UUID, MemoryObject] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FilteredPool:
+    """Candidates that may be scored, the removed ones, and each removed object's reason."""
+
+    candidates: tuple[Candidate, ...]
+    excluded: Mapping[UUID, str]
+    removed: tuple[Candidate, ...] = ()
+
+
+# ---- Stage 5 and 6: the scored pool as columns ---------------------------------------------
+
+_PATH_BITS = {path: 1 << position for position, path in enumerate(PathType)}
+
+
+def path_mask(paths: Iterable[PathType]) -> int:
+    """The paths as one integer, a bit per `PathType`."""
+    mask = 0
+    for path in paths:
+        mask |= _PATH_BITS[path]
+    return mask
+
+
+def mask_paths(mask: int) -> tuple[PathType, ...]:
+    """The paths of a mask in `PathType` order, except session context last: it joins after scoring."""
+    found = tuple(p for p in PathType if p is not PathType.SESSION_CONTEXT and mask & _PATH_BITS[p])
+    return found + ((PathType.SESSION_CONTEXT,) if mask & _PATH_BITS[PathType.SESSION_CONTEXT] else ())
+
+
+def _take(record: Any, order: np.ndarray) -> dict[str, Any]:
+    """Every array field of a column record reordered (or subset) by the positions `order`."""
+    taken = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, np.ndarray):
+            taken[f.name] = value[order]
+        elif isinstance(value, tuple):
+            taken[f.name] = tuple(value[i] for i in order)
+        else:
+            taken[f.name] = value
+    return taken
+
+
+@dataclass(frozen=True, eq=False)
+class ScoreFactors:
+    """Every input and factor of the scores, for audits; NaN where a candidate lacks one.
+
+    Ranks are competition ranks within the pool (1, 2, 2, 4); `graph_hops` and the ranks are
+    whole numbers stored as floats so that a missing one can be NaN."""
+
+    semantic: np.ndarray
+    semantic_rank: np.ndarray
+    lexical: np.ndarray
+    lexical_bm25: np.ndarray
+    lexical_rank: np.ndarray
+    graph_proximity: np.ndarray
+    graph_hops: np.ndarray
+    graph_rank: np.ndarray
+    recency: np.ndarray
+    salience: np.ndarray
+    confidence: np.ndarray
+    epistemic_weight: np.ndarray
+    epistemic_factor: np.ndarray
+    node_type_boost: np.ndarray
+    node_type_factor: np.ndarray
+    temporal_affinity: np.ndarray
+    temporal_factor: np.ndarray
+    speaker_factor: np.ndarray
+    recency_boost_factor: np.ndarray
+    tie_break: np.ndarray
+    current_update_factor: np.ndarray
+    base_score: np.ndarray
+    # The cross-encoder (RFC 7.3), NaN outside the reranked prefix: the model's score, the prior
+    # weight the blend gave the candidate's own score, the blend, the score before reranking and
+    # the 1-based place the policy assigned.
+    rerank_model_score: np.ndarray
+    rerank_prior_weight: np.ndarray
+    rerank_blend: np.ndarray
+    rerank_prior_score: np.ndarray
+    rerank_rank: np.ndarray
+
+    def take(self, order: np.ndarray) -> ScoreFactors:
+        return ScoreFactors(**_take(self, order))
+
+    def padded(self, extra: int) -> ScoreFactors:
+        """These factors and `extra` candidates that have none (session neighbours new to the pool)."""
+        return ScoreFactors(**{f.name: np.concatenate([getattr(self, f.name), np.full(extra, np.nan)])
+                               for f in dataclasses.fields(self)})
+
+
+WEIGHTED_FORMULA, RANK_FUSION_FORMULA = 1, 2
+
+
+@dataclass(frozen=True, eq=False)
+class ScoredPool:
+    """The scored candidates as aligned columns, in final order: score descending, then path
+    count descending, then object id. `formula_version` records which formula made the scores
+    (the Hamilton config `fusion` picked the scoring node); later stages read it here."""
+
+    formula_version: int
+    objects: tuple[MemoryObject, ...]
+    score: np.ndarray
+    semantic_relevance: np.ndarray
+    path_mask: np.ndarray
+    path_count: np.ndarray
+    factors: ScoreFactors
+
+    def __post_init__(self) -> None:
+        check_scored_pool(self)
+
+    def __len__(self) -> int:
+        return len(self.objects)
+
+    @property
+    def rank_fused(self) -> bool:
+        """Scored by formula version 2 (reciprocal rank fusion), whose scores are no relevance."""
+        return self.formula_version == RANK_FUSION_FORMULA
+
+    @property
+    def object_ids(self) -> tuple[UUID, ...]:
+        return tuple(obj.id for obj in self.objects)
+
+    def take(self, order: np.ndarray) -> ScoredPool:
+        """The rows at positions `order`, in that order."""
+        fields = _take(self, order)
+        fields["factors"] = self.factors.take(order)
+        return ScoredPool(**fields)
+
+
+# The declared schema of `fused_scores` and every later pool: a dtype per column, one entry per object.
+SCORED_POOL_SCHEMA: Mapping[str, type] = {
+    "score": np.float64, "semantic_relevance": np.float64, "path_mask": np.int64, "path_count": np.int64,
+    **{f.name: np.float64 for f in dataclasses.fields(ScoreFactors)},
+}
+
+
+def check_scored_pool(pool: ScoredPool) -> None:
+    """Raise ValueError unless `pool` matches `SCORED_POOL_SCHEMA`."""
+    if pool.formula_version not in (WEIGHTED_FORMULA, RANK_FUSION_FORMULA):
+        raise ValueError(f"formula_version must be 1 or 2, got {pool.formula_version!r}")
+    size = len(pool.objects)
+    for name, dtype in SCORED_POOL_SCHEMA.items():
+        column = getattr(pool.factors, name) if hasattr(pool.factors, name) else getattr(pool, name)
+        if column.dtype != dtype or column.shape != (size,):
+            raise ValueError(
+                f"scored pool column {name} must be {np.dtype(dtype)} of shape ({size},), "
+                f"got {column.dtype} of shape {column.shape}"
+            )
+    if not np.isfinite(pool.score).all():
+        raise ValueError("scored pool scores must be finite numbers; a NaN or infinite score cannot be ranked")
+
+
+_LOW_64 = (1 << 64) - 1
+
+
+def rank_order(score: np.ndarray, path_count: np.ndarray, objects: Sequence[MemoryObject]) -> np.ndarray:
+    """Positions in final order: score descending, then path count descending, then object id.
+
+    Ids compare as their 128-bit integers, two 64-bit halves: the order of their hex strings.
+    """
+    ints = [obj.id.int for obj in objects]
+    high = np.fromiter((i >> 64 for i in ints), dtype=np.uint64, count=len(ints))
+    low = np.fromiter((i & _LOW_64 for i in ints), dtype=np.uint64, count=len(ints))
+    return np.lexsort((low, high, -path_count, -score))
+
+
+RERANK_COLUMNS = ("rerank_model_score", "rerank_prior_weight", "rerank_blend", "rerank_prior_score", "rerank_rank")
+
+
+@dataclass(frozen=True)
+class CrossEncoderScores:
+    """The cross-encoder's score for each object of the reranked prefix, and which model gave them:
+    what the log records and replay hands back instead of running the model."""
+
+    object_ids: tuple[UUID, ...]
+    scores: np.ndarray
+    model: str
+
+    def __post_init__(self) -> None:
+        if self.scores.shape != (len(self.object_ids),) or not np.isfinite(self.scores).all():
+            raise ValueError(f"cross-encoder scores must be {len(self.object_ids)} finite numbers, "
+                             f"got shape {self.scores.shape}")
+
+
+@dataclass(frozen=True, eq=False)
+class RerankedPool:
+    """The scored pool after the optional cross-encoder, in final order (RFC 7.3). `policy` is None
+    when the reranker is off (the pool is `fused_scores` itself); `anchor` is the candidate the
+    anchored policy put first, if any."""
+
+    pool: ScoredPool
+    policy: str | None = None
+    reranked: int = 0
+    anchor: UUID | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class RankedCandidates:
+    """The scored pool after session context, in final order, with each row's session provenance
+    (`session_trigger` None and NaN offset and decay where the row kept its own score) and the
+    neighbours the filter removed."""
+
+    pool: ScoredPool
+    session_trigger: tuple[UUID | None, ...]
+    session_offset: np.ndarray
+    session_decay: np.ndarray
+    excluded: Mapping[UUID, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class Selection:
+    """Candidates allowed into packing, in rank order, and why the others were left out."""
+
+    pool: ScoredPool
+    excluded: Mapping[UUID, str] = field(default_factory=dict)
+    min_score_skipped: bool = False

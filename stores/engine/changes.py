@@ -1,0 +1,172 @@
+"""Memories that change: which rows an update, a supersede, a delete or an erase touches, and the
+new versions it writes. Pure functions over one snapshot; `MemoryStore` commits what they return
+under the write lock (stores/engine/writer.py `commit`, stores/engine/compaction.py).
+
+Every change is namespace-scoped: an id of another namespace is reported exactly like an id the
+store never held, so a caller learns nothing about other tenants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+from pydantic import ValidationError
+
+from rms_retrieval.stores.indexes.entity_graph import GraphUpdate
+from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.providers.embedding import encode_many
+from rms_retrieval.stores.analysis.expansion import TurnExpansion, indexed_texts
+from rms_retrieval.stores.indexes.lexical import TermPostings, term_postings
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.engine.segments import LoadedSegment
+from rms_retrieval.stores.snapshot import StoreSnapshot
+from rms_retrieval.stores.engine.writer import PreparedWrite
+
+# What `update` may change in place; `content` too, as a new version that is embedded and indexed again.
+UPDATABLE_FIELDS = ("lifecycle_state", "epistemic_type", "confidence", "salience", "valid_to", "metadata", "content")
+# What `erase(where=...)` may select on, besides `metadata.<key>`.
+ERASE_FIELDS = ("owner", "scope", "session_id", "node_type", "source_ref", "lifecycle_state", "epistemic_type")
+SUPERSEDES = "SUPERSEDES"
+
+Located = tuple[LoadedSegment, int]  # the segment and row of a live object
+
+
+def located(snapshot: StoreSnapshot, namespace: str, object_id: UUID) -> Located:
+    """Where the live object `object_id` of `namespace` is; one-line StoreError otherwise (the same
+    for an id of another namespace as for an unknown one)."""
+    for segment in snapshot.segments:
+        row = segment.live_row(namespace, object_id)
+        if row is not None:
+            return segment, row
+    if namespace not in snapshot.namespaces():
+        raise StoreError(f"namespace {namespace!r} holds no objects; check the namespace name")
+    raise StoreError(f"no object {object_id} in namespace {namespace!r}; check the id (`rms query --mode AUDIT` lists them)")
+
+
+def new_version(memory: MemoryObject, changes: Mapping[str, Any], now: datetime) -> MemoryObject:
+    """`memory` with `changes` applied and `updated_at` = `now`, validated as a new object would be."""
+    unknown = sorted(set(changes) - set(UPDATABLE_FIELDS))
+    if unknown:
+        raise StoreError(f"cannot update {unknown[0]!r}; updatable fields are {', '.join(UPDATABLE_FIELDS)}")
+    if not changes:
+        raise StoreError(f"nothing to update on {memory.id}; name at least one of {', '.join(UPDATABLE_FIELDS)}")
+    try:
+        return MemoryObject.model_validate({**memory.model_dump(), **changes, "updated_at": now})
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(map(str, first["loc"])) or "update"
+        raise StoreError(f"cannot update {memory.id}: {field}: {first['msg']}") from error
+
+
+def copied_write(versions: Sequence[tuple[Located, MemoryObject]], expansion: TurnExpansion) -> PreparedWrite:
+    """New versions of objects of one namespace whose content is unchanged: their old rows' vectors
+    and postings are copied, so they score exactly as before; nothing is embedded or analysed."""
+    rows = tuple(memory for _, memory in versions)
+    if len({memory.namespace for memory in rows}) > 1:
+        raise StoreError("one change touches one namespace; this is a bug, report it")
+    vectors = np.stack([segment.vectors[row] for (segment, row), _ in versions]) if versions else np.empty((0, 0), np.float32)
+    postings = TermPostings.concatenate([segment.postings.subset(np.asarray([row])) for (segment, row), _ in versions])
+    return PreparedWrite(rows, vectors, (), GraphUpdate((), (), ()), 0.0, postings, expansion)
+
+
+def selected(snapshot: StoreSnapshot, namespace: str | None, owner: str | None, where: Mapping[str, Any] | None
+             ) -> list[Located]:
+    """The live rows an erase removes: of `namespace` (every namespace if None), of `owner`, and
+    matching every `where` field (ERASE_FIELDS or `metadata.<key>`) exactly."""
+    where = dict(where or {})
+    for field in where:
+        if field not in ERASE_FIELDS and not field.startswith("metadata."):
+            raise StoreError(f"cannot erase by {field!r}; use one of {', '.join(ERASE_FIELDS)} or metadata.<key>")
+    if namespace is None and owner is None and not where:
+        raise StoreError("erase needs a namespace, an owner or a filter; it never erases a whole store by default")
+    if namespace is not None and namespace not in snapshot.namespaces():
+        raise StoreError(f"namespace {namespace!r} holds no objects; check the namespace name")
+    found: list[Located] = []
+    for segment in snapshot.segments:
+        for name, (start, stop) in segment.namespace_slices.items():
+            if namespace is not None and name != namespace:
+                continue
+            for row in range(start, stop):
+                if row in segment.dead_rows:
+                    continue
+                memory = segment.object_at(row)
+                if (owner is None or memory.owner == owner) and all(_value(memory, field) == value for field, value in where.items()):
+                    found.append((segment, row))
+    return found
+
+
+def _value(memory: MemoryObject, field: str) -> Any:
+    if field.startswith("metadata."):
+        return memory.metadata.get(field.removeprefix("metadata."))
+    value = getattr(memory, field)
+    return getattr(value, "value", value)
+
+
+def deleted_rows(rows: Sequence[Located]) -> dict[str, set[int]]:
+    """Rows by segment id, as `writer.commit` takes them."""
+    grouped: dict[str, set[int]] = {}
+    for segment, row in rows:
+        grouped.setdefault(segment.entry.id, set()).add(row)
+    return grouped
+
+
+class _Without:
+    """A segment as indexed_texts reads it (its sessions and objects) less some rows."""
+
+    def __init__(self, segment: LoadedSegment, rows: set[int]) -> None:
+        self._segment, self._rows = segment, rows
+        self.sessions = _FilteredSessions(segment.sessions, rows)
+
+    def object_at(self, row: int) -> MemoryObject:
+        return self._segment.object_at(row)
+
+
+class _FilteredSessions:
+    def __init__(self, sessions: Mapping, rows: set[int]) -> None:
+        self._sessions, self._rows = sessions, rows
+
+    def get(self, key: Any, default: Any = ()) -> Any:
+        found = self._sessions.get(key)
+        return default if found is None else [(seq, row) for seq, row in found if row not in self._rows]
+
+
+def followers(snapshot: StoreSnapshot, gone: Sequence[Located], expansion: TurnExpansion) -> list[Located]:
+    """The live turns whose indexed text took in a turn of `gone` (the `expansion.previous` turns
+    after it in its session): they are embedded and indexed again, so that the store answers as
+    one that never held the gone turns."""
+    if expansion.previous == 0 or not gone:
+        return []
+    gone_rows = {(segment.entry.id, row) for segment, row in gone}
+    sessions: dict[Any, list[tuple[int, Located]]] = {}
+    for segment, row in gone:
+        memory = segment.object_at(row)
+        if memory.session_id is None or memory.session_seq is None:
+            continue
+        key = (memory.namespace, memory.owner, memory.scope, memory.session_id)
+        if key not in sessions:
+            sessions[key] = sorted((seq, (other, position)) for other in snapshot.segments
+                                   for seq, position in other.sessions.get(key, ()))
+    found: dict[tuple[str, int], Located] = {}
+    for segment, row in gone:
+        memory = segment.object_at(row)
+        key = (memory.namespace, memory.owner, memory.scope, memory.session_id)
+        later = [where for seq, where in sessions.get(key, ()) if memory.session_seq is not None and seq > memory.session_seq
+                 and (where[0].entry.id, where[1]) not in gone_rows]
+        for where in later[:expansion.previous]:
+            found[(where[0].entry.id, where[1])] = where
+    return sorted(found.values(), key=lambda where: (where[0].entry.id, where[1]))
+
+
+def reindexed_write(snapshot: StoreSnapshot, gone: Sequence[Located], again: Sequence[Located], encoder: Any,
+                    expansion: TurnExpansion) -> PreparedWrite:
+    """New versions (unchanged objects) of `again`, embedded and indexed as if `gone` were never stored."""
+    rows = tuple(sorted((segment.object_at(row) for segment, row in again), key=lambda memory: memory.namespace))
+    without: dict[str, set[int]] = deleted_rows([*gone, *again])
+    stored = [_Without(segment, without.get(segment.entry.id, set())) for segment in snapshot.segments]
+    texts = indexed_texts(rows, stored, expansion)
+    vectors = encode_many(encoder, texts.vector, progress=False)
+    return PreparedWrite(rows, vectors, (), GraphUpdate((), (), ()), 0.0, term_postings(texts.lexical), expansion)

@@ -1,0 +1,91 @@
+"""How a MemoryObject becomes a segment row and back.
+
+A row has two forms side by side: typed columns (what aggregation and enumeration filter and
+group on in SQL) and `record`, the whole object as one JSON text, which is what readers keep in
+memory and decode on demand (one string per object instead of two dozen Python values).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+from uuid import UUID
+
+from rms_retrieval.stores.analysis.claims import Assertion, Quantity, normalize_predicate, normalize_value
+from rms_retrieval.stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
+from rms_retrieval.stores.log.retrieval_log import json_default
+
+OBJECT_FIELDS = tuple(MemoryObject.model_fields)
+# Written beside the claim JSON so exact aggregation can match and group in SQL.
+ASSERTION_NORM_COLUMNS = (
+    "assertion_subject_norm", "assertion_predicate_norm", "assertion_object_norm", "assertion_polarity",
+)
+ROW_COLUMNS = (*OBJECT_FIELDS, *ASSERTION_NORM_COLUMNS, "record")
+_TIME_FIELDS = ("created_at", "updated_at", "event_time", "valid_from", "valid_to")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).isoformat()
+
+
+def object_record(memory: MemoryObject) -> str:
+    """The object as one JSON text; `memory_object(record)` gives it back equal (MemoryObject
+    admits JSON metadata only, so every validated object encodes)."""
+    fields = {name: getattr(memory, name) for name in OBJECT_FIELDS}
+    fields.update({name: _iso(fields[name]) for name in _TIME_FIELDS})
+    fields["assertion"] = None if memory.assertion is None else memory.assertion.model_dump(mode="json")
+    fields["quantity"] = None if memory.quantity is None else memory.quantity.model_dump(mode="json")
+    return json.dumps(fields, default=json_default, sort_keys=True, ensure_ascii=False)
+
+
+def _utc(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text).astimezone(timezone.utc)
+
+
+def memory_object(record: str) -> MemoryObject:
+    """A MemoryObject from a stored record (validated when it was added), without re-validating."""
+    fields = json.loads(record)
+    fields.update({name: _utc(fields[name]) for name in _TIME_FIELDS})
+    fields.update(
+        id=UUID(fields["id"]),
+        node_type=NodeType(fields["node_type"]),
+        epistemic_type=EpistemicType(fields["epistemic_type"]),
+        lifecycle_state=LifecycleState(fields["lifecycle_state"]),
+        evidence_refs=tuple(fields["evidence_refs"]),
+        assertion=None if fields["assertion"] is None else Assertion.model_construct(**fields["assertion"]),
+        quantity=None if fields["quantity"] is None else Quantity.model_construct(**fields["quantity"]),
+    )
+    return MemoryObject.model_construct(**fields)
+
+
+def row_values(memory: MemoryObject) -> dict[str, Any]:
+    """One object as the ROW_COLUMNS values the segment writer casts (text for ids, times and JSON)."""
+    record = object_record(memory)
+    values: dict[str, Any] = {name: getattr(memory, name) for name in OBJECT_FIELDS}
+    values.update({name: _iso(values[name]) for name in _TIME_FIELDS})
+    values.update(
+        id=str(memory.id),
+        node_type=memory.node_type.value,
+        epistemic_type=memory.epistemic_type.value,
+        lifecycle_state=memory.lifecycle_state.value,
+        evidence_refs=json.dumps(list(memory.evidence_refs)),
+        metadata=json.dumps(memory.metadata, sort_keys=True),
+        assertion=None if memory.assertion is None else memory.assertion.model_dump_json(),
+        quantity=None if memory.quantity is None else memory.quantity.model_dump_json(),
+        record=record,
+    )
+    values.update(_assertion_norms(memory.assertion))
+    return values
+
+
+def _assertion_norms(assertion: Assertion | None) -> Mapping[str, str | None]:
+    if assertion is None:
+        return dict.fromkeys(ASSERTION_NORM_COLUMNS)
+    return {
+        "assertion_subject_norm": normalize_value(assertion.subject),
+        "assertion_predicate_norm": normalize_predicate(assertion.predicate),
+        "assertion_object_norm": normalize_value(assertion.object),
+        "assertion_polarity": assertion.polarity,
+    }

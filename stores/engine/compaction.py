@@ -1,0 +1,80 @@
+"""Compaction: rewrite every segment that holds deleted rows, or edges that name a deleted object,
+without them, and remove every file no generation needs. What erasure relies on: after it, no
+byte of a deleted object is left in `segments/`.
+
+Rows move as Arrow columns and postings and vectors as arrays (no text is embedded or analysed
+again); untouched segments are kept as they are. Runs under the write lock; readers never wait
+(they hold their snapshot and pick up the new generation on their next request).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, write_manifest
+from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge, new_segment_id, write_table_segment
+from rms_retrieval.stores.snapshot import StoreSnapshot
+from rms_retrieval.stores.engine.writer import committed_generation, remove_unnamed_deletions, store_made
+
+
+def _names_dead(stored: StoredEdge, dead_ids: frozenset) -> bool:
+    return (stored.namespace, stored.edge.source) in dead_ids or (stored.namespace, stored.edge.target) in dead_ids
+
+
+def needs_compaction(segment: LoadedSegment, dead_ids: frozenset) -> bool:
+    """Whether `segment` holds deleted rows, or edges to a deleted (namespace, id)."""
+    return bool(segment.dead_rows) or any(_names_dead(stored, dead_ids) for stored in segment.edges)
+
+
+def compact(store: Path, snapshot: StoreSnapshot) -> tuple[Manifest, list[LoadedSegment]] | None:
+    """Commit the compacted generation of `snapshot` (None when nothing needs it) and remove
+    every file it does not name at once: retired segments get no grace period."""
+    dead_ids = snapshot.dead_ids
+    if not any(needs_compaction(segment, dead_ids) for segment in snapshot.segments):
+        return None
+    generation = snapshot.generation + 1
+    segments: list[LoadedSegment] = []
+    written: list[LoadedSegment] = []
+    retired: list[str] = []
+    try:
+        for segment in snapshot.segments:
+            if not needs_compaction(segment, dead_ids):
+                segments.append(segment)
+                continue
+            retired.append(segment.entry.id)
+            kept = segment.live_positions()
+            edges = [stored for stored in segment.edges if not _names_dead(stored, dead_ids)]
+            if not len(kept) and not edges:
+                continue
+            objects = segment.objects_table().take(pa.array(kept))
+            objects = objects.set_column(0, "row", pa.array(np.arange(len(kept), dtype=np.int64)))
+            written.append(write_table_segment(store, new_segment_id(generation), objects, segment.vectors[kept], edges,
+                                               segment.postings.subset(kept), sources=(segment.entry.id,)))
+            segments.append(written[-1])
+        manifest = Manifest(generation, snapshot.manifest.embedding, tuple(segment.entry for segment in segments),
+                            tuple(retired), snapshot.manifest.expansion)
+        write_manifest(store, manifest)
+    except BaseException:
+        if committed_generation(store) != generation:  # a failed compaction leaves the store as it was
+            for segment in written:
+                shutil.rmtree(segment.directory, ignore_errors=True)
+        raise
+    remove_unnamed(store, manifest)
+    return manifest, segments
+
+
+def remove_unnamed(store: Path, live: Manifest) -> None:
+    """Remove every segment directory the store made, deletion file and staged file `live` does
+    not name (what the store did not make, such as an operator's backup, is never touched)."""
+    (store / (MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
+    named = set(live.segment_ids)
+    directory = store / SEGMENTS_DIR
+    if directory.exists():
+        for child in directory.iterdir():
+            if child.name not in named and store_made(child.name):
+                shutil.rmtree(child, ignore_errors=True)
+    remove_unnamed_deletions(store, live)

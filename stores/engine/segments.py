@@ -1,0 +1,430 @@
+"""One segment: the rows, vectors, edges and lexical postings of one write, immutable once named.
+
+Files under `segments/<id>/`:
+- `objects.parquet`: the rows (typed columns for SQL, plus each object's JSON `record`), grouped by
+  namespace so that each namespace's vectors are one contiguous slice;
+- `index.npz`: plain arrays (no pickles) of the float32 unit vectors in row order, the BM25 term
+  postings of the rows (stores/indexes/lexical.py) and the graph edges this write added or re-weighted
+  (a later segment's edge wins over an earlier one with the same edge id). One file, not three,
+  because every file of a write costs an fsync.
+Segments written before index.npz have `vectors.npy`, `edges.parquet` and `postings.npz` instead;
+they load the same, and a merge rewrites them in the current form.
+
+`write_segment` builds them in memory (no DuckDB connection: stores/engine/segment_parquet.py), writes
+them into a temporary directory, fsyncs, and renames it into place; only a manifest that names the
+segment makes it live. `LoadedSegment` verifies every file's sha256 before parsing it.
+
+A segment's rows never change, but some may be deleted: a deletion file
+(`deleted-g<generation>.npy`, the sorted dead row positions) that the manifest names with the
+segment. An update, a delete or an erase writes the segment a new deletion file and switches the
+manifest; `LoadedSegment.with_deletions` gives the new view, sharing everything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import threading
+import uuid
+import zipfile
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import combinations
+from pathlib import Path
+from uuid import UUID
+
+import numpy as np
+import pyarrow as pa
+
+from rms_retrieval.stores.engine.codec import memory_object
+from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.indexes.lexical import TermPostings, term_postings
+from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry, fsync_path
+from rms_retrieval.stores.models import MemoryObject, NodeType
+from rms_retrieval.stores.protocols import Edge
+from rms_retrieval.stores.engine.segment_parquet import (LOADED_COLUMNS, OBJECTS_SCHEMA, conformed, loaded_columns, objects_table,
+                                                 parquet_bytes, read_table)
+
+OBJECTS_FILE = "objects.parquet"
+INDEX_FILE = "index.npz"
+# The segment's own description (id, rows per namespace, its files' sha256, the segments a merge
+# replaced): what `rms check --repair` rebuilds a lost manifest from. Readers never need it.
+SIDECAR_FILE = "segment.json"
+SEGMENT_FILES = (OBJECTS_FILE, INDEX_FILE)
+# Segments written before index.npz held vectors, edges and postings in files of their own.
+VECTORS_FILE = "vectors.npy"
+EDGES_FILE = "edges.parquet"
+POSTINGS_FILE = "postings.npz"
+SEPARATE_FILES = (OBJECTS_FILE, VECTORS_FILE, EDGES_FILE, POSTINGS_FILE)
+TEMPORARY_PREFIX = ".tmp-"
+DELETIONS_PREFIX = "deleted-"
+_DECODED_CACHE_LIMIT = 50_000
+MENTIONS = "MENTIONS"
+
+SessionKey = tuple[str, str, str, str]  # namespace, owner, scope, session id
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEdge:
+    """An edge as a segment stores it: the graph edge plus the namespace both its ends lie in."""
+
+    edge: Edge
+    namespace: str
+
+
+def segment_directory(store: Path, segment_id: str) -> Path:
+    return store / SEGMENTS_DIR / segment_id
+
+
+def new_segment_id(generation: int) -> str:
+    return f"g{generation:08d}-{uuid.uuid4().hex[:12]}"
+
+
+# What new_segment_id makes; nothing else under segments/ is the store's.
+SEGMENT_NAME = re.compile(r"g[0-9]{8}-[0-9a-f]{12}")
+
+
+def segment_generation(segment_id: str) -> int:
+    """The generation a segment directory was written for (ids are `g<generation>-<random>`)."""
+    return int(segment_id[1:9])
+
+
+def _namespace_order(rows: Sequence[MemoryObject]) -> list[int]:
+    """Row positions grouped by namespace (stable), so a namespace's vectors are one slice."""
+    return sorted(range(len(rows)), key=lambda position: rows[position].namespace)
+
+
+def write_segment(
+    store: Path,
+    segment_id: str,
+    rows: Sequence[MemoryObject],
+    vectors: np.ndarray,
+    edges: Sequence[StoredEdge],
+    postings: TermPostings | None = None,
+) -> LoadedSegment:
+    """Write one segment of `rows` durably under `segments/<segment_id>/`; return it, loaded.
+
+    `rows` must already be grouped by namespace when `postings` is given; otherwise rows are
+    grouped here and analysed.
+    """
+    if postings is None:
+        order = _namespace_order(rows)
+        rows = [rows[position] for position in order]
+        vectors = np.asarray(vectors, dtype=np.float32)[order] if len(order) else vectors
+        postings = term_postings([(memory.content, memory.entity_canonical_name) for memory in rows])
+    return write_table_segment(store, segment_id, objects_table(rows), vectors, edges, postings)
+
+
+def write_table_segment(
+    store: Path,
+    segment_id: str,
+    objects: pa.Table,
+    vectors: np.ndarray,
+    edges: Sequence[StoredEdge],
+    postings: TermPostings,
+    sources: tuple[str, ...] = (),
+) -> LoadedSegment:
+    """Write one segment from its objects table (OBJECTS_SCHEMA, rows grouped by namespace, `row`
+    counting from 0), vectors, edges and postings; a merge passes its sources' ids as `sources`.
+
+    Each file is serialised in memory, hashed, written and fsynced once, with the staging
+    directory; then that is renamed into place. Nothing names the segment until a manifest does,
+    and `write_manifest` fsyncs `segments/` before it switches to one that does.
+    """
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.shape[0] != objects.num_rows or postings.num_rows != objects.num_rows:
+        raise StoreError(f"segment {segment_id}: {objects.num_rows} rows, {vectors.shape[0]} vectors and "
+                         f"{postings.num_rows} postings rows disagree; this is a bug, report it")
+    index = io.BytesIO()
+    np.savez(index, vectors=vectors, **postings.to_arrays(), **_edge_arrays(edges))
+    blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: index.getvalue()}
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
+    namespaces = Counter(objects.column("namespace").to_pylist())
+    sidecar = sidecar_bytes(segment_id, objects.num_rows, digests, sources, dict(sorted(namespaces.items())),
+                            vectors.shape[1] if vectors.ndim == 2 else 0)
+    parent = store / SEGMENTS_DIR
+    parent.mkdir(exist_ok=True)
+    staging = parent / f"{TEMPORARY_PREFIX}{segment_id}"
+    staging.mkdir()
+    try:
+        files = {**blobs, SIDECAR_FILE: sidecar}
+        for name, data in files.items():
+            (staging / name).write_bytes(data)
+        # The files' data and the staging directory's entries are independent, so their fsyncs
+        # run at once (the journal commits them together); all must finish before the rename.
+        with ThreadPoolExecutor(len(files) + 1, thread_name_prefix="segment-fsync") as pool:
+            list(pool.map(fsync_path, [*(staging / name for name in files), staging]))
+        os.rename(staging, parent / segment_id)  # made durable by the manifest switch that names it
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    entry = SegmentEntry(segment_id, objects.num_rows, digests, sources)
+    segment = LoadedSegment.__new__(LoadedSegment)
+    segment.entry, segment.directory = entry, segment_directory(store, segment_id)
+    segment._build(store, vectors, postings, loaded_columns(objects), tuple(edges))
+    return segment
+
+
+def sidecar_bytes(segment_id: str, rows: int, files: Mapping[str, str], sources: Sequence[str],
+                  namespaces: Mapping[str, int], dimension: int) -> bytes:
+    """The segment's description (SIDECAR_FILE), canonical JSON."""
+    return json.dumps({"id": segment_id, "rows": rows, "files": dict(files), "sources": list(sources),
+                       "namespaces": dict(namespaces), "dimension": dimension}, sort_keys=True).encode()
+
+
+def write_deletions(store: Path, segment_id: str, generation: int, rows: Sequence[int]) -> Deletions:
+    """Write the deletion file of generation `generation` for a segment durably (it is live once a
+    manifest names it): the sorted dead rows as an int64 `.npy`."""
+    directory = segment_directory(store, segment_id)
+    name = f"{DELETIONS_PREFIX}g{generation:08d}.npy"
+    buffer = io.BytesIO()
+    np.save(buffer, np.unique(np.asarray(rows, dtype=np.int64)), allow_pickle=False)
+    data = buffer.getvalue()
+    staged = directory / f"{TEMPORARY_PREFIX}{name}"
+    try:
+        staged.write_bytes(data)
+        fsync_path(staged)
+        os.rename(staged, directory / name)
+        fsync_path(directory)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    return Deletions(name, hashlib.sha256(data).hexdigest(), len(set(rows)))
+
+
+def latest_deletions(directory: Path) -> Deletions | None:
+    """The newest deletion file in a segment directory, described as a manifest would (for
+    `rms check --repair`, which has no manifest to name it); None without one."""
+    found = sorted(path for path in directory.glob(f"{DELETIONS_PREFIX}g*.npy"))
+    if not found:
+        return None
+    data = found[-1].read_bytes()
+    rows = np.load(io.BytesIO(data), allow_pickle=False)
+    return Deletions(found[-1].name, hashlib.sha256(data).hexdigest(), len(rows))
+
+
+def _texts_array(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [text.encode() for text in texts]
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), np.cumsum([len(text) for text in encoded], dtype=np.int64)
+
+
+def _texts(blob: np.ndarray, ends: np.ndarray) -> list[str]:
+    data, stops = blob.tobytes(), ends.tolist()
+    return [data[start:stop].decode() for start, stop in zip([0, *stops[:-1]], stops)]
+
+
+def _edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
+    """The edges as plain arrays for index.npz (ids as 16-byte rows, texts as bytes and ends)."""
+    type_bytes, type_ends = _texts_array([stored.edge.edge_type for stored in edges])
+    namespace_bytes, namespace_ends = _texts_array([stored.namespace for stored in edges])
+    ends = np.frombuffer(b"".join(stored.edge.source.bytes + stored.edge.target.bytes for stored in edges), dtype=np.uint8)
+    return {
+        "edge_ids": np.asarray([stored.edge.edge_id for stored in edges], dtype=np.int64),
+        "edge_ends": ends.reshape(len(edges), 32),
+        "edge_confidences": np.asarray([stored.edge.confidence for stored in edges], dtype=np.float64),
+        "edge_type_bytes": type_bytes, "edge_type_ends": type_ends,
+        "edge_namespace_bytes": namespace_bytes, "edge_namespace_ends": namespace_ends,
+    }
+
+
+def _stored_edges(arrays: Mapping[str, np.ndarray]) -> tuple[StoredEdge, ...]:
+    ends = arrays["edge_ends"].tobytes()
+    types = _texts(arrays["edge_type_bytes"], arrays["edge_type_ends"])
+    namespaces = _texts(arrays["edge_namespace_bytes"], arrays["edge_namespace_ends"])
+    return tuple(
+        StoredEdge(Edge(edge_id, UUID(bytes=ends[32 * i:32 * i + 16]), UUID(bytes=ends[32 * i + 16:32 * i + 32]),
+                        types[i], confidence), namespaces[i])
+        for i, (edge_id, confidence) in enumerate(zip(arrays["edge_ids"].tolist(), arrays["edge_confidences"].tolist()))
+    )
+
+
+def _parquet_edges(table: pa.Table) -> tuple[StoredEdge, ...]:
+    edges = table.to_pydict()
+    return tuple(
+        StoredEdge(Edge(edge_id, source, target, edge_type, confidence), namespace)
+        for edge_id, source, target, edge_type, confidence, namespace in zip(
+            edges["edge_id"], edges["source"], edges["target"], edges["edge_type"], edges["confidence"], edges["namespace"])
+    )
+
+
+class LoadedSegment:
+    """A verified segment held in memory: what readers search. Immutable; shared by snapshots."""
+
+    def __init__(self, store: Path, entry: SegmentEntry) -> None:
+        """Load the segment `entry` names from its files' bytes, each verified against its sha256 first."""
+        directory = segment_directory(store, entry.id)
+        self.entry, self.directory = entry, directory
+        separate = VECTORS_FILE in entry.files
+        blobs = {name: self._verified_bytes(name) for name in (SEPARATE_FILES if separate else SEGMENT_FILES)}
+        try:
+            columns = loaded_columns(read_table(blobs[OBJECTS_FILE], LOADED_COLUMNS))
+            if separate:
+                vectors = np.load(io.BytesIO(blobs[VECTORS_FILE]), allow_pickle=False)
+                with np.load(io.BytesIO(blobs[POSTINGS_FILE]), allow_pickle=False) as arrays:
+                    postings = TermPostings.from_arrays(arrays, directory / POSTINGS_FILE)
+                edges = _parquet_edges(read_table(blobs[EDGES_FILE]))
+            else:
+                with np.load(io.BytesIO(blobs[INDEX_FILE]), allow_pickle=False) as arrays:
+                    vectors = arrays["vectors"]
+                    postings = TermPostings.from_arrays(arrays, directory / INDEX_FILE)
+                    edges = _stored_edges(arrays)
+        except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile, pa.ArrowException) as error:
+            raise StoreError(f"cannot read segment {directory} ({error}); run `rms check --store {store}`") from error
+        self._build(store, vectors, postings, columns, edges)
+
+    def with_deletions(self, entry: SegmentEntry) -> LoadedSegment:
+        """This segment read with `entry`'s deletion file (the same segment id): rows, vectors and
+        postings are shared, the lookups rebuilt without the dead rows."""
+        if entry.id != self.entry.id:
+            raise StoreError(f"segment {self.entry.id} cannot take the deletions of {entry.id}; this is a bug, report it")
+        if entry == self.entry:
+            return self
+        segment = LoadedSegment.__new__(LoadedSegment)
+        segment.entry, segment.directory = entry, self.directory
+        segment._build(self.directory.parent.parent, self.vectors, self.postings, self._columns, self.edges)
+        segment._checked = self._checked  # the rows' checked table; readers leave the dead rows out
+        return segment
+
+    def _dead_rows(self) -> np.ndarray:
+        """The deletion file's rows, verified against the manifest's sha256 (none without one)."""
+        deletions = self.entry.deletions
+        if deletions is None:
+            return np.empty(0, dtype=np.int64)
+        data = self.directory.joinpath(deletions.file).read_bytes()  # FileNotFoundError: a newer generation removed it
+        if hashlib.sha256(data).hexdigest() != deletions.sha256:
+            raise StoreError(f"{self.directory / deletions.file} is damaged (its sha256 differs from the manifest's); "
+                             "restore the store from a backup")
+        try:
+            rows = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as error:
+            raise StoreError(f"cannot read {self.directory / deletions.file} ({error}); restore the store from a backup") from error
+        if len(rows) != deletions.rows or (len(rows) and (rows.min() < 0 or rows.max() >= self.entry.rows)):
+            raise StoreError(f"{self.directory / deletions.file} names rows this segment does not hold; restore the store from a backup")
+        return rows
+
+    def _build(self, store: Path, vectors: np.ndarray, postings: TermPostings, columns: Mapping[str, list],
+               edges: tuple[StoredEdge, ...]) -> None:
+        """The in-memory lookups over one segment's rows (`columns`: segment_parquet.LOADED_COLUMNS)."""
+        entry = self.entry
+        self.vectors, self.postings = vectors, postings
+        self.vectors.flags.writeable = False
+        if not (len(columns["id"]) == entry.rows == self.vectors.shape[0] == self.postings.num_rows):
+            raise StoreError(f"segment {self.directory} holds {len(columns['id'])} rows, {self.vectors.shape[0]} vectors "
+                             f"and {self.postings.num_rows} postings rows, the manifest says {entry.rows}; "
+                             f"run `rms check --store {store}`")
+        self._columns = columns
+        self.ids: list[UUID] = columns["id"]
+        dead = self._dead_rows()
+        self.dead_rows: frozenset[int] = frozenset(dead.tolist())
+        self.dead: np.ndarray | None = None  # per row, True where deleted (None: no row is)
+        if len(dead):
+            self.dead = np.zeros(entry.rows, dtype=bool)
+            self.dead[dead] = True
+            self.dead.flags.writeable = False
+        self.namespace_of_row: list[str] = columns["namespace"]
+        # Keyed by (namespace, id): an id is unique within its namespace only, so that what another
+        # namespace holds is invisible to a writer (stores/README.md, "Isolation").
+        # Every row, dead ones too: an id is not reused while a dead row still holds it.
+        self.row_of: dict[tuple[str, UUID], int] = {
+            key: position for position, key in enumerate(zip(self.namespace_of_row, self.ids))}
+        self._records: list[str] = columns["record"]
+        self.namespace_slices: dict[str, tuple[int, int]] = {}
+        for position, namespace in enumerate(self.namespace_of_row):
+            start, _ = self.namespace_slices.get(namespace, (position, position))
+            self.namespace_slices[namespace] = (start, position + 1)
+        self.pinned_rows = [position for position, pinned in enumerate(columns["pinned"])
+                            if pinned and position not in self.dead_rows]
+        self.entity_rows = [position for position, node_type in enumerate(columns["node_type"])
+                            if node_type == NodeType.ENTITY.value and position not in self.dead_rows]
+        self.sessions: dict[SessionKey, list[tuple[int, int]]] = defaultdict(list)
+        for position, key in enumerate(zip(columns["namespace"], columns["owner"], columns["scope"], columns["session_id"])):
+            session_seq = columns["session_seq"][position]
+            if key[3] is not None and session_seq is not None and position not in self.dead_rows:
+                self.sessions[key].append((session_seq, position))
+        self.edges = edges
+        self._decoded: dict[int, MemoryObject] = {}
+        self._checked: pa.Table | None = None
+        self._table_lock = threading.Lock()
+
+    def live_row(self, namespace: str, object_id: UUID) -> int | None:
+        """The row of `object_id` in `namespace` unless it is deleted here."""
+        row = self.row_of.get((namespace, object_id))
+        return None if row is None or row in self.dead_rows else row
+
+    def live_positions(self) -> np.ndarray:
+        """The rows no deletion file names, ascending."""
+        return np.arange(self.entry.rows) if self.dead is None else np.flatnonzero(~self.dead)
+
+    def objects_table(self) -> pa.Table:
+        """This segment's objects file as a table of OBJECTS_SCHEMA, read again and verified."""
+        try:
+            return conformed(read_table(self._verified_bytes(OBJECTS_FILE)), OBJECTS_SCHEMA)
+        except (ValueError, pa.ArrowException) as error:
+            raise StoreError(f"cannot read {self.parquet_path} ({error}); run `rms check`") from error
+
+    def checked_table(self) -> pa.Table:
+        """`objects_table()`, read and verified once, then held: what aggregation and enumeration
+        query (FileNotFoundError if the file is gone, a StoreError if it is damaged)."""
+        with self._table_lock:
+            if self._checked is None:
+                self._checked = self.objects_table()
+            return self._checked
+
+    def _verified_bytes(self, name: str) -> bytes:
+        path = self.directory / name
+        expected = self.entry.files.get(name)
+        data = path.read_bytes()  # FileNotFoundError is the caller's cue that a merge retired it
+        if expected is None or hashlib.sha256(data).hexdigest() != expected:
+            raise StoreError(f"{path} is damaged (its sha256 differs from the manifest's); set it aside and keep "
+                             f"the rest with `rms check --store {self.directory.parent.parent} --repair`, or restore "
+                             "the store from a backup")
+        return data
+
+    def object_at(self, position: int) -> MemoryObject:
+        memory = self._decoded.get(position)
+        if memory is None:
+            memory = memory_object(self._records[position])
+            if len(self._decoded) >= _DECODED_CACHE_LIMIT:
+                self._decoded.clear()
+            self._decoded[position] = memory
+        return memory
+
+    def objects(self) -> list[MemoryObject]:
+        """The live objects, in row order."""
+        return [self.object_at(position) for position in self.live_positions().tolist()]
+
+    @property
+    def parquet_path(self) -> Path:
+        return self.directory / OBJECTS_FILE
+
+    @cached_property
+    def session_ends(self) -> dict[SessionKey, int]:
+        """The last (largest) position each session holds in this segment."""
+        return {key: max(seq for seq, _ in turns) for key, turns in self.sessions.items()}
+
+    @cached_property
+    def edge_ids_by_key(self) -> dict[tuple[str, UUID, UUID], int]:
+        """Edge id by (edge type, source, target): how a re-weight finds the edge it replaces."""
+        return {(stored.edge.edge_type, stored.edge.source, stored.edge.target): stored.edge.edge_id for stored in self.edges}
+
+    @cached_property
+    def co_mentions(self) -> Counter[tuple[str, UUID, UUID]]:
+        """Per (namespace, smaller id, larger id): how many of this segment's objects mention both."""
+        targets: dict[UUID, list[UUID]] = defaultdict(list)
+        namespaces: dict[UUID, str] = {}
+        for stored in self.edges:
+            if stored.edge.edge_type == MENTIONS:
+                targets[stored.edge.source].append(stored.edge.target)
+                namespaces[stored.edge.source] = stored.namespace
+        counts: Counter[tuple[str, UUID, UUID]] = Counter()
+        for source, mentioned in targets.items():
+            for first, second in combinations(sorted(set(mentioned)), 2):
+                counts[(namespaces[source], first, second)] += 1
+        return counts

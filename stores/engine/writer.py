@@ -1,0 +1,394 @@
+"""The write path: one add becomes one new segment, a merge when the tail has grown, one manifest.
+
+Everything here runs under the write lock (stores/engine/write_lock.py) on the writer's snapshot, which
+was refreshed after the lock was taken, so the entity graph sees every committed entity and
+co-mention without scanning the store. Order of a commit: segment files (fsynced, renamed into
+place), then `manifest.json` (stores/engine/manifest.py). A crash before the manifest switch leaves the
+previous generation live and some unnamed files, which `GarbageCollector` removes on the next write.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import shutil
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from uuid import UUID
+
+import numpy as np
+import pyarrow as pa
+
+from rms_retrieval.stores.providers.embedding import encode_many
+from rms_retrieval.stores.indexes.entity_graph import GraphEdge, GraphUpdate, entity_graph, entity_id
+from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.analysis.expansion import TurnExpansion, indexed_texts
+from rms_retrieval.stores.indexes.lexical import TermPostings, term_postings
+from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, read_manifest, write_manifest
+from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.analysis.positions import placed_turns
+from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
+from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, SEGMENT_NAME, TEMPORARY_PREFIX, LoadedSegment, StoredEdge,
+                                           new_segment_id, segment_generation, write_deletions, write_segment,
+                                           write_table_segment)
+from rms_retrieval.stores.snapshot import StoreSnapshot
+from rms_retrieval.stores.analysis.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
+
+# How long a retired segment's files outlive the write that retired it (GarbageCollector).
+RETIRED_GRACE_SECONDS = 60.0
+# Tiered merging: once this many segments of one size tier (a power of ten of rows) end the
+# list, they become one segment of the next tier. Each row is rewritten once per tier, so a write
+# costs amortised O(size of the write x number of tiers), and a store keeps few segments.
+MERGE_FACTOR = 10
+
+
+@dataclass(frozen=True)
+class PreparedWrite:
+    """What one add will store: its rows (objects and new entities), their vectors and edges."""
+
+    rows: tuple[MemoryObject, ...]
+    vectors: np.ndarray
+    edges: tuple[StoredEdge, ...]
+    graph: GraphUpdate
+    embedding_seconds: float
+    postings: TermPostings
+    expansion: TurnExpansion
+
+
+def prepare_write(
+    snapshot: StoreSnapshot, objects: Sequence[MemoryObject], encoder: QueryEncoder, *, progress: bool,
+    expansion: TurnExpansion, versions: Collection[UUID] = (), extra_edges: Sequence[GraphEdge] = (),
+    speakers: SpeakerRules = DEFAULT_SPEAKER_RULES, given_vectors: Mapping[UUID, np.ndarray] | None = None,
+) -> PreparedWrite:
+    """Rows, vectors and numbered edges for `objects` on top of `snapshot` (positionless session
+    turns placed by arrival, stores/analysis/positions.py); nothing is written. `versions`: ids of
+    `objects` that are new versions of live objects (their old rows are deleted by the same
+    commit); `extra_edges`: edges to store besides the entity graph's (SUPERSEDES);
+    `given_vectors`: checked unit vectors by object id, used instead of embedding those objects."""
+    _check_new_ids(snapshot, [memory for memory in objects if memory.id not in versions])
+    objects = placed_turns(objects, snapshot.segments)
+    namespaces = sorted({memory.namespace for memory in objects})
+    anchors = namespace_anchors(snapshot, objects)
+    graph = entity_graph(objects, snapshot.stored_entities(namespaces), snapshot.co_mention_counts(namespaces), anchors,
+                         speakers)
+    graph = _without_id_clashes(graph, snapshot, {(memory.namespace, memory.id) for memory in objects}, anchors)
+    graph = GraphUpdate(graph.entities, (*graph.edges, *extra_edges), graph.reweighted)
+    # grouped by namespace here (stable, as write_segment would) so the postings match the rows
+    rows = tuple(sorted((*objects, *graph.entities), key=lambda memory: memory.namespace))
+    texts = indexed_texts(rows, snapshot.segments, expansion)
+    started = time.perf_counter()
+    vectors = _row_vectors(rows, texts.vector, encoder, given_vectors or {}, progress)
+    embedding_seconds = time.perf_counter() - started
+    next_id = snapshot.max_edge_id + 1
+    edges: list[StoredEdge] = []
+    for edge in graph.edges:
+        edges.append(_stored(edge, next_id))
+        next_id += 1
+    for edge in graph.reweighted:
+        existing = snapshot.co_mentioned_edge_id(edge.source, edge.target)
+        if existing is None:
+            raise StoreError(f"the store lost the CO_MENTIONED edge {edge.source} - {edge.target}; "
+                             "run `rms check` on it")
+        edges.append(_stored(edge, existing))
+    edges.sort(key=lambda stored: stored.edge.edge_id)
+    return PreparedWrite(rows, vectors, tuple(edges), graph, embedding_seconds, term_postings(texts.lexical), expansion)
+
+
+def joined(first: PreparedWrite, second: PreparedWrite) -> PreparedWrite:
+    """One write of both prepared writes' rows (of one namespace, so the rows stay grouped by it);
+    `second` adds no edges."""
+    if second.edges or {memory.namespace for memory in first.rows} != {memory.namespace for memory in second.rows}:
+        raise StoreError("joined writes must share one namespace and the second must add no edges; this is a bug, report it")
+    return PreparedWrite((*first.rows, *second.rows), np.concatenate([first.vectors, second.vectors]), first.edges, first.graph,
+                         first.embedding_seconds, TermPostings.concatenate([first.postings, second.postings]), first.expansion)
+
+
+def _row_vectors(rows: Sequence[MemoryObject], texts: Sequence[str], encoder: QueryEncoder,
+                 given: Mapping[UUID, np.ndarray], progress: bool) -> np.ndarray:
+    """Each row's vector: the given one, else the encoder's (entities the store adds are always embedded)."""
+    if not given:
+        return encode_many(encoder, texts, progress=progress)
+    for memory, text in zip(rows, texts, strict=True):
+        if memory.id in given and text != memory.content:
+            raise StoreError(f"object {memory.id} is embedded with its neighbouring turns in this store (its "
+                             "expansion embeds expanded text), so a precomputed vector of its content alone does not "
+                             "fit; add it without vectors, or use a store whose expansion leaves vectors alone")
+    missing = [i for i, memory in enumerate(rows) if memory.id not in given]
+    vectors = np.empty((len(rows), encoder.identity.dimension), dtype=np.float32)
+    if missing:
+        vectors[missing] = encode_many(encoder, [texts[i] for i in missing], progress=progress)
+    for i, memory in enumerate(rows):
+        if memory.id in given:
+            vectors[i] = given[memory.id]
+    return vectors
+
+
+def _stored(edge: GraphEdge, edge_id: int) -> StoredEdge:
+    return StoredEdge(Edge(edge_id, edge.source, edge.target, edge.edge_type, edge.confidence), edge.namespace)
+
+
+def namespace_anchors(snapshot: StoreSnapshot, objects: Sequence[MemoryObject]) -> dict[str, UUID]:
+    """Each batch namespace's anchor: its first stored object's id, or for a new namespace the id
+    of the batch's first object in it (which the write stores first there)."""
+    anchors: dict[str, UUID] = {}
+    for memory in objects:
+        if memory.namespace not in anchors:
+            anchors[memory.namespace] = snapshot.namespace_anchor(memory.namespace) or memory.id
+    return anchors
+
+
+def _check_new_ids(snapshot: StoreSnapshot, objects: Sequence[MemoryObject]) -> None:
+    """Ids are unique within a namespace. Only the batch's own namespaces are consulted, so a
+    refusal never tells a writer what another namespace holds."""
+    seen: set[tuple[str, UUID]] = set()
+    for memory in objects:
+        key = (memory.namespace, memory.id)
+        if key in seen:
+            raise StoreError(f"object {memory.id} appears twice in the batch for namespace {memory.namespace!r}; "
+                             "give each memory its own id")
+        seen.add(key)
+    clashes = sorted((key for key in seen if snapshot.contains(*key)), key=lambda key: (key[0], key[1].int))
+    if clashes:
+        namespace, object_id = clashes[0]
+        raise StoreError(f"object {object_id} is already in namespace {namespace!r}; objects are added once")
+
+
+def _without_id_clashes(graph: GraphUpdate, snapshot: StoreSnapshot, batch_keys: set[tuple[str, UUID]],
+                        anchors: dict[str, UUID]) -> GraphUpdate:
+    """The update with every new entity whose derived id is taken in its namespace (by a
+    user-supplied id) moved to the next free derived id, edges included."""
+    taken = set(batch_keys)
+    moved: dict[UUID, UUID] = {}
+    entities = []
+    for entity in graph.entities:
+        fresh, attempt = entity.id, 0
+        while (entity.namespace, fresh) in taken or snapshot.contains(entity.namespace, fresh):
+            attempt += 1
+            fresh = entity_id(entity.namespace, entity.entity_canonical_name or entity.content,
+                              anchors[entity.namespace], attempt)
+        taken.add((entity.namespace, fresh))
+        if fresh != entity.id:
+            moved[entity.id] = fresh
+            entity = entity.model_copy(update={"id": fresh})
+        entities.append(entity)
+    if not moved:
+        return graph
+
+    def remapped(edge: GraphEdge) -> GraphEdge:
+        source, target = moved.get(edge.source, edge.source), moved.get(edge.target, edge.target)
+        if edge.edge_type == "CO_MENTIONED" and source > target:
+            source, target = target, source
+        return GraphEdge(edge.namespace, edge.edge_type, source, target, edge.confidence)
+
+    return GraphUpdate(
+        entities=tuple(sorted(entities, key=lambda entity: entity.id)),
+        edges=tuple(sorted(map(remapped, graph.edges))),
+        reweighted=tuple(sorted(map(remapped, graph.reweighted))),
+    )
+
+
+def _tier(rows: int) -> int:
+    return int(math.log10(max(rows, 1)))
+
+
+def merge_run(entries: Sequence[SegmentEntry]) -> int:
+    """How many trailing segments to merge now (0: none): MERGE_FACTOR or more of the last one's tier."""
+    if not entries:
+        return 0
+    tier = _tier(entries[-1].rows)
+    run = 0
+    for entry in reversed(entries):
+        if _tier(entry.rows) != tier:
+            break
+        run += 1
+    return run if run >= MERGE_FACTOR else 0
+
+
+def write_merged(store: Path, segments: Sequence[LoadedSegment], generation: int) -> LoadedSegment:
+    """One segment holding `segments`' rows, vectors, latest edges and postings, regrouped by namespace.
+    Rows move as Arrow columns (nothing is decoded and encoded again) and postings as arrays."""
+    namespaces = [namespace for segment in segments for namespace in segment.namespace_of_row]
+    order = np.asarray(sorted(range(len(namespaces)), key=namespaces.__getitem__), dtype=np.int64)
+    new_row = np.empty(len(order), dtype=np.int64)
+    new_row[order] = np.arange(len(order))
+    joined = TermPostings.concatenate([segment.postings for segment in segments])
+    posting_rows = new_row[joined.rows].astype(np.int32)
+    by_term = np.lexsort((posting_rows, joined.term_ids))
+    lengths = np.empty_like(joined.lengths)
+    lengths[new_row] = joined.lengths
+    postings = TermPostings(joined.vocabulary, joined.term_ids[by_term], posting_rows[by_term], joined.tfs[by_term], lengths)
+    vectors = np.concatenate([segment.vectors for segment in segments])[order]
+    objects = pa.concat_tables([segment.objects_table() for segment in segments]).take(pa.array(order))
+    objects = objects.set_column(0, "row", pa.array(np.arange(len(order), dtype=np.int64)))
+    latest: dict[int, StoredEdge] = {}
+    for segment in segments:
+        for stored in segment.edges:
+            latest[stored.edge.edge_id] = stored
+    merged = write_table_segment(
+        store, new_segment_id(generation), objects, vectors, [latest[edge_id] for edge_id in sorted(latest)],
+        postings, sources=tuple(segment.entry.id for segment in segments),
+    )
+    # Deleted rows stay deleted (only compaction drops them, with the edges that name them).
+    offsets = np.cumsum([0, *(segment.entry.rows for segment in segments)]).tolist()
+    dead = sorted(new_row[offset + row] for segment, offset in zip(segments, offsets) for row in segment.dead_rows)
+    if not dead:
+        return merged
+    deletions = write_deletions(store, merged.entry.id, generation, [int(row) for row in dead])
+    return merged.with_deletions(replace(merged.entry, deletions=deletions))
+
+
+def store_made(name: str) -> bool:
+    """Whether a name under `segments/` is one the store makes: a segment or its staging directory."""
+    return SEGMENT_NAME.fullmatch(name.removeprefix(TEMPORARY_PREFIX)) is not None
+
+
+class GarbageCollector:
+    """Removes the segment directories no generation needs any more; runs under the write lock.
+
+    Never-named directories (a staging `.tmp-*` directory, or a segment of a generation at or after
+    the live one that the live manifest does not name: a dead write's, or one merged away within
+    the write that committed) go on the next write. A retired segment (named by an older
+    generation) stays `grace` seconds after the write that retired it stamped its directory's
+    mtime, because a reader may still be answering from an older snapshot: aggregation and
+    enumeration read its Parquet files as they go. The open writer remembers what is waiting, so a
+    write lists the directory only when another process wrote, or died writing, since its own
+    last write.
+    """
+
+    def __init__(self, store: Path, grace: float) -> None:
+        self._store, self._grace = store, grace
+        self._waiting: dict[str, float] = {}  # retired segment id -> when it was retired
+        self._known_generation: int | None = None
+
+    def collect(self, live: Manifest, *, writer_died: bool) -> None:
+        """Remove what `live` (the committed generation this write builds on) no longer needs;
+        `writer_died`: the write lock's last holder died holding it."""
+        (self._store / (MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
+        if writer_died or live.generation != self._known_generation:
+            self._waiting = self._listed(live)
+        now = time.time()
+        for segment_id, retired_at in list(self._waiting.items()):
+            if now - retired_at >= self._grace:
+                shutil.rmtree(self._store / SEGMENTS_DIR / segment_id, ignore_errors=True)
+                del self._waiting[segment_id]
+
+    def committed(self, manifest: Manifest, retired_at: float) -> None:
+        """This process committed `manifest`, retiring `manifest.retired` at `retired_at`."""
+        self._waiting.update(dict.fromkeys(manifest.retired, retired_at))
+        self._known_generation = manifest.generation
+
+    def _listed(self, live: Manifest) -> dict[str, float]:
+        """Remove never-named directories now; the retired ones, with their retirement times."""
+        directory = self._store / SEGMENTS_DIR
+        if not directory.exists():
+            return {}
+        named = set(live.segment_ids)
+        remove_unnamed_deletions(self._store, live)
+        waiting = {}
+        for child in directory.iterdir():
+            if child.name in named or not store_made(child.name):
+                continue  # what the store did not make (an operator's backup, say) is never touched
+            generation = segment_generation(child.name.removeprefix(TEMPORARY_PREFIX))
+            if child.name.startswith(TEMPORARY_PREFIX) or generation >= live.generation:
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                try:
+                    waiting[child.name] = child.stat().st_mtime
+                except FileNotFoundError:
+                    continue
+        return waiting
+
+
+def remove_unnamed_deletions(store: Path, live: Manifest) -> None:
+    """Remove the deletion files in live segments that `live` does not name (replaced ones a
+    killed writer left, and staged ones)."""
+    for entry in live.segments:
+        named = None if entry.deletions is None else entry.deletions.file
+        for path in (store / SEGMENTS_DIR / entry.id).glob(f"*{DELETIONS_PREFIX}*"):
+            if path.name != named:
+                path.unlink(missing_ok=True)
+
+
+def never_named(store: Path, live: Manifest) -> list[str]:
+    """The segment directories of `store` that no committed generation ever named."""
+    directory = store / SEGMENTS_DIR
+    if not directory.exists():
+        return []
+    named = set(live.segment_ids)
+    return sorted(child.name for child in directory.iterdir() if child.name not in named and store_made(child.name)
+                  and (child.name.startswith(TEMPORARY_PREFIX) or segment_generation(child.name) >= live.generation))
+
+
+def commit(
+    store: Path, snapshot: StoreSnapshot, prepared: PreparedWrite | None, identity: EmbeddingIdentity,
+    deleted: Mapping[str, Collection[int]] | None = None,
+) -> tuple[Manifest, list[LoadedSegment]]:
+    """Write the prepared segment (if any), the deletion files of the segments whose rows
+    `deleted` names (segment id -> rows), and merges if due; switch the manifest, and return it
+    with the segments of the new generation, in manifest order."""
+    previous = snapshot.manifest
+    generation = previous.generation + 1
+    live = {segment.entry.id: segment for segment in snapshot.segments}
+    written: list[LoadedSegment] = []
+    deletion_files: list[Path] = []
+    try:
+        segments = []
+        for segment in snapshot.segments:
+            rows = (deleted or {}).get(segment.entry.id)
+            if rows:
+                deletions = write_deletions(store, segment.entry.id, generation, sorted(segment.dead_rows | set(rows)))
+                deletion_files.append(segment.directory / deletions.file)
+                segment = segment.with_deletions(replace(segment.entry, deletions=deletions))
+            segments.append(segment)
+        if prepared is not None and prepared.rows:
+            written.append(write_segment(store, new_segment_id(generation), prepared.rows, prepared.vectors, prepared.edges,
+                                         postings=prepared.postings))
+            segments.append(written[-1])
+        retired: list[str] = []
+        while run := merge_run([segment.entry for segment in segments]):
+            sources = segments[-run:]
+            written.append(write_merged(store, sources, generation))
+            retired += [segment.entry.id for segment in sources if segment.entry.id in live]
+            segments = [*segments[:-run], written[-1]]
+        for segment_id in retired:  # the retirement time GarbageCollector counts the grace from
+            os.utime(store / SEGMENTS_DIR / segment_id)
+        manifest = Manifest(generation, identity, tuple(segment.entry for segment in segments), tuple(retired),
+                            previous.expansion if prepared is None else prepared.expansion)
+        write_manifest(store, manifest)
+    except BaseException:
+        if committed_generation(store) != generation:  # a failed write leaves the store as it was
+            for segment in written:
+                shutil.rmtree(segment.directory, ignore_errors=True)
+            for path in deletion_files:
+                path.unlink(missing_ok=True)
+        raise
+    for segment in written:
+        if segment not in segments:  # merged away before any manifest named it
+            shutil.rmtree(segment.directory, ignore_errors=True)
+    for segment in snapshot.segments:  # a deletion file the new generation replaced
+        if segment.entry.deletions is not None and (deleted or {}).get(segment.entry.id):
+            (segment.directory / segment.entry.deletions.file).unlink(missing_ok=True)
+    return manifest, segments
+
+
+def write_failure(store: Path, generation: int, step: str, error: OSError) -> StoreError:
+    """The one-line error of a write that failed at `step` on top of `generation`: which store,
+    which step, and whether anything was written (a failed commit removes what it wrote)."""
+    reason = error.strerror or str(error)
+    hint = "; free space and try again" if error.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    if committed_generation(store) == generation + 1:
+        return StoreError(f"store {store}: generation {generation + 1} was committed, but {reason} while {step}; "
+                          f"run `rms check --store {store}`{hint}")
+    return StoreError(f"cannot write store {store}: {reason} while {step}; nothing was written, the store is as it "
+                      f"was at generation {generation}{hint}")
+
+
+def committed_generation(store: Path) -> int | None:
+    """The generation `store`'s manifest names, None if it cannot be read."""
+    try:
+        return read_manifest(store).generation
+    except StoreError:
+        return None

@@ -1,0 +1,1 @@
+"""The indexes a request searches: exact BM25, exact vectors (FAISS flat) and the entity graph."""
