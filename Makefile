@@ -31,11 +31,18 @@ demo: install
 
 # The suite without its slow tier (pytest's `slow` marker: large sizes that a smaller test of the
 # same kind also covers, and the Ray and Dask engines); `make test-slow` runs that tier, CI both.
-test: install
-	$(PY) -m pytest -q -m "not slow" --durations=25
+# The fast tier runs on every core (pytest-xdist). Temporary stores go to /dev/shm where it is
+# writable: every commit fsyncs, and on tmpfs that costs nothing (a SIGKILL, which the crash tests
+# send, loses nothing that fsync guards against).
+TEST_TMPDIR := $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm)
+TEST_ENV := $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 
+test: install
+	$(TEST_ENV) $(PY) -m pytest -q -m "not slow" -n auto --durations=25
+
+# One process: the Ray and Dask engines in it bring their own workers.
 test-slow: install
-	$(PY) -m pytest -q -m slow --durations=25
+	$(TEST_ENV) $(PY) -m pytest -q -m slow --durations=25
 
 # The wheel as a user installs it: built, installed (core only, -c constraints.txt) into a fresh
 # virtualenv outside the repository, then `rms demo` and `retrieve()` from another directory.

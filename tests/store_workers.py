@@ -14,6 +14,7 @@ consistent when its rows, its BM25 postings and its vectors all hold exactly tho
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -135,9 +136,28 @@ def read(store_path: Path, stop: Path, seconds: float = 600.0) -> dict[str, Any]
                 summary["requests"] += 1
             except Exception as error:  # every failure is reported, none may happen
                 summary["errors"].append(f"{type(error).__name__}: {error}")
+            _say_ready(stop)
             time.sleep(PAUSE_SECONDS)
     summary["generations"] = sorted(summary["generations"])
     return summary
+
+
+def _say_ready(stop: Path) -> None:
+    """Touch `ready-<pid>` beside `stop` once: the test starts its writer when every reader has
+    read a snapshot, so that no reader can miss the writes it is there to see."""
+    ready = stop.parent / f"ready-{os.getpid()}"
+    if not ready.exists():
+        ready.touch()
+
+
+def wait_until_ready(stop: Path, readers: Sequence[Any], seconds: float = 300.0) -> None:
+    """Wait until each reader process has touched its `ready-<pid>` (or raise if one ended)."""
+    deadline = time.monotonic() + seconds
+    while any(not (stop.parent / f"ready-{reader.pid}").exists() for reader in readers):
+        ended = [reader.args for reader in readers if reader.poll() is not None]
+        if ended or time.monotonic() > deadline:
+            raise RuntimeError(f"a reader ended or did not start in {seconds} s: {ended}")
+        time.sleep(0.05)
 
 
 def watch(store_path: Path, stop: Path, total: int, seconds: float = 600.0) -> dict[str, Any]:
@@ -163,6 +183,7 @@ def watch(store_path: Path, stop: Path, total: int, seconds: float = 600.0) -> d
                 summary["asked_again"] += 1
             except Exception as error:  # every other failure is reported, none may happen
                 summary["errors"].append(f"{type(error).__name__}: {error}")
+            _say_ready(stop)
             time.sleep(PAUSE_SECONDS)
     summary["generations"] = sorted(summary["generations"])
     return summary

@@ -39,7 +39,8 @@ def local_bundles(demo_store, tmp_path_factory, encoder):
     return _bundles(path, demo_store)
 
 
-@pytest.mark.parametrize("engine", ["local", "ray", "dask"])
+@pytest.mark.parametrize("engine", ["local", pytest.param("ray", marks=pytest.mark.slow),
+                                    pytest.param("dask", marks=pytest.mark.slow)])
 def test_an_ingest_embedded_on_workers_gives_the_bundles_of_a_local_ingest(
         engine, request, demo_store, local_bundles, small_chunks, tmp_path):
     address = request.getfixturevalue("dask_address") if engine == "dask" else None

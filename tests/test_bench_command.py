@@ -95,6 +95,7 @@ def test_a_leak_or_a_difference_fails_the_command(capsys):
     assert "FAILED" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_locomo_through_the_generic_jsonl_path_on_one_split(demo_file, tmp_path, capsys):
     store, out = tmp_path / "store", tmp_path / "out"
     code = main([

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from rms_retrieval.dataflows.bench import locomo_bench
@@ -19,9 +21,10 @@ def corpus():
 
 
 @pytest.fixture(scope="module")
-def bench(corpus, tmp_path_factory):
-    store = MemoryStore.open(tmp_path_factory.mktemp("demo") / "store", encoder=default_encoder())
-    store.add(corpus.objects)
+def bench(corpus, demo_store, tmp_path_factory):
+    """The bench over a private copy of the session's demo store (the demo corpus, embedded once)."""
+    store = MemoryStore.open(shutil.copytree(demo_store.path, tmp_path_factory.mktemp("demo") / "store"),
+                             encoder=default_encoder())
     yield locomo_bench.LocomoBench(store, corpus.dataset, default_encoder(), BUDGETS)
     store.close()
 
@@ -37,11 +40,11 @@ def test_evenly_spaced():
 def test_relevance_on_the_demo_corpus(bench, corpus):
     questions = locomo_bench.benchmark_questions(corpus.dataset)
     assert len(questions["main"]) == 5 and questions["adversarial"] == []
-    arms = ["pipeline", "vector_only", "bm25_only"]
-    results = locomo_bench.run_relevance(bench, questions, arms, progress=False, repack_check_questions=2)
+    names = ["pipeline", "vector_only", "bm25_only"]
+    results = locomo_bench.run_relevance(bench, questions, names, progress=False, repack_check_questions=2)
 
-    assert list(results["arms"]) == arms
-    for arm in arms:
+    assert list(results["arms"]) == names
+    for arm in names:
         overall = results["arms"][arm]["main_summary"]["all"]
         assert overall["n"] == 5
         for name in ("precision@5", "recall@10", "all_in_top10", "all_in_pool", *(f"all_packed@{b}" for b in BUDGETS)):

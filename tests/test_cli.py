@@ -124,6 +124,7 @@ def test_demo_builds_and_answers(capsys, tmp_path):
 
 
 @pytest.mark.locomo
+@pytest.mark.slow
 def test_ingest_locomo_reports_repaired_evidence(capsys, locomo_path, tmp_path):
     from rms_retrieval.dataflows.locomo import load_locomo, parse_locomo
 

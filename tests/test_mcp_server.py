@@ -168,6 +168,7 @@ def _counts(store_path: Path) -> dict[str, int]:
         return {namespace: store.snapshot().count_objects([namespace]) for namespace in store.snapshot().namespaces()}
 
 
+@pytest.mark.slow
 def test_a_pattern_serves_matching_namespaces_only(demo_store, demo_copy):
     async def scenario():
         async with stdio_session(demo_copy, "--namespace", "demo-priya-*", "--namespace", "team-*") as session:
@@ -186,7 +187,7 @@ def test_a_pattern_serves_matching_namespaces_only(demo_store, demo_copy):
     asyncio.run(scenario())
 
 
-def test_the_other_tools_answer(demo_store, demo_copy):
+def test_the_other_tools_answer_and_delete_and_erase_change_only_the_served_namespace(demo_store, demo_copy):
     async def scenario():
         async with stdio_session(demo_copy, "--namespace", demo_store.namespace) as session:
             arguments = {"query": QUESTION, "reference_time": demo_store.reference_time.isoformat(), "token_budget": 300}
@@ -204,13 +205,6 @@ def test_the_other_tools_answer(demo_store, demo_copy):
             failed, error = await call(session, "memory_add", {"namespace": demo_store.namespace, "session_id": "s",
                                                                "messages": [{"role": "user", "content": "x", "mood": 1}]})
             assert failed and "messages.0.mood: Extra inputs are not permitted" in error
-
-    asyncio.run(scenario())
-
-
-def test_delete_and_erase_change_only_the_served_namespace(demo_store, demo_copy):
-    async def scenario():
-        async with stdio_session(demo_copy, "--namespace", demo_store.namespace) as session:
             failed, added = await call(session, "memory_add", {
                 "namespace": demo_store.namespace, "session_id": "mcp-erase",
                 "messages": [{"role": "user", "name": "Priya", "content": "My locker code is 4417."},

@@ -62,6 +62,7 @@ def test_a_batch_is_bit_identical_to_each_text_alone(query_encoder):
     assert query_encoder.encode([]).shape == (0, 384)
 
 
+@pytest.mark.slow
 def test_vectors_agree_on_locomo_questions(query_encoder, encoder, locomo_path):
     from rms_retrieval.dataflows.locomo import load_locomo
 

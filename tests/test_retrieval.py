@@ -69,6 +69,7 @@ def locomo_conversation(locomo_path, tmp_path_factory, encoder):
 
 
 @pytest.mark.locomo
+@pytest.mark.slow
 def test_locomo_smoke_on_one_conversation(locomo_conversation):
     from rms_retrieval.dataflows.locomo import evidence_object_ids, questions_for, reference_time
 
@@ -85,6 +86,7 @@ def test_locomo_smoke_on_one_conversation(locomo_conversation):
 
 
 @pytest.mark.locomo
+@pytest.mark.slow
 def test_locomo_count_question_reports_its_coverage(locomo_conversation):
     from rms_retrieval.dataflows.locomo import reference_time
     from rms_retrieval.nodes.packing import COVERAGE_WARNING

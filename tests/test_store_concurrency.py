@@ -22,7 +22,7 @@ QUESTIONS = ("What did Caroline research?", "When did Melanie paint a sunrise?",
 WORKER = store_workers.COMMAND
 
 
-@pytest.mark.parametrize("threads, calls", [(4, 10), pytest.param(8, 100, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("threads, calls", [(4, 10), pytest.param(8, 40, marks=pytest.mark.slow)])
 def test_threads_sharing_one_store_get_the_serial_bundles(demo_store, demo_copy, encoder, threads, calls):
     with MemoryStore.open(demo_copy, create=False) as store:
         def answer(question: str) -> str:
@@ -74,7 +74,7 @@ def test_an_open_reader_sees_each_new_generation_on_its_next_request(tmp_path):
         assert pinned.snapshot().count_objects() == 0  # a snapshot never changes under its request
 
 
-@pytest.mark.parametrize("reader_count, turns", [(2, 200), pytest.param(4, 1_000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("reader_count, turns", [(2, 120), pytest.param(4, 300, marks=pytest.mark.slow)])
 def test_reader_processes_and_one_writer_process(tmp_path, reader_count, turns):
     """Readers check, answer, enumerate and explain every snapshot they see while a writer adds
     turns one at a time (merges run every MERGE_FACTOR writes)."""
@@ -85,6 +85,7 @@ def test_reader_processes_and_one_writer_process(tmp_path, reader_count, turns):
     readers = [subprocess.Popen([*WORKER, "read", str(path), str(stop)], stdout=subprocess.PIPE, text=True,
                                 cwd=store_workers.ROOT) for _ in range(reader_count)]
     try:
+        store_workers.wait_until_ready(stop, readers)
         writer = subprocess.run([*WORKER, "write", str(path), "1", str(turns - 1)], capture_output=True, text=True,
                                 timeout=600, cwd=store_workers.ROOT)
     finally:
@@ -152,6 +153,7 @@ def test_reader_processes_see_each_update_delete_erase_and_compaction_whole(tmp_
     readers = [subprocess.Popen([*WORKER, "watch", str(path), str(stop), str(total)], stdout=subprocess.PIPE, text=True)
                for _ in range(2)]
     try:
+        store_workers.wait_until_ready(stop, readers)
         subprocess.run([*WORKER, "forget", str(path), "0", "30"], check=True, capture_output=True, timeout=600)
     finally:
         stop.touch()

@@ -49,7 +49,7 @@ def _bundles(store: MemoryStore) -> list[str]:
                      reference_time=when, log=False).bundle.to_json() for question in QUESTIONS]
 
 
-@pytest.mark.parametrize("count", [60, pytest.param(500, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("count", [60, pytest.param(250, marks=pytest.mark.slow)])
 def test_one_batch_and_many_small_batches_give_byte_identical_bundles(tmp_path, count):
     turns = [store_workers.turn(number) for number in range(count)]
     with MemoryStore.open(tmp_path / "one", store_workers.encoder()) as one, \
