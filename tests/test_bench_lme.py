@@ -68,6 +68,20 @@ def test_a_haystack_becomes_plain_dated_turns_a_repeated_session_once(folder):
     assert lme_bench.answer_ids(sister, sessions) == (objects[2].id,)
 
 
+def test_plain_and_message_haystacks_keep_the_ids_and_differ_only_where_they_say(folder):
+    sister = lme_bench.load_questions(folder)[0]
+    sessions = lme_bench.load_sessions(folder, ["s1", "s2", "s3"])
+    positioned = lme_bench.question_objects(sister, sessions)
+    plain = lme_bench.question_objects(sister, sessions, "plain")
+    messages = lme_bench.question_objects(sister, sessions, "messages")
+    assert [o.id for o in plain] == [o.id for o in messages] == [o.id for o in positioned]
+    assert [o.content for o in plain] == [o.content for o in positioned] and {o.session_seq for o in plain} == {None}
+    assert messages[0].content == "I adopted a grey cat called Miso last week." and messages[0].metadata["role"] == "user"
+    assert messages[2].created_at == positioned[2].created_at and messages[2].source_ref == "s2:0"
+    with pytest.raises(ValueError, match="unknown ingest 'loaded'"):
+        lme_bench.question_objects(sister, sessions, "loaded")
+
+
 def test_bad_folders_get_one_line_errors(tmp_path, folder):
     with pytest.raises(lme_bench.LmeFormatError, match="does not exist"):
         lme_bench.load_questions(tmp_path / "nowhere")
@@ -97,3 +111,9 @@ def test_rms_bench_lme_packs_the_answer_and_a_rerun_embeds_nothing(folder, tmp_p
     assert main(args) == 0
     again = json.loads((tmp_path / "out" / "results.json").read_text())
     assert again["ingest"]["turns_added"] == 0 and again["vector_cache_size"] == results["vector_cache_size"]
+    messages = ["bench", "lme", "--data", str(folder), "--store", str(tmp_path / "messages"), "--vector-cache",
+                str(tmp_path / "cache"), "--out", str(tmp_path / "out-messages"), "--split", "all", "--arms", "pipeline",
+                "--ingest", "messages", "--budgets", "4000", "--no-progress"]
+    assert main(messages) == 0
+    written = json.loads((tmp_path / "out-messages" / "results.json").read_text())
+    assert written["ingest_mode"] == "messages" and written["relevance"]["arms"]["pipeline"]["summary"]["all"]["all_packed@4000"] == 1.0

@@ -27,6 +27,7 @@ from uuid import UUID, uuid5
 from rms_retrieval.dataflows.bench.locomo_bench import LocomoBench
 from rms_retrieval.dataflows.bench.arms import ARMS, arm_settings, settings_changes
 from rms_retrieval.dataflows.bench.metrics import QuestionOutcome, latency_percentiles, paired_comparison, summarise
+from rms_retrieval.stores.analysis.messages import message_turns
 from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
 from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder
 
@@ -120,22 +121,36 @@ def turn_id(question: LmeQuestion, session_id: str, position: int) -> UUID:
     return uuid5(_IDS, f"{question.question_id}/{session_id}/{position}")
 
 
-def question_objects(question: LmeQuestion, sessions: Mapping[str, list[Mapping]]) -> list[MemoryObject]:
-    """The question's haystack as plain TURN memories, a session once even where the haystack repeats it."""
+# How a haystack is written: `positions` as plain TURNs with their session positions and the role
+# in the text ("user: ..."); `plain` the same without positions (placed by arrival); `messages`
+# through the message API's write path (`message_turns`, what `add_messages` adds): role in the
+# metadata, content exactly as given.
+LME_INGEST = ("positions", "plain", "messages")
+
+
+def question_objects(question: LmeQuestion, sessions: Mapping[str, list[Mapping]],
+                     mode: str = "positions") -> list[MemoryObject]:
+    """The question's haystack as TURN memories written as `mode` says, a session once even where
+    the haystack repeats it."""
+    if mode not in LME_INGEST:
+        raise ValueError(f"unknown ingest {mode!r}; choose from {', '.join(LME_INGEST)}")
     objects, seen = [], set()
     for session_id, date in question.haystack:
         if session_id in seen:
             continue
         seen.add(session_id)
-        for position, turn in enumerate(sessions[session_id]):
-            if not turn["content"].strip():
-                continue
-            objects.append(MemoryObject(
-                id=turn_id(question, session_id, position), namespace=question.sample_id, node_type=NodeType.TURN,
-                content=f"{turn['role']}: {turn['content']}", session_id=session_id, session_seq=position,
-                epistemic_type=EpistemicType.OBSERVED, created_at=date, updated_at=date, event_time=date,
-                source_ref=f"{session_id}:{position}",
-            ))
+        turns = [(position, turn) for position, turn in enumerate(sessions[session_id]) if turn["content"].strip()]
+        if mode == "messages":
+            objects += message_turns(question.sample_id, session_id, [
+                {"role": turn["role"], "content": turn["content"], "id": turn_id(question, session_id, position),
+                 "created_at": date, "source_ref": f"{session_id}:{position}"} for position, turn in turns])
+            continue
+        objects += [MemoryObject(
+            id=turn_id(question, session_id, position), namespace=question.sample_id, node_type=NodeType.TURN,
+            content=f"{turn['role']}: {turn['content']}", session_id=session_id,
+            session_seq=position if mode == "positions" else None, epistemic_type=EpistemicType.OBSERVED,
+            created_at=date, updated_at=date, event_time=date, source_ref=f"{session_id}:{position}",
+        ) for position, turn in turns]
     return objects
 
 
@@ -182,14 +197,14 @@ class _NoDataset:
 
 
 def ingest(store, questions: Sequence[LmeQuestion], sessions: Mapping[str, list[Mapping]], vectors,
-           *, progress: bool = False) -> dict[str, float | int]:
-    """Write each question's haystack not yet in `store` as its own namespace, with cached vectors."""
+           *, mode: str = "positions", progress: bool = False) -> dict[str, float | int]:
+    """Write each question's haystack not yet in `store` as its own namespace (as `mode` says), with cached vectors."""
     present = set(store.snapshot().namespaces())
     added = embedded_before = 0
     for question in questions:
         if question.sample_id in present:
             continue
-        objects = question_objects(question, sessions)
+        objects = question_objects(question, sessions, mode)
         before = vectors.misses
         given = vectors.encode([o.content for o in objects], progress=progress)
         embedded_before += len(objects) - (vectors.misses - before)

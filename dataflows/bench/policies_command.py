@@ -22,7 +22,7 @@ DEFAULT_LOCOMO_ARMS = ("pipeline", "rerank_anchored_50", "rerank_envelope_50", "
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `bench lme` and `bench policies` under `rms bench`."""
-    from rms_retrieval.dataflows.bench.lme_bench import LME_SPLITS
+    from rms_retrieval.dataflows.bench.lme_bench import LME_INGEST, LME_SPLITS
     from rms_retrieval.dataflows.bench.locomo_bench import SPLITS
     from rms_retrieval.dataflows.bench.arms import ARMS
 
@@ -32,6 +32,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     lme.add_argument("--vector-cache", required=True, help="directory of the vector cache (keyed by model and text)")
     lme.add_argument("--split", choices=LME_SPLITS, default="tune")
     lme.add_argument("--per-type", type=int, help="at most N questions of each type (the first by question id)")
+    lme.add_argument("--ingest", choices=LME_INGEST, default="positions",
+                     help="how an empty --store is written: positions (plain TURNs with session positions, the "
+                          "role in the text), plain (the same without positions) or messages (the message API's "
+                          "path: role in the metadata, content as given)")
     _common(lme, ARMS, DEFAULT_LME_ARMS)
     lme.set_defaults(run=_cmd_lme)
 
@@ -103,12 +107,13 @@ def _cmd_lme(args: argparse.Namespace) -> int:
     # and embeds one text per run, without padding: several times faster than a batch here.
     vectors = VectorCache(args.vector_cache, default_query_encoder())
     with MemoryStore.open(args.store, encoder=vectors) as store:
-        ingest = lme_bench.ingest(store, questions, sessions, vectors, progress=not args.no_progress)
+        ingest = lme_bench.ingest(store, questions, sessions, vectors, mode=args.ingest, progress=not args.no_progress)
     budgets = sorted(set(args.budgets))
     with MemoryStore.open(args.store, read_only=True) as store:
         bench = lme_bench.LmeBench(store, questions, answers, default_query_encoder(), budgets,
                                    cross_encoder=_cross_encoder(args.arms))
         results = {"benchmark": "LongMemEval-S (rms bench lme)", "split": args.split, "per_type": args.per_type,
+                   "ingest_mode": args.ingest,
                    "questions": [q.question_id for q in questions], "ingest": ingest, "vector_cache_size": len(vectors),
                    "targets": lme_bench.TARGETS}
         results["relevance"] = lme_bench.run_interleaved(bench, questions, args.arms, progress=not args.no_progress,
