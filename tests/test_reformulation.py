@@ -208,3 +208,11 @@ def test_max_signals_finds_at_least_what_the_question_alone_finds(store, demo_st
         enabled=True, merge_policy="max_signals", url=chat.url, model="m")))
     assert set(alone) <= set(merged)
     assert all(set(alone[oid].paths) <= set(merged[oid].paths) for oid in alone)
+
+
+def test_a_non_finite_signal_in_an_alternative_pass_is_a_failure():
+    from rms_retrieval.nodes.reformulation import _pass_failures
+
+    nan = ChannelResult(path=PathType.LEXICAL, hits=(ChannelHit(make_object("a").id, PathType.LEXICAL, 1, float("nan"), 0.5),))
+    assert _pass_failures(2, [nan]) == [f"alternative 2's LEXICAL path gave {make_object('a').id} a non-finite score"]
+    assert _pass_failures(2, [ChannelResult(path=PathType.LEXICAL)]) == []
