@@ -26,17 +26,8 @@ from rms_retrieval.dataflows.pipeline import build_driver, pipeline_lineage
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
 from rms_retrieval.nodes.bundle import MemoryBundle
-from rms_retrieval.nodes.pools import (
-    CandidateLimits,
-    CandidatePool,
-    ChannelResult,
-    FilteredPool,
-    PathType,
-    RankedCandidates,
-    RerankedPool,
-    ScoredPool,
-    Selection,
-)
+from rms_retrieval.nodes.pools import (CandidateLimits, CandidatePool, ChannelResult, FilteredPool, PathType,
+                                       RankedCandidates, RerankedPool, ScoredPool, Selection)
 from rms_retrieval.nodes.helpers.formatting import format_item
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.tokens import count_tokens

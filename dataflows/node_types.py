@@ -18,20 +18,9 @@ import pandas as pd
 from rms_retrieval.dataflows import frames
 from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, Reformulations
 from rms_retrieval.nodes.bundle import MemoryBundle
-from rms_retrieval.nodes.pools import (
-    AlternatePasses,
-    CandidateLimits,
-    CandidatePool,
-    ChannelResult,
-    CrossEncoderScores,
-    FilteredPool,
-    PathType,
-    RankedCandidates,
-    RerankedPool,
-    ScoredPool,
-    Selection,
-    path_mask,
-)
+from rms_retrieval.nodes.pools import (AlternatePasses, CandidateLimits, CandidatePool, ChannelResult,
+                                       CrossEncoderScores, FilteredPool, PathType, RankedCandidates, RerankedPool,
+                                       ScoredPool, Selection, path_mask)
 
 
 @dataclass(frozen=True)

@@ -18,22 +18,10 @@ import numpy as np
 
 from rms_retrieval.nodes.helpers.formatting import format_item, group_header
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
-from rms_retrieval.nodes.bundle import (
-    AggregationCoverage,
-    HistoricalCoverage,
-    BundleItem,
-    MemoryBundle,
-    RetrievalMetadata,
-)
-from rms_retrieval.nodes.pools import (
-    CandidatePool,
-    FilteredPool,
-    PathType,
-    RankedCandidates,
-    ScoredPool,
-    Selection,
-    mask_paths,
-)
+from rms_retrieval.nodes.bundle import (AggregationCoverage, HistoricalCoverage, BundleItem, MemoryBundle,
+                                        RetrievalMetadata)
+from rms_retrieval.nodes.pools import (CandidatePool, FilteredPool, PathType, RankedCandidates, ScoredPool, Selection,
+                                       mask_paths)
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.tokens import count_context_tokens, count_tokens
 from rms_retrieval.stores.models import MemoryObject

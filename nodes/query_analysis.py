@@ -13,17 +13,8 @@ import re
 from collections.abc import Iterable
 from uuid import UUID
 
-from rms_retrieval.nodes.models import (
-    AggregationKind,
-    EntityType,
-    QueryEmbedding,
-    QueryAnalysis,
-    QueryEntity,
-    QueryIntent,
-    RetrievalRequest,
-    TemporalSignal,
-    TemporalType,
-)
+from rms_retrieval.nodes.models import (AggregationKind, EntityType, QueryEmbedding, QueryAnalysis, QueryEntity,
+                                        QueryIntent, RetrievalRequest, TemporalSignal, TemporalType)
 from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.temporal import date_words_read_as_names, parse_temporal_signals

@@ -30,15 +30,8 @@ from hamilton.function_modifiers import config
 from rms_retrieval.nodes.candidate_generation import (candidate_objects, graph_candidates, lexical_candidates,
                                                       vector_candidates)
 from rms_retrieval.nodes.models import QueryEmbedding, Reformulations, RetrievalRequest
-from rms_retrieval.nodes.pools import (
-    AlternatePasses,
-    Candidate,
-    CandidateLimits,
-    CandidatePool,
-    ChannelHit,
-    ChannelResult,
-    PathType,
-)
+from rms_retrieval.nodes.pools import (AlternatePasses, Candidate, CandidateLimits, CandidatePool, ChannelHit,
+                                       ChannelResult, PathType)
 from rms_retrieval.nodes.query_analysis import query_analysis
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject

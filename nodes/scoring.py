@@ -21,16 +21,8 @@ import numpy as np
 from hamilton.function_modifiers import config
 
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
-from rms_retrieval.nodes.pools import (
-    PRIMARY_PATHS,
-    RERANK_COLUMNS,
-    FilteredPool,
-    PathType,
-    ScoredPool,
-    ScoreFactors,
-    path_mask,
-    rank_order,
-)
+from rms_retrieval.nodes.pools import (PRIMARY_PATHS, RERANK_COLUMNS, FilteredPool, PathType, ScoredPool, ScoreFactors,
+                                       path_mask, rank_order)
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity
 from rms_retrieval.stores.models import MemoryObject

@@ -17,15 +17,8 @@ import numpy as np
 
 from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
 from rms_retrieval.nodes.models import RetrievalRequest
-from rms_retrieval.nodes.pools import (
-    FilteredPool,
-    PathType,
-    RankedCandidates,
-    RerankedPool,
-    ScoredPool,
-    path_mask,
-    rank_order,
-)
+from rms_retrieval.nodes.pools import (FilteredPool, PathType, RankedCandidates, RerankedPool, ScoredPool, path_mask,
+                                       rank_order)
 from rms_retrieval.nodes.scoring import SCORE_DECIMALS
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import RetrievalStore, SessionNeighbour

@@ -10,16 +10,8 @@ from hamilton import driver
 
 import rms_retrieval.nodes.query_analysis as query_analysis_module
 import rms_retrieval.nodes.candidate_generation as candidate_generation_module
-from rms_retrieval.nodes.models import (
-    AggregationKind,
-    EntityType,
-    QueryAnalysis,
-    QueryEntity,
-    QueryIntent,
-    RetrievalMode,
-    RetrievalRequest,
-    TemporalType,
-)
+from rms_retrieval.nodes.models import (AggregationKind, EntityType, QueryAnalysis, QueryEntity, QueryIntent,
+                                        RetrievalMode, RetrievalRequest, TemporalType)
 from rms_retrieval.nodes.pools import CandidateLimits
 from rms_retrieval.nodes.candidate_generation import candidate_limits
 from rms_retrieval.nodes.query_analysis import query_analysis
