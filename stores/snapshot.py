@@ -14,6 +14,7 @@ and deletion file), so a write, a delete or a merge costs the segments it touche
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -22,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.indexes.adjacency import Adjacency
-from rms_retrieval.stores.indexes.entity_graph import entity_names
+from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence, entity_names
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotError
 from rms_retrieval.stores.indexes.lexical import Bm25Index
 from rms_retrieval.stores.engine.manifest import Manifest
@@ -40,7 +41,8 @@ CO_MENTIONED = "CO_MENTIONED"
 
 
 class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
-    """How many stored objects mention both entities of a pair, summed over segments on lookup."""
+    """How many live objects mention both entities of a pair, summed over segments on lookup
+    (each segment's count leaves its dead rows out: LoadedSegment.co_mentions)."""
 
     def __init__(self, segments: Sequence[LoadedSegment], namespaces: Iterable[str]) -> None:
         self._segments, self._namespaces = segments, frozenset(namespaces)
@@ -261,7 +263,10 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
         """The graph of one namespace scope; edges never cross namespaces, and a later segment's
-        edge replaces an earlier one with the same id (a re-weighted CO_MENTIONED edge)."""
+        edge replaces an earlier one with the same id (a re-weighted CO_MENTIONED edge, an edge
+        moved to an object's new version). Exactly the live objects' edges: an edge whose owner row
+        or either end is deleted is left out, and a CO_MENTIONED edge weighs the live objects
+        mentioning both its entities (none: left out), as if the deleted ones were never stored."""
         key = tuple(sorted(set(namespaces)))
 
         def build() -> Adjacency:
@@ -271,8 +276,18 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                     for edge in rows.edges.get(namespace, ()):
                         latest[edge.edge_id] = (namespace, edge)
             dead = self.dead_ids
-            return Adjacency([edge for namespace, edge in latest.values()
-                              if (namespace, edge.source) not in dead and (namespace, edge.target) not in dead])
+            counts = self.co_mention_counts(key)
+            edges = []
+            for namespace, edge in latest.values():
+                if (namespace, edge.source) in dead or (namespace, edge.target) in dead:
+                    continue
+                if edge.edge_type == CO_MENTIONED:
+                    mentioning = counts.get((namespace, edge.source, edge.target), 0)
+                    if not mentioning:
+                        continue
+                    edge = replace(edge, confidence=co_mention_confidence(mentioning))
+                edges.append(edge)
+            return Adjacency(edges)
 
         return self._adjacency.get(key, self._sources(key, lambda rows: rows.edges), build)
 
