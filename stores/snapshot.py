@@ -14,7 +14,6 @@ and deletion file), so a write, a delete or a merge costs the segments it touche
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -45,18 +44,26 @@ class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
     (each segment's count leaves its dead rows out: LoadedSegment.co_mentions)."""
 
     def __init__(self, segments: Sequence[LoadedSegment], namespaces: Iterable[str]) -> None:
-        self._segments, self._namespaces = segments, frozenset(namespaces)
+        self._namespaces = frozenset(namespaces)
+        # A MENTIONS edge lives in the segment of the row that owns it, so only those of the namespace count.
+        self._segments = {namespace: [segment for segment in segments if namespace in segment.namespace_slices]
+                          for namespace in self._namespaces}
+
+    def per_segment(self, namespace: str) -> list[Mapping[tuple[str, UUID, UUID], int]]:
+        """The live counts of each segment holding `namespace` (what a lookup sums)."""
+        return [segment.co_mentions for segment in self._segments[namespace]]
 
     def __getitem__(self, key: tuple[str, UUID, UUID]) -> int:
         if key[0] not in self._namespaces:
             raise KeyError(key)
-        total = sum(segment.co_mentions.get(key, 0) for segment in self._segments)
+        total = sum(segment.co_mentions.get(key, 0) for segment in self._segments[key[0]])
         if not total:
             raise KeyError(key)
         return total
 
     def __iter__(self) -> Iterator[tuple[str, UUID, UUID]]:
-        keys = {key for segment in self._segments for key in segment.co_mentions if key[0] in self._namespaces}
+        keys = {key for namespace, segments in self._segments.items() for segment in segments
+                for key in segment.co_mentions if key[0] == namespace}
         return iter(sorted(keys))
 
     def __len__(self) -> int:
@@ -277,15 +284,19 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                         latest[edge.edge_id] = (namespace, edge)
             dead = self.dead_ids
             counts = self.co_mention_counts(key)
+            per_segment = {namespace: counts.per_segment(namespace) for namespace in key}
             edges = []
             for namespace, edge in latest.values():
                 if (namespace, edge.source) in dead or (namespace, edge.target) in dead:
                     continue
                 if edge.edge_type == CO_MENTIONED:
-                    mentioning = counts.get((namespace, edge.source, edge.target), 0)
+                    pair = (namespace, edge.source, edge.target)
+                    mentioning = sum(segment.get(pair, 0) for segment in per_segment[namespace])
                     if not mentioning:
                         continue
-                    edge = replace(edge, confidence=co_mention_confidence(mentioning))
+                    confidence = co_mention_confidence(mentioning)
+                    if confidence != edge.confidence:
+                        edge = Edge(edge.edge_id, edge.source, edge.target, edge.edge_type, confidence)
                 edges.append(edge)
             return Adjacency(edges)
 

@@ -468,14 +468,34 @@ class LoadedSegment:
         return [self.edges[position] for position in self.edge_index.by_owner.get(row, ())]
 
     @cached_property
-    def co_mentions(self) -> Counter[tuple[str, UUID, UUID]]:
+    def co_mentions(self) -> Mapping[tuple[str, UUID, UUID], int]:
         """Per (namespace, smaller id, larger id): how many of this segment's live objects mention
         both: the count over every row less the dead rows' pairs, so a deletion costs its rows."""
-        counts = Counter(self.edge_index.co_mentions)
+        if not self.dead_rows:
+            return self.edge_index.co_mentions
+        dead: Counter[tuple[str, UUID, UUID]] = Counter()
         for row in self.dead_rows:
-            for key in self.edge_index.pairs_of(row):
-                counts[key] -= 1
-        return +counts  # drops the pairs no live object mentions
+            dead.update(self.edge_index.pairs_of(row))
+        return LiveCounts(self.edge_index.co_mentions, dead)
+
+
+class LiveCounts(Mapping[tuple[str, UUID, UUID], int]):
+    """Counts over every row less those of the dead rows; a pair no live row counts is absent."""
+
+    def __init__(self, every: Mapping[tuple[str, UUID, UUID], int], dead: Mapping[tuple[str, UUID, UUID], int]) -> None:
+        self._every, self._dead = every, dead
+
+    def __getitem__(self, key: tuple[str, UUID, UUID]) -> int:
+        count = self._every[key] - self._dead.get(key, 0)
+        if count <= 0:
+            raise KeyError(key)
+        return count
+
+    def __iter__(self):
+        return (key for key, count in self._every.items() if count > self._dead.get(key, 0))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class _EdgeIndex:
@@ -492,9 +512,13 @@ class _EdgeIndex:
                 self.by_owner[stored.row].append(position)
                 if stored.edge.edge_type in (MENTIONS, SPOKEN_BY):
                     self.owners_into[(stored.namespace, stored.edge.target)].append((stored.row, stored.edge.edge_type))
-        self.co_mentions: Counter[tuple[str, UUID, UUID]] = Counter()
+
+    @cached_property
+    def co_mentions(self) -> Counter[tuple[str, UUID, UUID]]:
+        counts: Counter[tuple[str, UUID, UUID]] = Counter()
         for row in self.by_owner:
-            self.co_mentions.update(self.pairs_of(row))
+            counts.update(self.pairs_of(row))
+        return counts
 
     def pairs_of(self, row: int) -> list[tuple[str, UUID, UUID]]:
         """The (namespace, smaller id, larger id) entity pairs the object of `row` mentions."""
