@@ -308,11 +308,17 @@ class MemoryStore(RetrievalLog, SnapshotSource):
         """Delete every object of `namespace` (every namespace if None) of `owner` matching `where`
         (stores/engine/changes.py ERASE_FIELDS or `metadata.<key>`, exact), then compact at once and
         remove the retrieval log records that name them: afterwards no byte of them is left in the
-        store directory. Readers keep answering from the snapshot they hold."""
+        store directory. An entity the store made (changes.store_made) is erased with the last
+        memory naming it, unless `where` selects ENTITY objects or the whole namespace goes. Readers
+        keep answering from the snapshot they hold."""
         with self._writing("erase objects") as snapshot:
             rows = changes.selected(snapshot, namespace, owner, where)
-            erased = [segment.object_at(row) for segment, row in rows]
             whole = namespace is not None and owner is None and not where
+            if not whole and (where or {}).get("node_type") != "ENTITY":
+                # An entity the store made follows the memories naming it (changes.entity_changes): it
+                # goes with the last of them, else stays, dated and owned by the first one left.
+                rows = [(segment, row) for segment, row in rows if not changes.store_made(snapshot, segment.object_at(row))]
+            erased = [segment.object_at(row) for segment, row in rows]
             if rows:
                 self._commit_removal(snapshot, rows)
             self._compact_now()
@@ -415,8 +421,11 @@ def _with_entity_changes(snapshot: StoreSnapshot, gone: Sequence[changes.Located
     deleted = [*gone, *entities.orphans, *(where for where, _ in entities.redated)]
     if not entities.redated:
         return prepared, deleted
-    redated = changes.copied_write(list(entities.redated), snapshot.manifest.expansion, edges=False)
-    return (redated if prepared is None else writer.joined(prepared, redated)), deleted
+    for namespace in sorted({version.namespace for _, version in entities.redated}):
+        redated = changes.copied_write([(where, version) for where, version in entities.redated if version.namespace == namespace],
+                                       snapshot.manifest.expansion, edges=False)
+        prepared = redated if prepared is None else writer.joined(prepared, redated)
+    return prepared, deleted
 
 
 def _given_vectors(

@@ -148,3 +148,19 @@ def test_a_superseded_turn_leaves_the_graph_of_a_store_that_only_held_its_succes
         assert _graph_answers(changed) == _graph_answers(never)
         changed.compact()
         assert _graph(changed) == _graph(never)
+
+
+def test_erasing_an_owner_across_namespaces_removes_and_re_dates_the_entities_as_if_never_stored(tmp_path):
+    namespaces = (NAMESPACE, "chat-2")
+    turns = [turn.model_copy(update={"namespace": namespace, "owner": "carol" if turn.session_seq in (1, 3) else "default"})
+             for namespace in namespaces for turn in _turns(12)]
+    with _open(tmp_path / "changed") as changed, _open(tmp_path / "never") as never:
+        for turn in turns:
+            changed.add([turn])
+        never.add([turn for turn in turns if turn.owner != "carol"])
+        changed.erase(owner="carol")
+        entities = [sorted(entity.model_dump_json() for entity in store.snapshot().stored_entities(namespaces))
+                    for store in (changed, never)]
+        assert entities[0] == entities[1] and any('"owner":"default"' in entity for entity in entities[0])
+        assert [store.snapshot().adjacency([namespace]).edges.__len__() for store in (changed, never) for namespace in namespaces] \
+            == [len(never.snapshot().adjacency([namespace]).edges) for _ in (0, 1) for namespace in namespaces]

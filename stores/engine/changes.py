@@ -147,7 +147,7 @@ def entity_changes(snapshot: StoreSnapshot, gone: Sequence[Located], added: Prep
         if where is None or (where[0].entry.id, where[1]) in gone_rows:
             continue
         entity = where[0].object_at(where[1])
-        if not _store_made(snapshot, entity):
+        if not store_made(snapshot, entity):
             continue
         kind = MENTIONS if entity.metadata.get("extracted") else SPOKEN_BY  # what dated it (entity_graph)
         into = [stored for stored in (added.edges if added is not None else ())
@@ -173,7 +173,7 @@ def entity_changes(snapshot: StoreSnapshot, gone: Sequence[Located], added: Prep
     return EntityChanges(tuple(orphans), tuple(redated))
 
 
-def _store_made(snapshot: StoreSnapshot, entity: MemoryObject) -> bool:
+def store_made(snapshot: StoreSnapshot, entity: MemoryObject) -> bool:
     """Whether the store made this ENTITY (entity_graph: a spotted name, or a speaker it did not
     know), rather than a caller: its id is one the store derives for its name."""
     if entity.node_type is not NodeType.ENTITY:

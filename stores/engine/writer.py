@@ -102,15 +102,37 @@ def prepare_write(
 
 
 def joined(first: PreparedWrite, second: PreparedWrite) -> PreparedWrite:
-    """One write of both prepared writes' rows (of one namespace, so the rows stay grouped by it),
-    `second`'s rows after `first`'s; its edges add no entity (`first` made the graph update)."""
-    if second.graph.entities or {memory.namespace for memory in first.rows} != {memory.namespace for memory in second.rows}:
-        raise StoreError("joined writes must share one namespace and the second must add no entity; this is a bug, report it")
-    shifted = [StoredEdge(stored.edge, stored.namespace, stored.row if stored.row is None or stored.row < 0 else
-                          stored.row + len(first.rows)) for stored in second.edges]
-    edges = tuple(sorted((*first.edges, *shifted), key=lambda stored: stored.edge.edge_id))
-    return PreparedWrite((*first.rows, *second.rows), np.concatenate([first.vectors, second.vectors]), edges, first.graph,
-                         first.embedding_seconds, TermPostings.concatenate([first.postings, second.postings]), first.expansion)
+    """One write of both prepared writes' rows, still grouped by namespace (within a namespace,
+    `first`'s rows before `second`'s), with their vectors, postings and edges (owner rows
+    renumbered); `second` adds no entity (`first` made the graph update)."""
+    if second.graph.entities:
+        raise StoreError("the second of two joined writes must add no entity; this is a bug, report it")
+    spans = [(write, _namespace_spans(write.rows)) for write in (first, second)]
+    rows: list[MemoryObject] = []
+    vectors, postings = [], []
+    edges = [stored for write in (first, second) for stored in write.edges if stored.row < 0]
+    for namespace in sorted({*spans[0][1], *spans[1][1]}):
+        for write, by_namespace in spans:
+            if namespace not in by_namespace:
+                continue
+            start, stop = by_namespace[namespace]
+            offset = len(rows) - start
+            rows += write.rows[start:stop]
+            vectors.append(write.vectors[start:stop])
+            postings.append(write.postings.subset(np.arange(start, stop)))
+            edges += [StoredEdge(stored.edge, stored.namespace, stored.row + offset) for stored in write.edges
+                      if start <= stored.row < stop]
+    return PreparedWrite(tuple(rows), np.concatenate(vectors), tuple(sorted(edges, key=lambda stored: stored.edge.edge_id)),
+                         first.graph, first.embedding_seconds, TermPostings.concatenate(postings), first.expansion)
+
+
+def _namespace_spans(rows: Sequence[MemoryObject]) -> dict[str, tuple[int, int]]:
+    """Where each namespace's rows lie in rows grouped by namespace."""
+    spans: dict[str, tuple[int, int]] = {}
+    for position, memory in enumerate(rows):
+        start, _ = spans.get(memory.namespace, (position, position))
+        spans[memory.namespace] = (start, position + 1)
+    return spans
 
 
 def _row_vectors(rows: Sequence[MemoryObject], texts: Sequence[str], encoder: QueryEncoder,
