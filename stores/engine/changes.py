@@ -152,19 +152,23 @@ def entity_changes(snapshot: StoreSnapshot, gone: Sequence[Located], added: Prep
         kind = MENTIONS if entity.metadata.get("extracted") else SPOKEN_BY  # what dated it (entity_graph)
         into = [stored for stored in (added.edges if added is not None else ())
                 if (stored.namespace, stored.edge.target) == (namespace, entity_key) and stored.edge.edge_type in (MENTIONS, SPOKEN_BY)]
-        left = [(segment, owner, edge_type) for segment in snapshot.segments
+        left = ((segment, owner, edge_type) for segment in snapshot.segments
                 for owner, edge_type in segment.edge_index.owners_into.get((namespace, entity_key), ())
-                if owner not in segment.dead_rows and (segment.entry.id, owner) not in gone_rows]
-        if not left and not into:
+                if owner not in segment.dead_rows and (segment.entry.id, owner) not in gone_rows)
+        if not into and next(left, None) is None:
             orphans.append(where)
             continue
         dater_gone = any(segment.object_at(row).created_at == entity.created_at for segment, row in gone
                          for stored in segment.owned_edges(row)
                          if (stored.namespace, stored.edge.target, stored.edge.edge_type) == (namespace, entity_key, kind))
-        # Only then are the objects left decoded: a speaker's entity may have spoken thousands of turns.
-        left_dating = [segment.object_at(owner) for segment, owner, edge_type in left if edge_type == kind] if dater_gone else []
+        if not dater_gone:
+            continue
+        # Only now are the objects left read: a speaker's entity may have spoken thousands of turns.
+        left_dating = [segment.object_at(owner) for segment in snapshot.segments
+                       for owner, edge_type in segment.edge_index.owners_into.get((namespace, entity_key), ())
+                       if edge_type == kind and owner not in segment.dead_rows and (segment.entry.id, owner) not in gone_rows]
         left_dating += [added.rows[stored.row] for stored in into if stored.edge.edge_type == kind and added is not None]
-        if not dater_gone or not left_dating:
+        if not left_dating:
             continue
         first = min(left_dating, key=lambda memory: (memory.created_at, memory.id))
         dated = {"created_at": first.created_at, "updated_at": first.created_at, "owner": first.owner, "scope": first.scope}
