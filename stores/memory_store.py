@@ -40,7 +40,7 @@ from rms_retrieval.stores.log.compaction import forget
 from rms_retrieval.stores.log.retrieval_log import entries_newest_first, flush_queued, read_records
 from rms_retrieval.stores.engine.segments import LoadedSegment
 from rms_retrieval.stores.snapshot import StoreSnapshot
-from rms_retrieval.stores.analysis.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
+from rms_retrieval.stores.analysis.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules, speaker_of, spoken_text
 from rms_retrieval.stores.engine.write_lock import DEFAULT_WRITE_TIMEOUT_SECONDS, WriteLock
 
 LOG_DIRECTORY = "log"
@@ -253,13 +253,20 @@ class MemoryStore(RetrievalLog, SnapshotSource):
             old = where[0].object_at(where[1])
             version = changes.new_version(old, wanted, datetime.now(timezone.utc))
             expansion = snapshot.manifest.expansion
-            if version.content != old.content:
-                prepared = writer.prepare_write(snapshot, [version], self._checked_encoder(snapshot.embedding_identity),
-                                                progress=False, expansion=expansion, versions={object_id}, speakers=self._speakers)
+            again: list[changes.Located] = []
+            if _analysed_again(old, version, self._speakers):
+                encoder = self._checked_encoder(snapshot.embedding_identity)
+                prepared = writer.prepare_write(snapshot, [version], encoder, progress=False, expansion=expansion,
+                                                versions={object_id}, speakers=self._speakers)
+                again = changes.followers(snapshot, [where], expansion)  # their expanded text took in the old one
+                if again:
+                    prepared = writer.joined(prepared, changes.reindexed_write(snapshot, [], again, encoder, expansion,
+                                                                               present=[version]))
             else:
                 prepared = changes.copied_write([(where, version)], expansion)
+            prepared, gone = _with_entity_changes(snapshot, [where, *again], prepared)
             manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
-                                               changes.deleted_rows([where]))
+                                               changes.deleted_rows(gone))
             self._committed(manifest, segments)
         return ChangeReport(manifest.generation, (object_id,))
 
@@ -278,10 +285,10 @@ class MemoryStore(RetrievalLog, SnapshotSource):
             fresh = writer.prepare_write(snapshot, [new_object], self._checked_encoder(snapshot.embedding_identity),
                                          progress=False, expansion=snapshot.manifest.expansion, extra_edges=[edge],
                                          speakers=self._speakers)
-            copied = changes.copied_write([(where, retired)], snapshot.manifest.expansion)
-            prepared = writer.joined(fresh, copied)
+            copied = changes.copied_write([(where, retired)], snapshot.manifest.expansion, edges=False)
+            prepared, gone = _with_entity_changes(snapshot, [where], writer.joined(fresh, copied))
             manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
-                                               changes.deleted_rows([where]))
+                                               changes.deleted_rows(gone))
             self._committed(manifest, segments)
         return ChangeReport(manifest.generation, (old_id, new_object.id))
 
@@ -301,11 +308,17 @@ class MemoryStore(RetrievalLog, SnapshotSource):
         """Delete every object of `namespace` (every namespace if None) of `owner` matching `where`
         (stores/engine/changes.py ERASE_FIELDS or `metadata.<key>`, exact), then compact at once and
         remove the retrieval log records that name them: afterwards no byte of them is left in the
-        store directory. Readers keep answering from the snapshot they hold."""
+        store directory. An entity the store made (changes.store_made) is erased with the last
+        memory naming it, unless `where` selects ENTITY objects or the whole namespace goes. Readers
+        keep answering from the snapshot they hold."""
         with self._writing("erase objects") as snapshot:
             rows = changes.selected(snapshot, namespace, owner, where)
-            erased = [segment.object_at(row) for segment, row in rows]
             whole = namespace is not None and owner is None and not where
+            if not whole and (where or {}).get("node_type") != "ENTITY":
+                # An entity the store made follows the memories naming it (changes.entity_changes): it
+                # goes with the last of them, else stays, dated and owned by the first one left.
+                rows = [(segment, row) for segment, row in rows if not changes.store_made(snapshot, segment.object_at(row))]
+            erased = [segment.object_at(row) for segment, row in rows]
             if rows:
                 self._commit_removal(snapshot, rows)
             self._compact_now()
@@ -318,15 +331,17 @@ class MemoryStore(RetrievalLog, SnapshotSource):
         return ChangeReport(self.snapshot().generation, tuple(memory.id for memory in erased))
 
     def _commit_removal(self, snapshot: StoreSnapshot, rows: Sequence[changes.Located]) -> None:
-        """Delete `rows`, and index again the turns whose expanded text took them in."""
+        """Delete `rows` and the entities only they named, and index again the turns whose
+        expanded text took them in."""
         expansion = snapshot.manifest.expansion
         again = changes.followers(snapshot, rows, expansion)
         prepared = None
         if again:
             prepared = changes.reindexed_write(snapshot, rows, again, self._checked_encoder(snapshot.embedding_identity),
                                                expansion)
+        prepared, gone = _with_entity_changes(snapshot, [*rows, *again], prepared)
         manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
-                                           changes.deleted_rows([*rows, *again]))
+                                           changes.deleted_rows(gone))
         self._committed(manifest, segments)
 
     def compact(self) -> int:
@@ -388,6 +403,29 @@ class MemoryStore(RetrievalLog, SnapshotSource):
         what was logged after it."""
         flush_queued(self.path / LOG_DIRECTORY)
         return entries_newest_first(self.path / LOG_DIRECTORY, namespaces)
+
+
+def _analysed_again(old: MemoryObject, version: MemoryObject, speakers: SpeakerRules) -> bool:
+    """Whether a new version is embedded, indexed and put in the graph again: its content changed,
+    or its speaker (a `metadata["speaker"]` change), who is part of the text it is indexed by and
+    the source of its SPOKEN_BY edge."""
+    return (version.content, spoken_text(version), speaker_of(version, speakers)) != \
+        (old.content, spoken_text(old), speaker_of(old, speakers))
+
+
+def _with_entity_changes(snapshot: StoreSnapshot, gone: Sequence[changes.Located], prepared: writer.PreparedWrite | None
+                         ) -> tuple[writer.PreparedWrite | None, list[changes.Located]]:
+    """A change's write and the rows it deletes, completed by what removing `gone` does to the
+    entities the store made (changes.entity_changes): orphans deleted, re-dated ones rewritten."""
+    entities = changes.entity_changes(snapshot, gone, prepared)
+    deleted = [*gone, *entities.orphans, *(where for where, _ in entities.redated)]
+    if not entities.redated:
+        return prepared, deleted
+    for namespace in sorted({version.namespace for _, version in entities.redated}):
+        redated = changes.copied_write([(where, version) for where, version in entities.redated if version.namespace == namespace],
+                                       snapshot.manifest.expansion, edges=False)
+        prepared = redated if prepared is None else writer.joined(prepared, redated)
+    return prepared, deleted
 
 
 def _given_vectors(

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.indexes.adjacency import Adjacency
-from rms_retrieval.stores.indexes.entity_graph import entity_names
+from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence, entity_names
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotError
 from rms_retrieval.stores.indexes.lexical import Bm25Index
 from rms_retrieval.stores.engine.manifest import Manifest
@@ -40,21 +40,30 @@ CO_MENTIONED = "CO_MENTIONED"
 
 
 class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
-    """How many stored objects mention both entities of a pair, summed over segments on lookup."""
+    """How many live objects mention both entities of a pair, summed over segments on lookup
+    (each segment's count leaves its dead rows out: LoadedSegment.co_mentions)."""
 
     def __init__(self, segments: Sequence[LoadedSegment], namespaces: Iterable[str]) -> None:
-        self._segments, self._namespaces = segments, frozenset(namespaces)
+        self._namespaces = frozenset(namespaces)
+        # A MENTIONS edge lives in the segment of the row that owns it, so only those of the namespace count.
+        self._segments = {namespace: [segment for segment in segments if namespace in segment.namespace_slices]
+                          for namespace in self._namespaces}
+
+    def per_segment(self, namespace: str) -> list[Mapping[tuple[str, UUID, UUID], int]]:
+        """The live counts of each segment holding `namespace` (what a lookup sums)."""
+        return [segment.co_mentions for segment in self._segments[namespace]]
 
     def __getitem__(self, key: tuple[str, UUID, UUID]) -> int:
         if key[0] not in self._namespaces:
             raise KeyError(key)
-        total = sum(segment.co_mentions.get(key, 0) for segment in self._segments)
+        total = sum(segment.co_mentions.get(key, 0) for segment in self._segments[key[0]])
         if not total:
             raise KeyError(key)
         return total
 
     def __iter__(self) -> Iterator[tuple[str, UUID, UUID]]:
-        keys = {key for segment in self._segments for key in segment.co_mentions if key[0] in self._namespaces}
+        keys = {key for namespace, segments in self._segments.items() for segment in segments
+                for key in segment.co_mentions if key[0] == namespace}
         return iter(sorted(keys))
 
     def __len__(self) -> int:
@@ -261,7 +270,10 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
         """The graph of one namespace scope; edges never cross namespaces, and a later segment's
-        edge replaces an earlier one with the same id (a re-weighted CO_MENTIONED edge)."""
+        edge replaces an earlier one with the same id (a re-weighted CO_MENTIONED edge, an edge
+        moved to an object's new version). Exactly the live objects' edges: an edge whose owner row
+        or either end is deleted is left out, and a CO_MENTIONED edge weighs the live objects
+        mentioning both its entities (none: left out), as if the deleted ones were never stored."""
         key = tuple(sorted(set(namespaces)))
 
         def build() -> Adjacency:
@@ -271,8 +283,22 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                     for edge in rows.edges.get(namespace, ()):
                         latest[edge.edge_id] = (namespace, edge)
             dead = self.dead_ids
-            return Adjacency([edge for namespace, edge in latest.values()
-                              if (namespace, edge.source) not in dead and (namespace, edge.target) not in dead])
+            counts = self.co_mention_counts(key)
+            per_segment = {namespace: counts.per_segment(namespace) for namespace in key}
+            edges = []
+            for namespace, edge in latest.values():
+                if (namespace, edge.source) in dead or (namespace, edge.target) in dead:
+                    continue
+                if edge.edge_type == CO_MENTIONED:
+                    pair = (namespace, edge.source, edge.target)
+                    mentioning = sum(segment.get(pair, 0) for segment in per_segment[namespace])
+                    if not mentioning:
+                        continue
+                    confidence = co_mention_confidence(mentioning)
+                    if confidence != edge.confidence:
+                        edge = Edge(edge.edge_id, edge.source, edge.target, edge.edge_type, confidence)
+                edges.append(edge)
+            return Adjacency(edges)
 
         return self._adjacency.get(key, self._sources(key, lambda rows: rows.edges), build)
 

@@ -62,15 +62,20 @@ def test_update_changes_fields_records_updated_at_and_keeps_the_vector(tmp_path)
         assert store.snapshot().count_objects() == 12 and check_store(tmp_path / "store").problems == []
 
 
-def test_a_content_change_is_indexed_again(tmp_path):
+def test_a_content_change_is_indexed_again_with_the_turns_whose_indexed_text_takes_it_in(tmp_path):
     turns = _turns(12)
-    with _open(tmp_path / "store") as store:
+    turns[2] = turns[2].model_copy(update={"content": "turn 2 albatross"})
+    with _open(tmp_path / "store") as store, _open(tmp_path / "never") as never:
         store.add(turns)
-        store.update(NAMESPACE, turns[2].id, content="turn 2 zeppelin")
-        assert [hit.object_id for hit in store.snapshot().search_lexical("zeppelin", [NAMESPACE], 5)] == [turns[2].id]
-        old_words = set(turns[2].content.split()[2:]) - {word for turn in turns if turn is not turns[2] for word in turn.content.split()}
-        for word in old_words:
-            assert turns[2].id not in {hit.object_id for hit in store.snapshot().search_lexical(word, [NAMESPACE], 50)}
+        assert {hit.object_id for hit in store.snapshot().search_lexical("albatross", [NAMESPACE], 50)} == {turns[2].id, turns[3].id}
+        store.update(NAMESPACE, turns[2].id, content="a zeppelin")
+        version = store.snapshot().get_objects([turns[2].id], [NAMESPACE])[turns[2].id]
+        never.add([version if turn.id == version.id else turn for turn in turns])
+        # turn 3 is indexed with the turn before it (the store's expansion): it is indexed again too
+        assert [hit.object_id for hit in store.snapshot().search_lexical("zeppelin", [NAMESPACE], 5)] == [turns[2].id, turns[3].id]
+        assert store.snapshot().search_lexical("albatross", [NAMESPACE], 50) == []
+        for words in ("zeppelin", "turn", "garden river"):
+            assert store.snapshot().search_lexical(words, [NAMESPACE], 50) == never.snapshot().search_lexical(words, [NAMESPACE], 50)
         assert store.snapshot().count_objects() == 12
 
 
@@ -207,3 +212,4 @@ def test_knowledge_at_leaves_out_what_was_stored_after_it_and_says_it_is_no_repl
         tiny = retrieve(store, "turn river guitar", namespaces=[NAMESPACE], encoder=store_workers.encoder(),
                         reference_time=when, knowledge_at=cutoff, token_budget=5, log=False)
         assert tiny.bundle.items == ()  # the warning does not fit: no unqualified evidence
+

@@ -81,3 +81,14 @@ def test_whole_words_only_and_namespaces_stay_apart():
 def test_output_does_not_depend_on_input_order():
     batch = [_turn(i, f"Caroline met Melanie and Jon at Club {i % 2}") for i in range(6)]
     assert entity_graph(batch, [], {}, ANCHORS) == entity_graph(list(reversed(batch)), [], {}, ANCHORS)
+
+
+def test_one_id_in_two_namespaces_of_one_batch_gets_each_namespace_s_own_entities_and_edges():
+    turns = [_turn(1, "Caroline met John in Paris", "a", metadata={"speaker": "Gina"}),
+             _turn(1, "Melanie saw Oscar in Berlin", "b", metadata={"speaker": "Priya"})]
+    update = entity_graph(turns, [], {}, ANCHORS)
+    names = {(entity.namespace, entity.content) for entity in update.entities}
+    assert names == {("a", "Caroline"), ("a", "John"), ("a", "Paris"), ("a", "Gina"),
+                     ("b", "Melanie"), ("b", "Oscar"), ("b", "Berlin"), ("b", "Priya")}
+    namespace_of = {entity.id: entity.namespace for entity in update.entities}
+    assert all(namespace_of[edge.target] == edge.namespace for edge in update.edges)

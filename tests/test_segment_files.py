@@ -66,8 +66,21 @@ def test_a_segment_holds_rows_vectors_edges_and_postings_grouped_by_namespace(tm
     assert segment.namespace_slices == {"a": (0, 1), "live": (1, 3)}
     assert segment.vectors[0].tolist() == vectors[1].tolist() and segment.postings.num_rows == 3
     assert segment.object_at(0) == RICH and segment.pinned_rows == [0]
-    assert segment.edges == (edge,) and segment.sessions[("live", "default", "default", "s")] == [(0, 1), (1, 2)]
+    owned = StoredEdge(edge.edge, edge.namespace, 0)  # an edge given without its owner is owned by its source's row
+    assert segment.edges == (owned,) and segment.sessions[("live", "default", "default", "s")] == [(0, 1), (1, 2)]
     assert sorted(path.name for path in (tmp_path / "segments").iterdir()) == ["g1-x"]
+
+
+def test_a_segment_written_before_edge_owners_finds_each_edge_s_owner_by_its_source(tmp_path):
+    edges = [StoredEdge(Edge(1, RICH.id, UUID(int=9), "MENTIONS", 0.9), "a", 0),
+             StoredEdge(Edge(2, UUID(int=8), UUID(int=9), "CO_MENTIONED", 0.45), "a", -1)]
+    written = write_segment(tmp_path, "g1-x", [RICH, store_workers.turn(0)], np.eye(2, 8, dtype=np.float32), edges)
+    index = written.directory / "index.npz"
+    with np.load(index) as arrays:
+        older = {name: arrays[name] for name in arrays.files if name != "edge_rows"}
+    np.savez(index, **older)
+    entry = SegmentEntry("g1-x", 2, {**written.entry.files, "index.npz": hashlib.sha256(index.read_bytes()).hexdigest()})
+    assert LoadedSegment(tmp_path, entry).edges == tuple(edges)
 
 
 def test_a_segment_file_that_differs_from_its_checksum_is_named(tmp_path):

@@ -9,6 +9,7 @@ store never held, so a caller learns nothing about other tenants.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -16,13 +17,13 @@ from uuid import UUID
 import numpy as np
 from pydantic import ValidationError
 
-from rms_retrieval.stores.indexes.entity_graph import GraphUpdate
+from rms_retrieval.stores.indexes.entity_graph import MENTIONS, SPOKEN_BY, GraphUpdate, entity_id
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.providers.embedding import encode_many
-from rms_retrieval.stores.analysis.expansion import TurnExpansion, indexed_texts
+from rms_retrieval.stores.analysis.expansion import IndexedTexts, TurnExpansion, indexed_texts
 from rms_retrieval.stores.indexes.lexical import TermPostings, term_postings
-from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.engine.segments import LoadedSegment
+from rms_retrieval.stores.models import MemoryObject, NodeType
+from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.snapshot import StoreSnapshot
 from rms_retrieval.stores.engine.writer import PreparedWrite
 
@@ -31,6 +32,8 @@ UPDATABLE_FIELDS = ("lifecycle_state", "epistemic_type", "confidence", "salience
 # What `erase(where=...)` may select on, besides `metadata.<key>`.
 ERASE_FIELDS = ("owner", "scope", "session_id", "node_type", "source_ref", "lifecycle_state", "epistemic_type")
 SUPERSEDES = "SUPERSEDES"
+# How many of an entity's derived ids (entity_graph.entity_id attempts) tell that the store made it.
+_DERIVED_ID_ATTEMPTS = 8
 
 Located = tuple[LoadedSegment, int]  # the segment and row of a live object
 
@@ -62,15 +65,28 @@ def new_version(memory: MemoryObject, changes: Mapping[str, Any], now: datetime)
         raise StoreError(f"cannot update {memory.id}: {field}: {first['msg']}") from error
 
 
-def copied_write(versions: Sequence[tuple[Located, MemoryObject]], expansion: TurnExpansion) -> PreparedWrite:
+def copied_write(versions: Sequence[tuple[Located, MemoryObject]], expansion: TurnExpansion, *, edges: bool = True
+                 ) -> PreparedWrite:
     """New versions of objects of one namespace whose content is unchanged: their old rows' vectors
-    and postings are copied, so they score exactly as before; nothing is embedded or analysed."""
+    and postings are copied, so they score exactly as before; nothing is embedded or analysed.
+    With `edges`, the edges their old rows owned move to the new rows (same ids); without, the
+    objects drop out of the graph (a superseded object: the graph reads as if only its successor
+    had been stored)."""
     rows = tuple(memory for _, memory in versions)
     if len({memory.namespace for memory in rows}) > 1:
         raise StoreError("one change touches one namespace; this is a bug, report it")
     vectors = np.stack([segment.vectors[row] for (segment, row), _ in versions]) if versions else np.empty((0, 0), np.float32)
     postings = TermPostings.concatenate([segment.postings.subset(np.asarray([row])) for (segment, row), _ in versions])
-    return PreparedWrite(rows, vectors, (), GraphUpdate((), (), ()), 0.0, postings, expansion)
+    moved = moved_edges([where for where, _ in versions]) if edges else ()
+    return PreparedWrite(rows, vectors, moved, GraphUpdate((), (), ()), 0.0, postings, expansion)
+
+
+def moved_edges(old_rows: Sequence[Located]) -> tuple[StoredEdge, ...]:
+    """The edges each of `old_rows` owned, owned by row i of the new write for the i-th old row
+    (their ids kept: the new segment's copy wins, and the old one dies with its row)."""
+    moved = [StoredEdge(stored.edge, stored.namespace, new_row)
+             for new_row, (segment, row) in enumerate(old_rows) for stored in segment.owned_edges(row)]
+    return tuple(sorted(moved, key=lambda stored: stored.edge.edge_id))
 
 
 def selected(snapshot: StoreSnapshot, namespace: str | None, owner: str | None, where: Mapping[str, Any] | None
@@ -104,6 +120,74 @@ def _value(memory: MemoryObject, field: str) -> Any:
         return memory.metadata.get(field.removeprefix("metadata."))
     value = getattr(memory, field)
     return getattr(value, "value", value)
+
+
+@dataclass(frozen=True)
+class EntityChanges:
+    """What removing some objects does to the entities the store made (entity_graph: spotted names
+    and speakers it did not know): `orphans`, named by no object left, are deleted; `redated`, whose
+    first mention (or first turn spoken, for a speaker) is gone, get a new version dated, owned and
+    scoped by the first one left, as the store would have made them had it never held the gone ones."""
+
+    orphans: tuple[Located, ...] = ()
+    redated: tuple[tuple[Located, MemoryObject], ...] = ()
+
+
+def entity_changes(snapshot: StoreSnapshot, gone: Sequence[Located], added: PreparedWrite | None) -> EntityChanges:
+    """The EntityChanges of removing `gone` in a commit that also writes `added` (whose objects
+    and edges count as left). Costs the edges into the entities `gone` named, never a scan."""
+    gone_rows = {(segment.entry.id, row) for segment, row in gone}
+    named = {(stored.namespace, stored.edge.target) for segment, row in gone for stored in segment.owned_edges(row)
+             if stored.edge.edge_type in (MENTIONS, SPOKEN_BY)}
+    orphans: list[Located] = []
+    redated: list[tuple[Located, MemoryObject]] = []
+    for namespace, entity_key in sorted(named, key=lambda key: (key[0], key[1].int)):
+        where = next(((segment, row) for segment in snapshot.segments
+                      if (row := segment.live_row(namespace, entity_key)) is not None), None)
+        if where is None or (where[0].entry.id, where[1]) in gone_rows:
+            continue
+        entity = where[0].object_at(where[1])
+        if not store_made(snapshot, entity):
+            continue
+        kind = MENTIONS if entity.metadata.get("extracted") else SPOKEN_BY  # what dated it (entity_graph)
+        into = [stored for stored in (added.edges if added is not None else ())
+                if (stored.namespace, stored.edge.target) == (namespace, entity_key) and stored.edge.edge_type in (MENTIONS, SPOKEN_BY)]
+        left = ((segment, owner, edge_type) for segment in snapshot.segments
+                for owner, edge_type in segment.edge_index.owners_into.get((namespace, entity_key), ())
+                if owner not in segment.dead_rows and (segment.entry.id, owner) not in gone_rows)
+        if not into and next(left, None) is None:
+            orphans.append(where)
+            continue
+        dater_gone = any(segment.object_at(row).created_at == entity.created_at for segment, row in gone
+                         for stored in segment.owned_edges(row)
+                         if (stored.namespace, stored.edge.target, stored.edge.edge_type) == (namespace, entity_key, kind))
+        if not dater_gone:
+            continue
+        # Only now are the objects left read: a speaker's entity may have spoken thousands of turns.
+        left_dating = [segment.object_at(owner) for segment in snapshot.segments
+                       for owner, edge_type in segment.edge_index.owners_into.get((namespace, entity_key), ())
+                       if edge_type == kind and owner not in segment.dead_rows and (segment.entry.id, owner) not in gone_rows]
+        left_dating += [added.rows[stored.row] for stored in into if stored.edge.edge_type == kind and added is not None]
+        if not left_dating:
+            continue
+        first = min(left_dating, key=lambda memory: (memory.created_at, memory.id))
+        dated = {"created_at": first.created_at, "updated_at": first.created_at, "owner": first.owner, "scope": first.scope}
+        if any(getattr(entity, field) != value for field, value in dated.items()):
+            redated.append((where, entity.model_copy(update=dated)))
+    return EntityChanges(tuple(orphans), tuple(redated))
+
+
+def store_made(snapshot: StoreSnapshot, entity: MemoryObject) -> bool:
+    """Whether the store made this ENTITY (entity_graph: a spotted name, or a speaker it did not
+    know), rather than a caller: its id is one the store derives for its name."""
+    if entity.node_type is not NodeType.ENTITY:
+        return False
+    if entity.metadata.get("extracted"):
+        return True
+    anchor = snapshot.namespace_anchor(entity.namespace)
+    name = entity.entity_canonical_name or entity.content
+    return anchor is not None and any(entity.id == entity_id(entity.namespace, name, anchor, attempt)
+                                      for attempt in range(_DERIVED_ID_ATTEMPTS))
 
 
 def deleted_rows(rows: Sequence[Located]) -> dict[str, set[int]]:
@@ -162,11 +246,15 @@ def followers(snapshot: StoreSnapshot, gone: Sequence[Located], expansion: TurnE
 
 
 def reindexed_write(snapshot: StoreSnapshot, gone: Sequence[Located], again: Sequence[Located], encoder: Any,
-                    expansion: TurnExpansion) -> PreparedWrite:
-    """New versions (unchanged objects) of `again`, embedded and indexed as if `gone` were never stored."""
-    rows = tuple(sorted((segment.object_at(row) for segment, row in again), key=lambda memory: memory.namespace))
+                    expansion: TurnExpansion, present: Sequence[MemoryObject] = ()) -> PreparedWrite:
+    """New versions (unchanged objects, their edges moved) of `again`, embedded and indexed as if
+    `gone` were never stored and the new versions `present` (written by the same commit) were."""
+    ordered = sorted(again, key=lambda where: where[0].namespace_of_row[where[1]])
+    rows = tuple(segment.object_at(row) for segment, row in ordered)
     without: dict[str, set[int]] = deleted_rows([*gone, *again])
     stored = [_Without(segment, without.get(segment.entry.id, set())) for segment in snapshot.segments]
-    texts = indexed_texts(rows, stored, expansion)
+    texts = indexed_texts([*rows, *present], stored, expansion)
+    texts = IndexedTexts(texts.vector[:len(rows)], texts.lexical[:len(rows)])
     vectors = encode_many(encoder, texts.vector, progress=False)
-    return PreparedWrite(rows, vectors, (), GraphUpdate((), (), ()), 0.0, term_postings(texts.lexical), expansion)
+    return PreparedWrite(rows, vectors, moved_edges(ordered), GraphUpdate((), (), ()), 0.0, term_postings(texts.lexical),
+                         expansion)

@@ -1,5 +1,5 @@
 """Compaction: rewrite every segment that holds deleted rows, or edges that name a deleted object,
-without them, and remove every file no generation needs. What erasure relies on: after it, no
+without them (and without the edges those rows owned), and remove every file no generation needs. What erasure relies on: after it, no
 byte of a deleted object is left in `segments/`.
 
 Rows move as Arrow columns and postings and vectors as arrays (no text is embedded or analysed
@@ -47,7 +47,11 @@ def compact(store: Path, snapshot: StoreSnapshot) -> tuple[Manifest, list[Loaded
                 continue
             retired.append(segment.entry.id)
             kept = segment.live_positions()
-            edges = [stored for stored in segment.edges if not _names_dead(stored, dead_ids)]
+            new_row = np.full(segment.entry.rows, -1, dtype=np.int64)
+            new_row[kept] = np.arange(len(kept))
+            # An edge goes with its owner row (a deleted object's, or an old version's) and with either end.
+            edges = [StoredEdge(stored.edge, stored.namespace, -1 if stored.row < 0 else int(new_row[stored.row]))
+                     for stored in segment.live_edges() if not _names_dead(stored, dead_ids)]
             if not len(kept) and not edges:
                 continue
             objects = segment.objects_table().take(pa.array(kept))

@@ -25,8 +25,8 @@ Value = TypeVar("Value")
 
 @dataclass(frozen=True)
 class NamespaceRows:
-    """One segment's edges (in stored order), entity rows, pinned rows and deleted rows (ascending),
-    by namespace."""
+    """One segment's edges with a live owner (in stored order), entity rows, pinned rows and
+    deleted rows (ascending), by namespace."""
 
     edges: Mapping[str, tuple[Edge, ...]]
     entity_rows: Mapping[str, tuple[int, ...]]
@@ -45,7 +45,7 @@ def namespace_rows(segment: LoadedSegment) -> NamespaceRows:
     """Split `segment`'s edges, entity rows, pinned rows and deleted rows by namespace (edges never cross one)."""
     namespace_of = segment.namespace_of_row
     return NamespaceRows(
-        edges=_grouped([(stored.namespace, stored.edge) for stored in segment.edges]),
+        edges=_grouped([(stored.namespace, stored.edge) for stored in segment.live_edges()]),
         entity_rows=_grouped([(namespace_of[row], row) for row in segment.entity_rows]),
         pinned_rows=_grouped([(namespace_of[row], row) for row in segment.pinned_rows]),
         dead_rows=_grouped([(namespace_of[row], row) for row in sorted(segment.dead_rows)]),

@@ -67,16 +67,24 @@ TEMPORARY_PREFIX = ".tmp-"
 DELETIONS_PREFIX = "deleted-"
 _DECODED_CACHE_LIMIT = 50_000
 MENTIONS = "MENTIONS"
+SPOKEN_BY = "SPOKEN_BY"
+CO_MENTIONED = "CO_MENTIONED"
 
 SessionKey = tuple[str, str, str, str]  # namespace, owner, scope, session id
 
 
 @dataclass(frozen=True, slots=True)
 class StoredEdge:
-    """An edge as a segment stores it: the graph edge plus the namespace both its ends lie in."""
+    """An edge as a segment stores it: the graph edge, the namespace both its ends lie in, and the
+    segment row of the object whose analysis made it (its owner: MENTIONS, SPOKEN_BY and SUPERSEDES
+    are owned by their source's row; -1 for none, as CO_MENTIONED, which is derived from the
+    MENTIONS around it). An edge whose owner row is deleted is dead with it, although a newer
+    version of the object may hold the same id. `row=None`: not known yet (a segment written
+    before owners were stored), found by the source's row in the segment when it is loaded."""
 
     edge: Edge
     namespace: str
+    row: int | None = None
 
 
 def segment_directory(store: Path, segment_id: str) -> Path:
@@ -142,6 +150,9 @@ def write_table_segment(
     if vectors.shape[0] != objects.num_rows or postings.num_rows != objects.num_rows:
         raise StoreError(f"segment {segment_id}: {objects.num_rows} rows, {vectors.shape[0]} vectors and "
                          f"{postings.num_rows} postings rows disagree; this is a bug, report it")
+    columns = loaded_columns(objects)
+    # every owner known before it is stored (an edge given without one is owned by its source's row)
+    edges = _owned(edges, {key: row for row, key in enumerate(zip(columns["namespace"], columns["id"]))}, objects.num_rows)
     index = io.BytesIO()
     np.savez(index, vectors=vectors, **postings.to_arrays(), **_edge_arrays(edges))
     blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: index.getvalue()}
@@ -168,7 +179,7 @@ def write_table_segment(
     entry = SegmentEntry(segment_id, objects.num_rows, digests, sources)
     segment = LoadedSegment.__new__(LoadedSegment)
     segment.entry, segment.directory = entry, segment_directory(store, segment_id)
-    segment._build(store, vectors, postings, loaded_columns(objects), tuple(edges))
+    segment._build(store, vectors, postings, columns, edges, owned=True)
     return segment
 
 
@@ -231,6 +242,7 @@ def _edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
         "edge_confidences": np.asarray([stored.edge.confidence for stored in edges], dtype=np.float64),
         "edge_type_bytes": type_bytes, "edge_type_ends": type_ends,
         "edge_namespace_bytes": namespace_bytes, "edge_namespace_ends": namespace_ends,
+        "edge_rows": np.asarray([-1 if stored.row is None else stored.row for stored in edges], dtype=np.int64),
     }
 
 
@@ -238,11 +250,27 @@ def _stored_edges(arrays: Mapping[str, np.ndarray]) -> tuple[StoredEdge, ...]:
     ends = arrays["edge_ends"].tobytes()
     types = _texts(arrays["edge_type_bytes"], arrays["edge_type_ends"])
     namespaces = _texts(arrays["edge_namespace_bytes"], arrays["edge_namespace_ends"])
+    # Segments written before owners were stored have no edge_rows: their owners are found on load.
+    rows = arrays["edge_rows"].tolist() if "edge_rows" in arrays else [None] * len(types)
     return tuple(
         StoredEdge(Edge(edge_id, UUID(bytes=ends[32 * i:32 * i + 16]), UUID(bytes=ends[32 * i + 16:32 * i + 32]),
-                        types[i], confidence), namespaces[i])
+                        types[i], confidence), namespaces[i], rows[i])
         for i, (edge_id, confidence) in enumerate(zip(arrays["edge_ids"].tolist(), arrays["edge_confidences"].tolist()))
     )
+
+
+def _owned(edges: Sequence[StoredEdge], row_of: Mapping[tuple[str, UUID], int], rows: int) -> tuple[StoredEdge, ...]:
+    """`edges` with every unknown owner found (the source's row here, for the edges an object's
+    analysis makes), each owner checked to be a row of the segment."""
+    owned = []
+    for stored in edges:
+        if stored.row is None:
+            row = -1 if stored.edge.edge_type == CO_MENTIONED else row_of.get((stored.namespace, stored.edge.source), -1)
+            stored = StoredEdge(stored.edge, stored.namespace, row)
+        elif not -1 <= stored.row < rows:
+            raise StoreError(f"edge {stored.edge.edge_id} names row {stored.row} of a segment of {rows} rows")
+        owned.append(stored)
+    return tuple(owned)
 
 
 def _parquet_edges(table: pa.Table) -> tuple[StoredEdge, ...]:
@@ -288,8 +316,9 @@ class LoadedSegment:
             return self
         segment = LoadedSegment.__new__(LoadedSegment)
         segment.entry, segment.directory = entry, self.directory
-        segment._build(self.directory.parent.parent, self.vectors, self.postings, self._columns, self.edges)
+        segment._build(self.directory.parent.parent, self.vectors, self.postings, self._columns, self.edges, owned=True)
         segment._checked = self._checked  # the rows' checked table; readers leave the dead rows out
+        segment._edge_index = self._edge_index  # over every row, dead or not: shared by every reading
         return segment
 
     def _dead_rows(self) -> np.ndarray:
@@ -310,8 +339,9 @@ class LoadedSegment:
         return rows
 
     def _build(self, store: Path, vectors: np.ndarray, postings: TermPostings, columns: Mapping[str, list],
-               edges: tuple[StoredEdge, ...]) -> None:
-        """The in-memory lookups over one segment's rows (`columns`: segment_parquet.LOADED_COLUMNS)."""
+               edges: tuple[StoredEdge, ...], *, owned: bool = False) -> None:
+        """The in-memory lookups over one segment's rows (`columns`: segment_parquet.LOADED_COLUMNS);
+        `owned`: every edge's owner row is known and checked already."""
         entry = self.entry
         self.vectors, self.postings = vectors, postings
         self.vectors.flags.writeable = False
@@ -348,7 +378,8 @@ class LoadedSegment:
             session_seq = columns["session_seq"][position]
             if key[3] is not None and session_seq is not None and position not in self.dead_rows:
                 self.sessions[key].append((session_seq, position))
-        self.edges = edges
+        self.edges = edges if owned else _owned(edges, self.row_of, entry.rows)
+        self._edge_index: _EdgeIndex | None = None
         self._decoded: dict[int, MemoryObject] = {}
         self._checked: pa.Table | None = None
         self._table_lock = threading.Lock()
@@ -414,17 +445,87 @@ class LoadedSegment:
         """Edge id by (edge type, source, target): how a re-weight finds the edge it replaces."""
         return {(stored.edge.edge_type, stored.edge.source, stored.edge.target): stored.edge.edge_id for stored in self.edges}
 
+    @property
+    def edge_index(self) -> _EdgeIndex:
+        """This segment's edges by owner row and by target, over every row (built once, shared
+        with every reading of the segment with another deletion file)."""
+        if self._edge_index is None:
+            self._edge_index = _EdgeIndex(self.edges)
+        return self._edge_index
+
+    def edge_alive(self, stored: StoredEdge) -> bool:
+        """Whether an edge of this segment has a live owner row (or none)."""
+        return stored.row is None or stored.row < 0 or stored.row not in self.dead_rows
+
+    def live_edges(self) -> list[StoredEdge]:
+        """The edges whose owner row is live (or that have none), in stored order."""
+        if not self.dead_rows:
+            return list(self.edges)
+        return [stored for stored in self.edges if self.edge_alive(stored)]
+
+    def owned_edges(self, row: int) -> list[StoredEdge]:
+        """The edges `row`'s analysis made, in stored order."""
+        return [self.edges[position] for position in self.edge_index.by_owner.get(row, ())]
+
+    @cached_property
+    def co_mentions(self) -> Mapping[tuple[str, UUID, UUID], int]:
+        """Per (namespace, smaller id, larger id): how many of this segment's live objects mention
+        both: the count over every row less the dead rows' pairs, so a deletion costs its rows."""
+        if not self.dead_rows:
+            return self.edge_index.co_mentions
+        dead: Counter[tuple[str, UUID, UUID]] = Counter()
+        for row in self.dead_rows:
+            dead.update(self.edge_index.pairs_of(row))
+        return LiveCounts(self.edge_index.co_mentions, dead)
+
+
+class LiveCounts(Mapping[tuple[str, UUID, UUID], int]):
+    """Counts over every row less those of the dead rows; a pair no live row counts is absent."""
+
+    def __init__(self, every: Mapping[tuple[str, UUID, UUID], int], dead: Mapping[tuple[str, UUID, UUID], int]) -> None:
+        self._every, self._dead = every, dead
+
+    def __getitem__(self, key: tuple[str, UUID, UUID]) -> int:
+        count = self._every[key] - self._dead.get(key, 0)
+        if count <= 0:
+            raise KeyError(key)
+        return count
+
+    def __iter__(self):
+        return (key for key, count in self._every.items() if count > self._dead.get(key, 0))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _EdgeIndex:
+    """One segment's edges grouped by owner row, its owners by target entity, and co-mention
+    counts over every row (what a deletion file subtracts from)."""
+
+    def __init__(self, edges: Sequence[StoredEdge]) -> None:
+        self._edges = edges
+        self.by_owner: dict[int, list[int]] = defaultdict(list)
+        # (namespace, entity) -> (owner row, MENTIONS or SPOKEN_BY) of the edges into it
+        self.owners_into: dict[tuple[str, UUID], list[tuple[int, str]]] = defaultdict(list)
+        for position, stored in enumerate(edges):
+            if stored.row is not None and stored.row >= 0:
+                self.by_owner[stored.row].append(position)
+                if stored.edge.edge_type in (MENTIONS, SPOKEN_BY):
+                    self.owners_into[(stored.namespace, stored.edge.target)].append((stored.row, stored.edge.edge_type))
+
     @cached_property
     def co_mentions(self) -> Counter[tuple[str, UUID, UUID]]:
-        """Per (namespace, smaller id, larger id): how many of this segment's objects mention both."""
-        targets: dict[UUID, list[UUID]] = defaultdict(list)
-        namespaces: dict[UUID, str] = {}
-        for stored in self.edges:
-            if stored.edge.edge_type == MENTIONS:
-                targets[stored.edge.source].append(stored.edge.target)
-                namespaces[stored.edge.source] = stored.namespace
         counts: Counter[tuple[str, UUID, UUID]] = Counter()
-        for source, mentioned in targets.items():
-            for first, second in combinations(sorted(set(mentioned)), 2):
-                counts[(namespaces[source], first, second)] += 1
+        for row in self.by_owner:
+            counts.update(self.pairs_of(row))
         return counts
+
+    def pairs_of(self, row: int) -> list[tuple[str, UUID, UUID]]:
+        """The (namespace, smaller id, larger id) entity pairs the object of `row` mentions."""
+        mentioned = [self._edges[position] for position in self.by_owner.get(row, ())
+                     if self._edges[position].edge.edge_type == MENTIONS]
+        if not mentioned:
+            return []
+        namespace = mentioned[0].namespace
+        return [(namespace, first, second)
+                for first, second in combinations(sorted({stored.edge.target for stored in mentioned}), 2)]

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.providers.embedding import encode_many
-from rms_retrieval.stores.indexes.entity_graph import GraphEdge, GraphUpdate, entity_graph, entity_id
+from rms_retrieval.stores.indexes.entity_graph import CO_MENTIONED, GraphEdge, GraphUpdate, entity_graph, entity_id
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.analysis.expansion import TurnExpansion, indexed_texts
 from rms_retrieval.stores.indexes.lexical import TermPostings, term_postings
@@ -83,27 +83,56 @@ def prepare_write(
     vectors = _row_vectors(rows, texts.vector, encoder, given_vectors or {}, progress)
     embedding_seconds = time.perf_counter() - started
     next_id = snapshot.max_edge_id + 1
+    owner = {(memory.namespace, memory.id): row for row, memory in enumerate(rows)}
     edges: list[StoredEdge] = []
     for edge in graph.edges:
-        edges.append(_stored(edge, next_id))
-        next_id += 1
+        # A pair whose earlier co-mentions were all deleted still has its edge: it is re-weighted.
+        existing = snapshot.co_mentioned_edge_id(edge.source, edge.target) if edge.edge_type == CO_MENTIONED else None
+        if existing is None:
+            existing, next_id = next_id, next_id + 1
+        edges.append(_stored(edge, existing, owner))
     for edge in graph.reweighted:
         existing = snapshot.co_mentioned_edge_id(edge.source, edge.target)
         if existing is None:
             raise StoreError(f"the store lost the CO_MENTIONED edge {edge.source} - {edge.target}; "
                              "run `rms check` on it")
-        edges.append(_stored(edge, existing))
+        edges.append(_stored(edge, existing, owner))
     edges.sort(key=lambda stored: stored.edge.edge_id)
     return PreparedWrite(rows, vectors, tuple(edges), graph, embedding_seconds, term_postings(texts.lexical), expansion)
 
 
 def joined(first: PreparedWrite, second: PreparedWrite) -> PreparedWrite:
-    """One write of both prepared writes' rows (of one namespace, so the rows stay grouped by it);
-    `second` adds no edges."""
-    if second.edges or {memory.namespace for memory in first.rows} != {memory.namespace for memory in second.rows}:
-        raise StoreError("joined writes must share one namespace and the second must add no edges; this is a bug, report it")
-    return PreparedWrite((*first.rows, *second.rows), np.concatenate([first.vectors, second.vectors]), first.edges, first.graph,
-                         first.embedding_seconds, TermPostings.concatenate([first.postings, second.postings]), first.expansion)
+    """One write of both prepared writes' rows, still grouped by namespace (within a namespace,
+    `first`'s rows before `second`'s), with their vectors, postings and edges (owner rows
+    renumbered); `second` adds no entity (`first` made the graph update)."""
+    if second.graph.entities:
+        raise StoreError("the second of two joined writes must add no entity; this is a bug, report it")
+    spans = [(write, _namespace_spans(write.rows)) for write in (first, second)]
+    rows: list[MemoryObject] = []
+    vectors, postings = [], []
+    edges = [stored for write in (first, second) for stored in write.edges if stored.row < 0]
+    for namespace in sorted({*spans[0][1], *spans[1][1]}):
+        for write, by_namespace in spans:
+            if namespace not in by_namespace:
+                continue
+            start, stop = by_namespace[namespace]
+            offset = len(rows) - start
+            rows += write.rows[start:stop]
+            vectors.append(write.vectors[start:stop])
+            postings.append(write.postings.subset(np.arange(start, stop)))
+            edges += [StoredEdge(stored.edge, stored.namespace, stored.row + offset) for stored in write.edges
+                      if start <= stored.row < stop]
+    return PreparedWrite(tuple(rows), np.concatenate(vectors), tuple(sorted(edges, key=lambda stored: stored.edge.edge_id)),
+                         first.graph, first.embedding_seconds, TermPostings.concatenate(postings), first.expansion)
+
+
+def _namespace_spans(rows: Sequence[MemoryObject]) -> dict[str, tuple[int, int]]:
+    """Where each namespace's rows lie in rows grouped by namespace."""
+    spans: dict[str, tuple[int, int]] = {}
+    for position, memory in enumerate(rows):
+        start, _ = spans.get(memory.namespace, (position, position))
+        spans[memory.namespace] = (start, position + 1)
+    return spans
 
 
 def _row_vectors(rows: Sequence[MemoryObject], texts: Sequence[str], encoder: QueryEncoder,
@@ -126,8 +155,10 @@ def _row_vectors(rows: Sequence[MemoryObject], texts: Sequence[str], encoder: Qu
     return vectors
 
 
-def _stored(edge: GraphEdge, edge_id: int) -> StoredEdge:
-    return StoredEdge(Edge(edge_id, edge.source, edge.target, edge.edge_type, edge.confidence), edge.namespace)
+def _stored(edge: GraphEdge, edge_id: int, owner: Mapping[tuple[str, UUID], int]) -> StoredEdge:
+    """`edge` numbered, owned by its source's row of the write (CO_MENTIONED by none)."""
+    row = -1 if edge.edge_type == CO_MENTIONED else owner[(edge.namespace, edge.source)]
+    return StoredEdge(Edge(edge_id, edge.source, edge.target, edge.edge_type, edge.confidence), edge.namespace, row)
 
 
 def namespace_anchors(snapshot: StoreSnapshot, objects: Sequence[MemoryObject]) -> dict[str, UUID]:
@@ -159,13 +190,15 @@ def _check_new_ids(snapshot: StoreSnapshot, objects: Sequence[MemoryObject]) -> 
 def _without_id_clashes(graph: GraphUpdate, snapshot: StoreSnapshot, batch_keys: set[tuple[str, UUID]],
                         anchors: dict[str, UUID]) -> GraphUpdate:
     """The update with every new entity whose derived id is taken in its namespace (by a
-    user-supplied id) moved to the next free derived id, edges included."""
+    user-supplied id) moved to the next free derived id, edges included. The id of a deleted
+    object is free here: an entity a delete left without mentions (changes.entity_changes) gets
+    its id back when it is named again, as in a store that never held what named it before."""
     taken = set(batch_keys)
     moved: dict[UUID, UUID] = {}
     entities = []
     for entity in graph.entities:
         fresh, attempt = entity.id, 0
-        while (entity.namespace, fresh) in taken or snapshot.contains(entity.namespace, fresh):
+        while (entity.namespace, fresh) in taken or snapshot.is_live(entity.namespace, fresh):
             attempt += 1
             fresh = entity_id(entity.namespace, entity.entity_canonical_name or entity.content,
                               anchors[entity.namespace], attempt)
@@ -224,15 +257,16 @@ def write_merged(store: Path, segments: Sequence[LoadedSegment], generation: int
     objects = pa.concat_tables([segment.objects_table() for segment in segments]).take(pa.array(order))
     objects = objects.set_column(0, "row", pa.array(np.arange(len(order), dtype=np.int64)))
     latest: dict[int, StoredEdge] = {}
-    for segment in segments:
+    offsets = np.cumsum([0, *(segment.entry.rows for segment in segments)]).tolist()
+    for segment, offset in zip(segments, offsets):
         for stored in segment.edges:
-            latest[stored.edge.edge_id] = stored
+            row = -1 if stored.row is None or stored.row < 0 else int(new_row[offset + stored.row])
+            latest[stored.edge.edge_id] = StoredEdge(stored.edge, stored.namespace, row)
     merged = write_table_segment(
         store, new_segment_id(generation), objects, vectors, [latest[edge_id] for edge_id in sorted(latest)],
         postings, sources=tuple(segment.entry.id for segment in segments),
     )
     # Deleted rows stay deleted (only compaction drops them, with the edges that name them).
-    offsets = np.cumsum([0, *(segment.entry.rows for segment in segments)]).tolist()
     dead = sorted(new_row[offset + row] for segment, offset in zip(segments, offsets) for row in segment.dead_rows)
     if not dead:
         return merged

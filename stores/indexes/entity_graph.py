@@ -127,13 +127,14 @@ def entity_graph(
             extracted = bool(entity.metadata.get("extracted"))
             namespaces[entity.namespace].add(entity.id, entity_names(entity), extracted)
 
-    speaker_by_object: dict[UUID, str] = {}
+    # by (namespace, id): ids are unique within a namespace only, and one batch may hold the same id in two
+    speaker_by_object: dict[tuple[str, UUID], str] = {}
     new_speakers: dict[UUID, MemoryObject] = {}
     for memory in ordered:
         speaker = None if memory.node_type is NodeType.ENTITY else speaker_of(memory, speakers)
         if speaker is None or len(name_key(speaker)) < 2:
             continue
-        speaker_by_object[memory.id] = speaker
+        speaker_by_object[(memory.namespace, memory.id)] = speaker
         known = namespaces[memory.namespace]
         if not known.named(speaker):
             new_id = entity_id(memory.namespace, speaker, anchors[memory.namespace])
@@ -141,7 +142,7 @@ def entity_graph(
             new_speakers[new_id] = _new_entity(new_id, speaker, memory, extracted=False, entity_type="PERSON")
 
     spotted_new: dict[UUID, tuple[str, str]] = {}  # id -> (name, entity type) of first spotting
-    spotted_by_object: dict[UUID, set[UUID]] = {}
+    spotted_by_object: dict[tuple[str, UUID], set[UUID]] = {}
     for memory in ordered:
         if memory.node_type is NodeType.ENTITY:
             continue
@@ -155,7 +156,7 @@ def entity_graph(
                 known.add(new_id, [spotted.name], extracted=True)
                 matches = {new_id}
             ids |= matches
-        spotted_by_object[memory.id] = ids
+        spotted_by_object[(memory.namespace, memory.id)] = ids
 
     edges: list[GraphEdge] = []
     first_mention: dict[UUID, MemoryObject] = {}
@@ -164,12 +165,12 @@ def entity_graph(
         if memory.node_type is NodeType.ENTITY:
             continue
         known = namespaces[memory.namespace]
-        mentioned = known.occurring_in(memory.content) | spotted_by_object[memory.id]
+        mentioned = known.occurring_in(memory.content) | spotted_by_object[(memory.namespace, memory.id)]
         for target in sorted(mentioned):
             confidence = EXTRACTED_MENTION_CONFIDENCE if target in known.extracted else DECLARED_MENTION_CONFIDENCE
             edges.append(GraphEdge(memory.namespace, MENTIONS, memory.id, target, confidence))
             first_mention.setdefault(target, memory)
-        speaker = speaker_by_object.get(memory.id)
+        speaker = speaker_by_object.get((memory.namespace, memory.id))
         if speaker is not None:
             for target in sorted(known.named(speaker)):
                 edges.append(GraphEdge(memory.namespace, SPOKEN_BY, memory.id, target, SPOKEN_BY_CONFIDENCE))

@@ -1,0 +1,166 @@
+"""Memories that change, seen from the entity graph: after a delete, an update or a supersede the
+graph side of retrieval (entity catalog, MENTIONS / SPOKEN_BY / CO_MENTIONED edges and weights,
+the graph path, the speaker lift) is the graph of a store that never held the old objects."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from uuid import UUID
+
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.stores.analysis.messages import message_turns
+from rms_retrieval.stores.engine.check import check_store
+from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.models import MemoryObject
+from tests.factories import RandomEncoder
+
+NAMESPACE = "chat"
+T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+SPEAKERS = ("Caroline", "Melanie", "Gina")
+PEOPLE = ("John", "Lisa", "Emma", "Oscar")
+PLACES = ("Paris", "Denver", "Berlin", "Lisbon", "Kyoto")
+ACTIVITIES = ("went hiking", "had dinner", "saw a concert", "visited a museum", "took a cooking class")
+QUESTIONS = ("What did Caroline do with John?", "Where did Melanie go with Lisa?", "Who was in Paris?",
+             "What did Gina do in Kyoto?", "When did Emma visit Berlin?", "What did Oscar and Caroline do?")
+# Turns 1 and 2 are Melanie's and Gina's first (their speaker entities are dated by them), 1 and 3
+# first name Oscar, Emma and Denver; every turn naming Oscar goes, so his entity must go too.
+DELETED = (1, 2, 3, 5, 8, 17, 18)
+
+
+def _encoder() -> RandomEncoder:
+    return RandomEncoder(16)
+
+
+def _open(path) -> MemoryStore:
+    return MemoryStore.open(path, _encoder(), retired_grace=0)
+
+
+def _turns(count: int) -> list[MemoryObject]:
+    """Plain chat turns with speakers (as `add_messages` makes them) that name people and places.
+    Positions are given, so that session neighbours (which count positions) are the same in both
+    stores and only the graph is on trial."""
+    turns = []
+    for number in range(count):
+        text = f"I {ACTIVITIES[number % 5]} with {PEOPLE[(number * 3) % 4]} in {PLACES[(number * 7) % 5]}"
+        if number % 2:
+            text += f" and {PEOPLE[(number + 1) % 4]} joined us"
+        message = {"role": "user", "name": SPEAKERS[number % 3], "content": text, "id": str(UUID(int=number + 1)),
+                   "created_at": (T0 + timedelta(minutes=number)).isoformat()}
+        turn = message_turns(NAMESPACE, "s1", [message])[0]
+        turns.append(turn.model_copy(update={"session_seq": number}))
+    return turns
+
+
+def _answers(store: MemoryStore) -> tuple[list[str], int]:
+    """Each question's bundle JSON, and how many questions used both the graph path and the speaker lift."""
+    bundles, both = [], 0
+    for question in QUESTIONS:
+        result = retrieve(store, question, namespaces=[NAMESPACE], encoder=_encoder(), reference_time=T0 + timedelta(days=2),
+                          log=False, extra_nodes=("graph_candidates", "spoken_by_query_entities"))
+        both += bool(result.nodes["graph_candidates"].hits) and bool(result.nodes["spoken_by_query_entities"])
+        bundles.append(result.bundle.to_json())
+    return bundles, both
+
+
+def _graph(store: MemoryStore) -> dict:
+    """The graph side of a store as a user could tell it: entities, edges (ids aside), co-mention counts."""
+    snapshot = store.snapshot()
+    return {
+        "entities": sorted(entity.model_dump_json() for entity in snapshot.stored_entities([NAMESPACE])),
+        "catalog": [(ref.alias, ref.object_id) for ref in snapshot.entity_catalog([NAMESPACE])],
+        "edges": sorted((edge.edge_type, edge.source, edge.target, edge.confidence)
+                        for edge in snapshot.adjacency([NAMESPACE]).edges if edge.edge_type != "SUPERSEDES"),
+        "co_mentions": dict(snapshot.co_mention_counts([NAMESPACE])),
+    }
+
+
+def _graph_answers(store: MemoryStore) -> list:
+    """Per question: the graph path's hits (edge ids aside) and the speaker lift."""
+    found = []
+    for question in QUESTIONS:
+        nodes = retrieve(store, question, namespaces=[NAMESPACE], encoder=_encoder(), reference_time=T0 + timedelta(days=2),
+                         log=False, extra_nodes=("graph_candidates", "spoken_by_query_entities")).nodes
+        hits = [(hit.object_id, hit.rank, hit.raw_score, hit.detail["hops"], hit.detail["support"], hit.detail["edge_types"])
+                for hit in nodes["graph_candidates"].hits]
+        found.append((hits, sorted(nodes["spoken_by_query_entities"])))
+    return found
+
+
+def test_deleted_turns_leave_the_graph_and_the_speaker_lift_as_in_a_store_that_never_held_them(tmp_path):
+    turns = _turns(40)
+    gone = sorted({turns[number].id for number in DELETED} | {turn.id for turn in turns if "Oscar" in turn.content})
+    later = _turns(42)[40:]  # written after the delete: co-mentions counted then must be the live ones
+    with _open(tmp_path / "changed") as changed, _open(tmp_path / "never") as never:
+        for turn in turns:  # one add each, so deletions land in merged and in small segments
+            changed.add([turn])
+        never.add([turn for turn in turns if turn.id not in gone])
+        changed.delete(NAMESPACE, gone[:5])
+        changed.delete(NAMESPACE, gone[5:])
+        assert "Oscar" not in [ref.alias for ref in changed.snapshot().entity_catalog([NAMESPACE])]
+        assert _graph(changed) == _graph(never)
+        bundles, both = _answers(changed)
+        assert both >= 3 and bundles == _answers(never)[0]
+        for turn in later:
+            changed.add([turn])
+            never.add([turn])
+        assert _graph(changed) == _graph(never) and _answers(changed) == _answers(never)
+        changed.compact()
+        assert _graph(changed) == _graph(never) and _answers(changed) == _answers(never)
+        assert check_store(tmp_path / "changed").problems == []
+
+
+def test_an_update_leaves_the_graph_of_a_store_that_only_held_the_new_versions(tmp_path):
+    turns = _turns(40)
+    with _open(tmp_path / "changed") as changed, _open(tmp_path / "never") as never:
+        for turn in turns:
+            changed.add([turn])
+        changed.update(NAMESPACE, turns[7].id, content="I went sailing with Zoe in Lisbon")  # new mentions, old gone
+        changed.update(NAMESPACE, turns[12].id, content="nothing much happened today")  # no mention left
+        changed.update(NAMESPACE, turns[13].id, metadata={"speaker": "Priya", "role": "user"})  # a new speaker
+        changed.update(NAMESPACE, turns[14].id, salience=0.8)  # the graph unchanged
+        versions = changed.snapshot().get_objects([turns[number].id for number in (7, 12, 13, 14)], [NAMESPACE])
+        never.add([versions.get(turn.id, turn) for turn in turns])
+        spoken = _graph(changed)["edges"]
+        assert ("SPOKEN_BY", turns[13].id) in {edge[:2] for edge in spoken} and "Zoe" in str(_graph(changed)["catalog"])
+        assert ("MENTIONS", turns[12].id) not in {edge[:2] for edge in spoken}
+        assert _graph(changed) == _graph(never)
+        bundles, both = _answers(changed)
+        assert both >= 3 and bundles == _answers(never)[0]
+        changed.compact()
+        assert _graph(changed) == _graph(never) and _answers(changed) == _answers(never)
+        assert check_store(tmp_path / "changed").problems == []
+
+
+def test_a_superseded_turn_leaves_the_graph_of_a_store_that_only_held_its_successor(tmp_path):
+    """The old turn stays (SUPERSEDED, for AUDIT), so lexical statistics still count it and whole
+    bundles differ; its place in the graph passes to the successor."""
+    turns = _turns(40)
+    old = turns[9]
+    successor = old.model_copy(update={"id": UUID(int=999), "content": "I moved to Kyoto with Lisa",
+                                       "created_at": old.created_at + timedelta(seconds=1),
+                                       "updated_at": old.created_at + timedelta(seconds=1)})
+    with _open(tmp_path / "changed") as changed, _open(tmp_path / "never") as never:
+        for turn in turns:
+            changed.add([turn])
+        changed.supersede(NAMESPACE, old.id, successor)
+        never.add([successor if turn.id == old.id else turn for turn in turns])
+        assert _graph(changed) == _graph(never)
+        assert _graph_answers(changed) == _graph_answers(never)
+        changed.compact()
+        assert _graph(changed) == _graph(never)
+
+
+def test_erasing_an_owner_across_namespaces_removes_and_re_dates_the_entities_as_if_never_stored(tmp_path):
+    namespaces = (NAMESPACE, "chat-2")
+    turns = [turn.model_copy(update={"namespace": namespace, "owner": "carol" if turn.session_seq in (1, 3) else "default"})
+             for namespace in namespaces for turn in _turns(12)]
+    with _open(tmp_path / "changed") as changed, _open(tmp_path / "never") as never:
+        for turn in turns:
+            changed.add([turn])
+        never.add([turn for turn in turns if turn.owner != "carol"])
+        changed.erase(owner="carol")
+        entities = [sorted(entity.model_dump_json() for entity in store.snapshot().stored_entities(namespaces))
+                    for store in (changed, never)]
+        assert entities[0] == entities[1] and any('"owner":"default"' in entity for entity in entities[0])
+        assert [store.snapshot().adjacency([namespace]).edges.__len__() for store in (changed, never) for namespace in namespaces] \
+            == [len(never.snapshot().adjacency([namespace]).edges) for _ in (0, 1) for namespace in namespaces]
