@@ -19,7 +19,8 @@ from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
-from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge, write_segment
+from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
+from rms_retrieval.stores.engine.segment_writing import write_segment
 
 RICH = MemoryObject(
     id=UUID(int=7), namespace="a", content="Ann paid 4.50 for coffee", node_type=NodeType.FACT, session_id="s",

@@ -10,9 +10,10 @@ Files under `segments/<id>/`:
 Segments written before index.npz have `vectors.npy`, `edges.parquet` and `postings.npz` instead;
 they load the same, and a merge rewrites them in the current form.
 
-`write_segment` builds them in memory (no DuckDB connection: stores/engine/segment_parquet.py), writes
-them into a temporary directory, fsyncs, and renames it into place; only a manifest that names the
-segment makes it live. `LoadedSegment` verifies every file's sha256 before parsing it.
+`segment_writing.write_segment` builds them in memory (no DuckDB connection:
+stores/engine/segment_parquet.py), writes them into a temporary directory, fsyncs, and renames it
+into place; only a manifest that names the segment makes it live. `LoadedSegment` verifies every
+file's sha256 before parsing it.
 
 A segment's rows never change, but some may be deleted: a deletion file
 (`deleted-g<generation>.npy`, the sorted dead row positions) that the manifest names with the
@@ -24,16 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
-import os
 import re
-import shutil
 import threading
 import uuid
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import combinations
@@ -45,12 +42,11 @@ import pyarrow as pa
 
 from rms_retrieval.stores.engine.codec import memory_object
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.indexes.lexical import TermPostings, term_postings
-from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry, fsync_path
+from rms_retrieval.stores.indexes.lexical import TermPostings
+from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge
-from rms_retrieval.stores.engine.segment_parquet import (LOADED_COLUMNS, OBJECTS_SCHEMA, conformed, loaded_columns, objects_table,
-                                                 parquet_bytes, read_table)
+from rms_retrieval.stores.engine.segment_parquet import LOADED_COLUMNS, OBJECTS_SCHEMA, conformed, loaded_columns, read_table
 
 OBJECTS_FILE = "objects.parquet"
 INDEX_FILE = "index.npz"
@@ -104,112 +100,6 @@ def segment_generation(segment_id: str) -> int:
     return int(segment_id[1:9])
 
 
-def _namespace_order(rows: Sequence[MemoryObject]) -> list[int]:
-    """Row positions grouped by namespace (stable), so a namespace's vectors are one slice."""
-    return sorted(range(len(rows)), key=lambda position: rows[position].namespace)
-
-
-def write_segment(
-    store: Path,
-    segment_id: str,
-    rows: Sequence[MemoryObject],
-    vectors: np.ndarray,
-    edges: Sequence[StoredEdge],
-    postings: TermPostings | None = None,
-) -> LoadedSegment:
-    """Write one segment of `rows` durably under `segments/<segment_id>/`; return it, loaded.
-
-    `rows` must already be grouped by namespace when `postings` is given; otherwise rows are
-    grouped here and analysed.
-    """
-    if postings is None:
-        order = _namespace_order(rows)
-        rows = [rows[position] for position in order]
-        vectors = np.asarray(vectors, dtype=np.float32)[order] if len(order) else vectors
-        postings = term_postings([(memory.content, memory.entity_canonical_name) for memory in rows])
-    return write_table_segment(store, segment_id, objects_table(rows), vectors, edges, postings)
-
-
-def write_table_segment(
-    store: Path,
-    segment_id: str,
-    objects: pa.Table,
-    vectors: np.ndarray,
-    edges: Sequence[StoredEdge],
-    postings: TermPostings,
-    sources: tuple[str, ...] = (),
-) -> LoadedSegment:
-    """Write one segment from its objects table (OBJECTS_SCHEMA, rows grouped by namespace, `row`
-    counting from 0), vectors, edges and postings; a merge passes its sources' ids as `sources`.
-
-    Each file is serialised in memory, hashed, written and fsynced once, with the staging
-    directory; then that is renamed into place. Nothing names the segment until a manifest does,
-    and `write_manifest` fsyncs `segments/` before it switches to one that does.
-    """
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    if vectors.shape[0] != objects.num_rows or postings.num_rows != objects.num_rows:
-        raise StoreError(f"segment {segment_id}: {objects.num_rows} rows, {vectors.shape[0]} vectors and "
-                         f"{postings.num_rows} postings rows disagree; this is a bug, report it")
-    columns = loaded_columns(objects)
-    # every owner known before it is stored (an edge given without one is owned by its source's row)
-    edges = _owned(edges, {key: row for row, key in enumerate(zip(columns["namespace"], columns["id"]))}, objects.num_rows)
-    index = io.BytesIO()
-    np.savez(index, vectors=vectors, **postings.to_arrays(), **_edge_arrays(edges))
-    blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: index.getvalue()}
-    digests = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
-    namespaces = Counter(objects.column("namespace").to_pylist())
-    sidecar = sidecar_bytes(segment_id, objects.num_rows, digests, sources, dict(sorted(namespaces.items())),
-                            vectors.shape[1] if vectors.ndim == 2 else 0)
-    parent = store / SEGMENTS_DIR
-    parent.mkdir(exist_ok=True)
-    staging = parent / f"{TEMPORARY_PREFIX}{segment_id}"
-    staging.mkdir()
-    try:
-        files = {**blobs, SIDECAR_FILE: sidecar}
-        for name, data in files.items():
-            (staging / name).write_bytes(data)
-        # The files' data and the staging directory's entries are independent, so their fsyncs
-        # run at once (the journal commits them together); all must finish before the rename.
-        with ThreadPoolExecutor(len(files) + 1, thread_name_prefix="segment-fsync") as pool:
-            list(pool.map(fsync_path, [*(staging / name for name in files), staging]))
-        os.rename(staging, parent / segment_id)  # made durable by the manifest switch that names it
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    entry = SegmentEntry(segment_id, objects.num_rows, digests, sources)
-    segment = LoadedSegment.__new__(LoadedSegment)
-    segment.entry, segment.directory = entry, segment_directory(store, segment_id)
-    segment._build(store, vectors, postings, columns, edges, owned=True)
-    return segment
-
-
-def sidecar_bytes(segment_id: str, rows: int, files: Mapping[str, str], sources: Sequence[str],
-                  namespaces: Mapping[str, int], dimension: int) -> bytes:
-    """The segment's description (SIDECAR_FILE), canonical JSON."""
-    return json.dumps({"id": segment_id, "rows": rows, "files": dict(files), "sources": list(sources),
-                       "namespaces": dict(namespaces), "dimension": dimension}, sort_keys=True).encode()
-
-
-def write_deletions(store: Path, segment_id: str, generation: int, rows: Sequence[int]) -> Deletions:
-    """Write the deletion file of generation `generation` for a segment durably (it is live once a
-    manifest names it): the sorted dead rows as an int64 `.npy`."""
-    directory = segment_directory(store, segment_id)
-    name = f"{DELETIONS_PREFIX}g{generation:08d}.npy"
-    buffer = io.BytesIO()
-    np.save(buffer, np.unique(np.asarray(rows, dtype=np.int64)), allow_pickle=False)
-    data = buffer.getvalue()
-    staged = directory / f"{TEMPORARY_PREFIX}{name}"
-    try:
-        staged.write_bytes(data)
-        fsync_path(staged)
-        os.rename(staged, directory / name)
-        fsync_path(directory)
-    except BaseException:
-        staged.unlink(missing_ok=True)
-        raise
-    return Deletions(name, hashlib.sha256(data).hexdigest(), len(set(rows)))
-
-
 def latest_deletions(directory: Path) -> Deletions | None:
     """The newest deletion file in a segment directory, described as a manifest would (for
     `rms check --repair`, which has no manifest to name it); None without one."""
@@ -221,29 +111,9 @@ def latest_deletions(directory: Path) -> Deletions | None:
     return Deletions(found[-1].name, hashlib.sha256(data).hexdigest(), len(rows))
 
 
-def _texts_array(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    encoded = [text.encode() for text in texts]
-    return np.frombuffer(b"".join(encoded), dtype=np.uint8), np.cumsum([len(text) for text in encoded], dtype=np.int64)
-
-
 def _texts(blob: np.ndarray, ends: np.ndarray) -> list[str]:
     data, stops = blob.tobytes(), ends.tolist()
     return [data[start:stop].decode() for start, stop in zip([0, *stops[:-1]], stops)]
-
-
-def _edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
-    """The edges as plain arrays for index.npz (ids as 16-byte rows, texts as bytes and ends)."""
-    type_bytes, type_ends = _texts_array([stored.edge.edge_type for stored in edges])
-    namespace_bytes, namespace_ends = _texts_array([stored.namespace for stored in edges])
-    ends = np.frombuffer(b"".join(stored.edge.source.bytes + stored.edge.target.bytes for stored in edges), dtype=np.uint8)
-    return {
-        "edge_ids": np.asarray([stored.edge.edge_id for stored in edges], dtype=np.int64),
-        "edge_ends": ends.reshape(len(edges), 32),
-        "edge_confidences": np.asarray([stored.edge.confidence for stored in edges], dtype=np.float64),
-        "edge_type_bytes": type_bytes, "edge_type_ends": type_ends,
-        "edge_namespace_bytes": namespace_bytes, "edge_namespace_ends": namespace_ends,
-        "edge_rows": np.asarray([-1 if stored.row is None else stored.row for stored in edges], dtype=np.int64),
-    }
 
 
 def _stored_edges(arrays: Mapping[str, np.ndarray]) -> tuple[StoredEdge, ...]:
@@ -259,7 +129,7 @@ def _stored_edges(arrays: Mapping[str, np.ndarray]) -> tuple[StoredEdge, ...]:
     )
 
 
-def _owned(edges: Sequence[StoredEdge], row_of: Mapping[tuple[str, UUID], int], rows: int) -> tuple[StoredEdge, ...]:
+def owned_edges(edges: Sequence[StoredEdge], row_of: Mapping[tuple[str, UUID], int], rows: int) -> tuple[StoredEdge, ...]:
     """`edges` with every unknown owner found (the source's row here, for the edges an object's
     analysis makes), each owner checked to be a row of the segment."""
     owned = []
@@ -378,7 +248,7 @@ class LoadedSegment:
             session_seq = columns["session_seq"][position]
             if key[3] is not None and session_seq is not None and position not in self.dead_rows:
                 self.sessions[key].append((session_seq, position))
-        self.edges = edges if owned else _owned(edges, self.row_of, entry.rows)
+        self.edges = edges if owned else owned_edges(edges, self.row_of, entry.rows)
         self._edge_index: _EdgeIndex | None = None
         self._decoded: dict[int, MemoryObject] = {}
         self._checked: pa.Table | None = None

@@ -31,9 +31,9 @@ from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Ma
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.analysis.positions import placed_turns
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
-from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, SEGMENT_NAME, TEMPORARY_PREFIX, LoadedSegment, StoredEdge,
-                                           new_segment_id, segment_generation, write_deletions, write_segment,
-                                           write_table_segment)
+from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, SEGMENT_NAME, TEMPORARY_PREFIX, LoadedSegment,
+                                                  StoredEdge, new_segment_id, segment_generation)
+from rms_retrieval.stores.engine.segment_writing import write_deletions, write_segment, write_table_segment
 from rms_retrieval.stores.snapshot import StoreSnapshot
 from rms_retrieval.stores.analysis.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
 
