@@ -7,7 +7,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from rms_retrieval.stores.engine import segments, writer
+from rms_retrieval.stores.engine import segment_writing, writer
 from rms_retrieval.stores.indexes.entity_graph import entity_id
 from rms_retrieval.stores.analysis.expansion import PRESETS
 from rms_retrieval.stores.indexes.lexical import FTS_EXTENSION
@@ -146,7 +146,8 @@ def _observable_state(store: MemoryStore, encoder) -> tuple:
     )
 
 
-@pytest.mark.parametrize("failing_step", [(segments, "parquet_bytes"), (writer, "write_manifest"), (segments, "fsync_path")])
+@pytest.mark.parametrize("failing_step", [(segment_writing, "parquet_bytes"), (writer, "write_manifest"),
+                                          (segment_writing, "fsync_path")])
 def test_failed_ingest_leaves_the_store_unchanged(store, encoder, monkeypatch, failing_step):
     store.add(THREE_DOCUMENTS)
     before = _observable_state(store, encoder)
