@@ -38,7 +38,7 @@ TEST_TMPDIR := $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm)
 TEST_ENV := $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 
 test: install
-	$(TEST_ENV) $(PY) -m pytest -q -m "not slow" -n auto --durations=25
+	$(TEST_ENV) $(PY) -m pytest -q -m "not slow" -n auto --dist worksteal --durations=25
 
 # One process: the Ray and Dask engines in it bring their own workers.
 test-slow: install

@@ -12,7 +12,7 @@ from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 from tests.factories import FakeEncoder
 
-SIZE = 10_000
+SIZE = 2_000
 PAGE = 97
 _TYPES = (NodeType.TURN, NodeType.FACT, NodeType.EVENT)
 
@@ -47,7 +47,7 @@ def _expected(*, node_types=tuple(NodeType), lifecycles=(LifecycleState.ACTIVE,)
     )
 
 
-def test_pages_of_97_cover_the_10000_objects_once_in_id_order(store, monkeypatch):
+def test_pages_of_97_cover_the_2000_objects_once_in_id_order(store, monkeypatch):
     largest_read = 0
     snapshot = store.snapshot()
     read = snapshot.scan_page

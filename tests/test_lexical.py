@@ -110,6 +110,7 @@ def test_postings_match_the_fts_index_tables():
 
 
 @pytest.mark.locomo
+@pytest.mark.slow
 def test_locomo_questions_match_duckdb(locomo_path):
     from rms_retrieval.dataflows.locomo import conversation_objects, load_locomo
 

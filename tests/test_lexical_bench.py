@@ -22,6 +22,7 @@ def test_measure_times_every_query_cold_and_warm():
 
 
 @pytest.mark.locomo
+@pytest.mark.slow
 def test_locomo_corpus_asks_each_question_of_its_own_conversation(locomo_path):
     corpus = locomo_corpus(locomo_path)
     assert {namespace for _, namespace in corpus.queries} == set(corpus.namespaces)

@@ -106,14 +106,59 @@ async def _session_scenario(session: ClientSession, demo_store) -> None:
     assert not failed and "My cousin Ilse breeds alpacas in Patagonia." in [item["content"] for item in found["items"]]
 
 
-def test_stdio_lists_searches_refuses_and_adds(demo_store, demo_copy):
+async def _other_tools_scenario(session: ClientSession, demo_store) -> None:
+    """Explain, scan, the two aggregations, a bad message; then delete and erase, in the served namespace only."""
+    arguments = {"query": QUESTION, "reference_time": demo_store.reference_time.isoformat(), "token_budget": 300}
+    _, found = await call(session, "memory_search", arguments)
+    first = found["items"][0]["id"]
+    failed, explained = await call(session, "memory_explain", {**arguments, "object_id": first})
+    assert not failed and explained["outcome"] == "INCLUDED" and explained["object_id"] == first
+    failed, page = await call(session, "memory_scan", {"namespace": demo_store.namespace, "limit": 2})
+    assert not failed and len(page["objects"]) == 2 and page["has_more"] and page["next_cursor"]
+    failed, counted = await call(session, "memory_aggregate_assertions", {"namespace": demo_store.namespace})
+    assert not failed and counted["stored_set_exhaustive"] is True
+    failed, totals = await call(session, "memory_aggregate_quantities",
+                                {"namespace": demo_store.namespace, "units": ["usd"]})
+    assert not failed and totals["query"]["units"] == ["usd"]
+    failed, error = await call(session, "memory_add", {"namespace": demo_store.namespace, "session_id": "s",
+                                                       "messages": [{"role": "user", "content": "x", "mood": 1}]})
+    assert failed and "messages.0.mood: Extra inputs are not permitted" in error
+    failed, added = await call(session, "memory_add", {
+        "namespace": demo_store.namespace, "session_id": "mcp-erase",
+        "messages": [{"role": "user", "name": "Priya", "content": "My locker code is 4417."},
+                     {"role": "user", "name": "Priya", "content": "The spare key hangs by the door."}]})
+    assert not failed and added["added"] == 2
+    _, page = await call(session, "memory_scan", {"namespace": demo_store.namespace, "limit": 500})
+    ids = {obj["content"]: obj["id"] for obj in page["objects"]}
+    failed, deleted = await call(session, "memory_delete", {"namespace": demo_store.namespace,
+                                                            "ids": [ids["My locker code is 4417."]]})
+    assert not failed and deleted["deleted"] == [ids["My locker code is 4417."]]
+    failed, error = await call(session, "memory_delete", {"namespace": demo_store.namespace,
+                                                          "ids": [ids["My locker code is 4417."]]})
+    assert failed and "\n" not in error  # gone already: a one-line error
+    failed, error = await call(session, "memory_delete", {"namespace": OTHER, "ids": [ids["The spare key hangs by the door."]]})
+    assert failed and error.endswith(not_served(OTHER))
+    failed, error = await call(session, "memory_erase", {"namespace": OTHER})
+    assert failed and error.endswith(not_served(OTHER))
+    failed, erased = await call(session, "memory_erase", {"namespace": demo_store.namespace,
+                                                          "where": {"session_id": "mcp-erase"}})
+    assert not failed and erased["erased"] >= 1
+    _, page = await call(session, "memory_scan", {"namespace": demo_store.namespace, "limit": 500})
+    assert not {"My locker code is 4417.", "The spare key hangs by the door."} & {o["content"] for o in page["objects"]}
+
+
+def test_stdio_lists_searches_refuses_adds_and_runs_every_other_tool(demo_store, demo_copy):
     async def scenario():
         async with stdio_session(demo_copy, "--namespace", demo_store.namespace) as session:
             await _session_scenario(session, demo_store)
+            await _other_tools_scenario(session, demo_store)
+        with MemoryStore.open(demo_copy, create=False) as store:
+            assert store.snapshot().count_objects([OTHER]) > 0  # the other namespace is untouched
 
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_streamable_http_on_loopback(demo_store, demo_copy):
     async def scenario():
         async with http_session(demo_copy, "--namespace", demo_store.namespace) as (session, server):
@@ -183,52 +228,6 @@ def test_a_pattern_serves_matching_namespaces_only(demo_store, demo_copy):
             assert not failed and [o["content"] for o in page["objects"]] == ["Standup at 9."]
             failed, error = await call(session, "memory_scan", {"namespace": OTHER})
             assert failed and error.endswith(not_served(OTHER))
-
-    asyncio.run(scenario())
-
-
-def test_the_other_tools_answer_and_delete_and_erase_change_only_the_served_namespace(demo_store, demo_copy):
-    async def scenario():
-        async with stdio_session(demo_copy, "--namespace", demo_store.namespace) as session:
-            arguments = {"query": QUESTION, "reference_time": demo_store.reference_time.isoformat(), "token_budget": 300}
-            _, found = await call(session, "memory_search", arguments)
-            first = found["items"][0]["id"]
-            failed, explained = await call(session, "memory_explain", {**arguments, "object_id": first})
-            assert not failed and explained["outcome"] == "INCLUDED" and explained["object_id"] == first
-            failed, page = await call(session, "memory_scan", {"namespace": demo_store.namespace, "limit": 2})
-            assert not failed and len(page["objects"]) == 2 and page["has_more"] and page["next_cursor"]
-            failed, counted = await call(session, "memory_aggregate_assertions", {"namespace": demo_store.namespace})
-            assert not failed and counted["stored_set_exhaustive"] is True
-            failed, totals = await call(session, "memory_aggregate_quantities",
-                                        {"namespace": demo_store.namespace, "units": ["usd"]})
-            assert not failed and totals["query"]["units"] == ["usd"]
-            failed, error = await call(session, "memory_add", {"namespace": demo_store.namespace, "session_id": "s",
-                                                               "messages": [{"role": "user", "content": "x", "mood": 1}]})
-            assert failed and "messages.0.mood: Extra inputs are not permitted" in error
-            failed, added = await call(session, "memory_add", {
-                "namespace": demo_store.namespace, "session_id": "mcp-erase",
-                "messages": [{"role": "user", "name": "Priya", "content": "My locker code is 4417."},
-                             {"role": "user", "name": "Priya", "content": "The spare key hangs by the door."}]})
-            assert not failed and added["added"] == 2
-            _, page = await call(session, "memory_scan", {"namespace": demo_store.namespace, "limit": 500})
-            ids = {obj["content"]: obj["id"] for obj in page["objects"]}
-            failed, deleted = await call(session, "memory_delete", {"namespace": demo_store.namespace,
-                                                                    "ids": [ids["My locker code is 4417."]]})
-            assert not failed and deleted["deleted"] == [ids["My locker code is 4417."]]
-            failed, error = await call(session, "memory_delete", {"namespace": demo_store.namespace,
-                                                                  "ids": [ids["My locker code is 4417."]]})
-            assert failed and "\n" not in error  # gone already: a one-line error
-            failed, error = await call(session, "memory_delete", {"namespace": OTHER, "ids": [ids["The spare key hangs by the door."]]})
-            assert failed and error.endswith(not_served(OTHER))
-            failed, error = await call(session, "memory_erase", {"namespace": OTHER})
-            assert failed and error.endswith(not_served(OTHER))
-            failed, erased = await call(session, "memory_erase", {"namespace": demo_store.namespace,
-                                                                  "where": {"session_id": "mcp-erase"}})
-            assert not failed and erased["erased"] >= 1
-            _, page = await call(session, "memory_scan", {"namespace": demo_store.namespace, "limit": 500})
-            assert not {"My locker code is 4417.", "The spare key hangs by the door."} & {o["content"] for o in page["objects"]}
-        with MemoryStore.open(demo_copy, create=False) as store:
-            assert store.snapshot().count_objects([OTHER]) > 0  # the other namespace is untouched
 
     asyncio.run(scenario())
 

@@ -74,7 +74,7 @@ def test_an_open_reader_sees_each_new_generation_on_its_next_request(tmp_path):
         assert pinned.snapshot().count_objects() == 0  # a snapshot never changes under its request
 
 
-@pytest.mark.parametrize("reader_count, turns", [(2, 120), pytest.param(4, 300, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("reader_count, turns", [(2, 60), pytest.param(4, 300, marks=pytest.mark.slow)])
 def test_reader_processes_and_one_writer_process(tmp_path, reader_count, turns):
     """Readers check, answer, enumerate and explain every snapshot they see while a writer adds
     turns one at a time (merges run every MERGE_FACTOR writes)."""

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from rms_retrieval.dataflows.bench import crash_bench
 from tests import store_workers
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, read_manifest
@@ -16,6 +18,7 @@ from rms_retrieval.stores.engine.segments import TEMPORARY_PREFIX
 from rms_retrieval.stores.engine.writer import never_named
 
 
+@pytest.mark.slow  # the fast tier kills twice, through `rms bench crash` (tests/test_store_benches.py)
 def test_five_random_kills_leave_a_consistent_store_and_no_leftovers(tmp_path):
     result = crash_bench.run_kills(tmp_path / "store", 5, seed=12)
     assert result["kills"] == 5 and result["problems"] == []
