@@ -29,7 +29,7 @@ from rms_retrieval.stores.providers.embedding import default_encoder, validated_
 from rms_retrieval.stores.errors import EmbeddingError, EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.analysis.expansion import TurnExpansion, resolved_expansion
 from rms_retrieval.stores.engine.manifest import (LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, holds_segments,
-                                           missing_manifest_message, read_manifest, write_manifest)
+                                                  missing_manifest_message, read_manifest, write_manifest)
 from rms_retrieval.stores.analysis.messages import message_turns
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.engine.repair import STORE_FACTS_FILE, write_store_facts

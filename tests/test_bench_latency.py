@@ -9,7 +9,7 @@ import pytest
 
 from rms_retrieval.dataflows.bench import latency_bench
 from rms_retrieval.dataflows.bench.latency_bench import (CHANNELS, PEER_MISSING, channel_off, interleaved, run_latency,
-                                                        warming_queries)
+                                                         warming_queries)
 from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
 from rms_retrieval.nodes.pools import PathType
 from tests.factories import FakeEncoder

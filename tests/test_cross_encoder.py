@@ -14,7 +14,7 @@ from rms_retrieval.dataflows.replay import ReplayError, RefusingCrossEncoder, re
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.settings import RerankSettings, RetrievalSettings
 from rms_retrieval.stores.providers.cross_encoder import (OnnxCrossEncoder, RerankerUnavailable, default_cross_encoder,
-                                                model_directory)
+                                                          model_directory)
 from rms_retrieval.stores.memory_store import MemoryStore
 
 QUESTION = "When did Caroline go to the LGBTQ support group?"

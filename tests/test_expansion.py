@@ -11,7 +11,7 @@ import pytest
 from factories import FakeEncoder, make_object
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.analysis.expansion import (DEFAULT_EXPANSION, OFF, PRESETS, TurnExpansion, expansion_from_json,
-                                            expansion_named, indexed_texts, resolved_expansion)
+                                                     expansion_named, indexed_texts, resolved_expansion)
 from rms_retrieval.stores.engine.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import NodeType

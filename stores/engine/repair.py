@@ -32,7 +32,7 @@ from rms_retrieval.stores.analysis.expansion import OFF, TurnExpansion, expansio
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, fsync_path, read_manifest, write_manifest
 from rms_retrieval.stores.protocols import EmbeddingIdentity
 from rms_retrieval.stores.engine.segments import (SEGMENT_FILES, SEGMENT_NAME, SEPARATE_FILES, SIDECAR_FILE, VECTORS_FILE,
-                                           LoadedSegment, latest_deletions, segment_generation)
+                                                  LoadedSegment, latest_deletions, segment_generation)
 from rms_retrieval.stores.engine.write_lock import WriteLock
 
 STORE_FACTS_FILE = "store.json"
