@@ -137,8 +137,8 @@ class ParquetRecords(RecordReader):
             connection.close()
 
     def scan_page(self, selection: ScanSelection) -> list[MemoryObject]:
-        parameters = {**_bound(selection), "limit_plus_one": selection.limit + 1}
-        del parameters["limit"]
+        parameters = _bound(selection)
+        parameters["limit_plus_one"] = parameters.pop("limit") + 1  # one row more tells that a page follows
         return [memory_object(record) for (record,) in self._rows(SCAN_PAGE, parameters)]
 
     def exclusion_counts(self, selection: ClaimSelection) -> dict[str, int]:
