@@ -40,7 +40,8 @@ TEST_ENV := $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 test: install
 	$(TEST_ENV) $(PY) -m pytest -q -m "not slow" -n auto --dist worksteal --durations=25
 
-# One process: the Ray and Dask engines in it bring their own workers.
+# One process: the Ray and Dask engines in it bring their own workers, and a second pytest worker
+# beside a Ray cluster on two cores slows both several times over.
 test-slow: install
 	$(TEST_ENV) $(PY) -m pytest -q -m slow --durations=25
 

@@ -34,7 +34,7 @@ _TIME_FILTER_HELP = ("leave out memories whose validity ended before this",
 def _selection_options(args: argparse.Namespace) -> dict[str, Any]:
     """The request fields given on the command line; the request checks their values."""
     options = {"retrieval_mode": args.mode, "limit": args.limit, "min_score": args.min_score,
-               "max_per_source": args.max_per_source}
+               "max_per_source": args.max_per_source, "max_per_evidence": args.max_per_evidence}
     for name in _TIME_FILTERS:
         options[name] = parse_time(getattr(args, name), "--" + name.replace("_", "-"))
     return {name: value for name, value in options.items() if value is not None}
@@ -57,6 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     query.add_argument("--min-score", type=float, help="leave out memories below this score (under rank "
                        "fusion, their cosine similarity to the question)")
     query.add_argument("--max-per-source", type=int, help="at most this many memories with the same evidence and text")
+    query.add_argument("--max-per-evidence", type=int, help="at most this many memories with the same evidence, whatever the text")
     for name, what in zip(_TIME_FILTERS, _TIME_FILTER_HELP):
         query.add_argument("--" + name.replace("_", "-"), help=f"{what} (ISO 8601 with timezone)")
     policy_arguments(query)

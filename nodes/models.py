@@ -40,6 +40,9 @@ class RetrievalRequest(BaseModel):
     limit: int | None = Field(default=None, ge=1)
     min_score: float = Field(default=0.0, ge=0.0, le=1.0)
     max_per_source: int | None = Field(default=None, ge=1)
+    max_per_evidence: int | None = Field(
+        default=None, ge=1, description="At most this many memories citing the same exact evidence_refs set, "
+                                         "whatever their text (RFC-0005 section 5); memories without evidence are not capped.")
     knowledge_at: AwareDatetime | None = Field(
         default=None, description="Ingestion-time cutoff (RFC-0005 amendment): objects stored after it are left out; "
                                   "current lifecycle states and indexes are used, not a replay of the past.")

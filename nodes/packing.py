@@ -1,4 +1,4 @@
-"""Stage 6: selection (min_score, limit, max_per_source) and token-budgeted packing (RFC 8).
+"""Stage 6: selection (min_score, limit, max_per_source, max_per_evidence) and token-budgeted packing (RFC 8).
 
 Priority tiers: 1 pinned objects and ACTIVE tasks, 2 candidates found by two or more paths,
 3 the rest by score. Inside a tier score order decides what fits when the budget is tight (RFC 8
@@ -52,14 +52,37 @@ class _Item:
 
 
 # Why selection left a candidate out, by code; 0 keeps it.
-_REASONS = (None, "min_score", "source_limit", "limit")
-_KEPT, _MIN_SCORE, _SOURCE_LIMIT, _LIMIT = range(len(_REASONS))
+_REASONS = (None, "min_score", "source_limit", "evidence_limit", "limit")
+_KEPT, _MIN_SCORE, _SOURCE_LIMIT, _EVIDENCE_LIMIT, _LIMIT = range(len(_REASONS))
+
+
+def _cap_groups(reason: np.ndarray, objects: tuple[MemoryObject, ...], cap: int,
+                key: Callable[[MemoryObject], tuple | None], code: int) -> None:
+    """In rank order, mark `code` on every still-kept candidate past the first `cap` of its group
+    (`key(obj)`, None for no group)."""
+    seen: dict[tuple, int] = {}
+    for i in np.flatnonzero(reason == _KEPT).tolist():
+        group = key(objects[i])
+        if group is None:
+            continue
+        if seen.get(group, 0) >= cap:
+            reason[i] = code
+        else:
+            seen[group] = seen.get(group, 0) + 1
+
+
+def _evidence(obj: MemoryObject) -> tuple | None:
+    return tuple(sorted(obj.evidence_refs)) if obj.evidence_refs else None
+
+
+def _source(obj: MemoryObject) -> tuple | None:
+    return (tuple(sorted(obj.evidence_refs)), obj.content) if obj.evidence_refs else None
 
 
 def selected_candidates(
     ranked_candidates: RankedCandidates, merged_candidates: CandidatePool, request: RetrievalRequest
 ) -> Selection:
-    """Apply min_score, max_per_source and limit in rank order; pinned objects and active tasks
+    """Apply min_score, max_per_source, max_per_evidence and limit in rank order; pinned objects and active tasks
     obey them too: an explicit caller bound wins (RFC amendment "explicit selection")."""
     pool = ranked_candidates.pool
     objects = pool.objects
@@ -73,16 +96,9 @@ def selected_candidates(
         value = pool.semantic_relevance if rank_fused else pool.score
         reason[value < request.min_score] = _MIN_SCORE
     if request.max_per_source:
-        per_source: dict[tuple, int] = {}
-        for i in np.flatnonzero(reason == _KEPT).tolist():
-            obj = objects[i]
-            if not obj.evidence_refs:
-                continue
-            source = (tuple(sorted(obj.evidence_refs)), obj.content)
-            if per_source.get(source, 0) >= request.max_per_source:
-                reason[i] = _SOURCE_LIMIT
-            else:
-                per_source[source] = per_source.get(source, 0) + 1
+        _cap_groups(reason, objects, request.max_per_source, _source, _SOURCE_LIMIT)
+    if request.max_per_evidence:
+        _cap_groups(reason, objects, request.max_per_evidence, _evidence, _EVIDENCE_LIMIT)
     if request.limit is not None:
         kept = reason == _KEPT
         reason[kept & (np.cumsum(kept) > request.limit)] = _LIMIT

@@ -33,7 +33,8 @@ class RetrieverFields(BaseModel):
     opened here and closed by `close()`;
     `namespaces` a list, or one namespace as a string; `token_budget` bounds the packed items.
     `reference_time` (default: now, per call) and `request_options` (the other
-    `RetrievalRequest` fields: retrieval_mode, limit, min_score, max_per_source, time windows)
+    `RetrievalRequest` fields: retrieval_mode, limit, min_score, max_per_source, max_per_evidence,
+    time windows)
     are optional and checked when the retriever is built.
     """
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from uuid import UUID
 
 import pytest
+from filelock import FileLock
 
 from rms_retrieval.dataflows.demo import DemoCorpus
+from rms_retrieval.dataflows.locomo import LocomoDataset
 from rms_retrieval.stores.providers.embedding import SentenceEncoder
 
 
@@ -35,30 +40,54 @@ class DemoStore:
         return self.corpus.namespace
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name` that `build(folder)` filled, run once for all the xdist workers of this
+    run (the first to take the file lock builds; the others wait and reuse it). Read it, or copy it
+    before writing: the workers share it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    folder = root / name
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
+def _build_demo_store(folder: Path) -> None:
+    from rms_retrieval.dataflows.demo import load_demo
+    from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.models import MemoryObject
+    from rms_retrieval.stores.providers.embedding import default_encoder
+
+    other = MemoryObject(namespace="demo-other-conversation", node_type="FACT",
+                         content="Tomas works as a carpenter in Bristol.")
+    with MemoryStore.open(folder / "store", encoder=default_encoder()) as store:
+        store.add([*load_demo().objects, other])
+    (folder / "other_namespace_id").write_text(str(other.id))
+
+
 @pytest.fixture(scope="session")
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> DemoStore:
     """The demo corpus in one store for the session (closed, so a notebook kernel can open it),
-    plus one memory in a second namespace, for namespace-isolation checks."""
+    plus one memory in a second namespace, for namespace-isolation checks. Built once per run and
+    copied to each worker: tests write its retrieval log."""
     from rms_retrieval.dataflows.demo import load_demo
     from rms_retrieval.dataflows.locomo import reference_time
-    from rms_retrieval.stores.providers.embedding import default_encoder
-    from rms_retrieval.stores.memory_store import MemoryStore
-    from rms_retrieval.stores.models import MemoryObject
 
+    built = built_once(tmp_path_factory, "demo-store", _build_demo_store)
+    path = Path(shutil.copytree(built / "store", tmp_path_factory.mktemp("demo") / "store"))
     corpus = load_demo()
-    other = MemoryObject(namespace="demo-other-conversation", node_type="FACT",
-                         content="Tomas works as a carpenter in Bristol.")
-    path = tmp_path_factory.mktemp("demo") / "store"
-    with MemoryStore.open(path, encoder=default_encoder()) as store:
-        store.add([*corpus.objects, other])
-    return DemoStore(path, corpus, reference_time(corpus.dataset.conversations[0]), other.id)
+    return DemoStore(path, corpus, reference_time(corpus.dataset.conversations[0]),
+                     UUID((built / "other_namespace_id").read_text()))
 
 
 @pytest.fixture
 def demo_copy(demo_store: DemoStore, tmp_path: Path) -> Path:
     """A private copy of the demo store, for tests that write to it (the retrieval log)."""
-    import shutil
-
     return Path(shutil.copytree(demo_store.path, tmp_path / "store"))
 
 
@@ -73,6 +102,41 @@ def locomo_path() -> Path:
     return LOCOMO
 
 
+@dataclass(frozen=True)
+class LocomoStore:
+    """LoCoMo's first conversation as `rms ingest-locomo` stores it, and what the command printed."""
+
+    dataset: LocomoDataset  # of that one conversation
+    path: Path
+    printed: str
+
+
+def _build_locomo_first_conversation(folder: Path, locomo_path: Path) -> None:
+    import contextlib
+    import io
+    import json
+
+    from rms_retrieval.dataflows.cli import main
+
+    one = folder / "one.json"
+    one.write_text(json.dumps(json.loads(locomo_path.read_text())[:1]))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["ingest-locomo", str(one), "--store", str(folder / "store")])
+    assert code == 0, printed.getvalue()
+    (folder / "printed.txt").write_text(printed.getvalue())
+
+
+@pytest.fixture(scope="session")
+def locomo_first_conversation(locomo_path: Path, tmp_path_factory: pytest.TempPathFactory) -> LocomoStore:
+    """Built once per run; its tests only read it."""
+    from rms_retrieval.dataflows.locomo import load_locomo
+
+    folder = built_once(tmp_path_factory, "locomo-first-conversation",
+                        lambda into: _build_locomo_first_conversation(into, locomo_path))
+    return LocomoStore(load_locomo(folder / "one.json"), folder / "store", (folder / "printed.txt").read_text())
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A local Ray of two CPUs for the session; batch tests run their tasks on it."""
@@ -84,7 +148,7 @@ def ray_cluster():
 
 @pytest.fixture(scope="session")
 def dask_address():
-    """A local Dask cluster of two worker processes for the session: its scheduler address."""
+    """A local Dask cluster of one worker process for the session: its scheduler address."""
     distributed = pytest.importorskip("dask.distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
         yield cluster.scheduler_address

@@ -1,7 +1,7 @@
 """`make package-check`: the package as a user gets it, outside the repository.
 
-Builds the sdist and the wheel, installs the wheel (not editable, core only: no extras) with
-`-c constraints.txt` into a fresh virtualenv in a temporary directory, and from another
+Builds the sdist and the wheel from the files a clone holds (`source_tree`), installs the wheel
+(not editable, core only: no extras) with `-c constraints.txt` into a fresh virtualenv in a temporary directory, and from another
 directory runs `rms demo`, one `rms query` (nothing may reach stderr), `rms dag` (must name
 the [viz] extra, which a core install lacks), `rms bench` (must say that the benchmarks run from a
 checkout: the wheel holds the library only, `wheel_problems`) and a script that calls `retrieve()`. pip reuses
@@ -95,13 +95,32 @@ def _run(step: str, command: list[str], *, cwd: Path, env: dict[str, str], expec
     return done
 
 
+def source_tree(target: Path) -> Path:
+    """The checkout's files as git sees them (tracked, and new ones it does not ignore), copied to
+    `target`: what a clone holds. Built in place, a checkout would also hand setuptools its
+    `rms_retrieval.egg-info` from the last editable install, whose file list still names files
+    since moved or deleted, and the sdist would ship them."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        raise CheckFailed(f"the package check builds from a git checkout; git ls-files said: {listed.stderr.strip()}")
+    for name in filter(None, listed.stdout.split("\0")):
+        if (ROOT / name).is_file():  # a tracked file deleted in the work tree is not in a clone of it
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name)
+    return target
+
+
 def check(work: Path) -> None:
     # The child processes see no repository on their path and no HF_HUB_OFFLINE: the installed
-    # package must find its model by itself.
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "HF_HUB_OFFLINE", "VIRTUAL_ENV"}}
+    # package must find its model by itself. They write bytecode, as Python does by default: the
+    # install compiles none (--no-compile below), and the first command compiles what it imports.
+    hidden = {"PYTHONPATH", "HF_HUB_OFFLINE", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
     dist, venv, elsewhere = work / "dist", work / "venv", work / "elsewhere"
     elsewhere.mkdir()
-    _run("build sdist and wheel", [sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], cwd=work, env=env)
+    source = source_tree(work / "source")
+    _run("build sdist and wheel", [sys.executable, "-m", "build", "--outdir", str(dist), str(source)], cwd=work, env=env)
     [wheel] = dist.glob("rms_retrieval-*.whl")
     sdists = list(dist.glob("rms_retrieval-*.tar.gz"))
     if not sdists:
@@ -111,8 +130,10 @@ def check(work: Path) -> None:
         raise CheckFailed("the built package is wrong: " + "; ".join(problems))
     print(f"wheel contents: {len(WHEEL_MUST_HOLD)} required files, no benchmarks, no test helpers")
     _run("fresh virtualenv", [sys.executable, "-m", "venv", str(venv)], cwd=work, env=env)
+    # --no-compile: compiling every module of torch and its peers ahead of time is half of the
+    # install's time and checks nothing.
     _run("pip install the wheel -c constraints.txt", [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-         "-c", str(ROOT / "constraints.txt"), str(wheel)], cwd=work, env=env)
+         "--no-compile", "-c", str(ROOT / "constraints.txt"), str(wheel)], cwd=work, env=env)
     rms = str(venv / "bin" / "rms")
     store = str(work / "demo-store")
     demo = _run("rms demo", [rms, "demo", "--store", store], cwd=elsewhere, env=env)

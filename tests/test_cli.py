@@ -47,6 +47,7 @@ def test_query_json_is_the_bundle(capsys, demo_store, demo_copy):
     (["--limit", "0"], "limit: Input should be greater than or equal to 1"),
     (["--min-score", "nan"], "min_score: Input should be"),
     (["--max-per-source", "-1"], "max_per_source: Input should be greater than or equal to 1"),
+    (["--max-per-evidence", "0"], "max_per_evidence: Input should be greater than or equal to 1"),
 ])
 def test_bad_query_options(capsys, demo_store, demo_copy, argv, message):
     code, out, err = _run(capsys, *_query(demo_copy, demo_store.namespace, *argv), "Where does Tomas work?")
@@ -62,9 +63,10 @@ def test_query_forwards_mode_limit_floor_source_cap_and_time_filters(capsys, dem
     from rms_retrieval.stores.memory_store import MemoryStore
 
     since, until = "2020-01-01T00:00:00+00:00", "2025-09-03T00:00:00+00:00"
-    flags = {"--mode": "AUDIT", "--limit": "2", "--min-score": "0.1", "--max-per-source": "1", "--time-from": since,
+    flags = {"--mode": "AUDIT", "--limit": "2", "--min-score": "0.1", "--max-per-source": "1", "--max-per-evidence": "3",
+             "--time-from": since,
              "--time-to": until, "--event-time-from": since, "--event-time-to": until}
-    options = {"retrieval_mode": "AUDIT", "limit": 2, "min_score": 0.1, "max_per_source": 1,
+    options = {"retrieval_mode": "AUDIT", "limit": 2, "min_score": 0.1, "max_per_source": 1, "max_per_evidence": 3,
                "time_from": datetime.fromisoformat(since), "time_to": datetime.fromisoformat(until),
                "event_time_from": datetime.fromisoformat(since), "event_time_to": datetime.fromisoformat(until)}
     question = "What is wrong with Tomas's knee?"
@@ -125,18 +127,14 @@ def test_demo_builds_and_answers(capsys, tmp_path):
 
 @pytest.mark.locomo
 @pytest.mark.slow
-def test_ingest_locomo_reports_repaired_evidence(capsys, locomo_path, tmp_path):
+def test_ingest_locomo_reports_repaired_evidence(locomo_first_conversation, locomo_path):
     from rms_retrieval.dataflows.locomo import load_locomo, parse_locomo
 
-    one = load_locomo(locomo_path)  # one conversation keeps the test fast
-    raw = json.loads(locomo_path.read_text())[:1]
-    small = tmp_path / "one.json"
-    small.write_text(json.dumps(raw))
-    code, out, err = _run(capsys, "ingest-locomo", str(small), "--store", str(tmp_path / "store"))
-    assert code == 0, err
+    out = locomo_first_conversation.printed  # `rms ingest-locomo` of the first conversation alone
     assert "from 1 conversations" in out and "malformed or missing evidence ids" in out
     assert "conv-26 #37: split 'D8:6; D9:17' into D8:6, D9:17" in out
-    assert len(one.conversations) == 10 and parse_locomo(raw, source="x").conversations[0].sample_id == "conv-26"
+    raw = json.loads(locomo_path.read_text())[:1]
+    assert len(load_locomo(locomo_path).conversations) == 10 and parse_locomo(raw, source="x").conversations[0].sample_id == "conv-26"
 
 
 def _rms(*argv, script: str | None = None, cwd=None, env_extra=None):

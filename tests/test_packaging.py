@@ -10,7 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.package_check import WHEEL_MUST_HOLD, wheel_problems
+from tests.package_check import WHEEL_MUST_HOLD, source_tree, wheel_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,3 +77,13 @@ def test_a_users_nodes_py_and_stores_folder_change_nothing(tmp_path, demo_store)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["items"] > 0 and report["bare"] == []
+
+
+def test_the_package_is_built_from_what_a_clone_holds(tmp_path):
+    """Not from the work tree as it lies: there, the egg-info an editable install left behind lists
+    files since moved, and setuptools would put them in the sdist."""
+    copied = source_tree(tmp_path / "source")
+    assert (copied / "pyproject.toml").read_bytes() == (ROOT / "pyproject.toml").read_bytes()
+    assert (copied / "dataflows" / "cli.py").is_file() and (copied / "tests" / "package_check.py").is_file()
+    assert not (copied / "rms_retrieval.egg-info").exists() and not (copied / ".venv").exists()
+    assert not list(copied.rglob("__pycache__"))

@@ -134,6 +134,20 @@ def test_limit_and_max_per_source():
     assert sorted(limited.retrieval_metadata.excluded.values()) == ["limit", "limit"]
 
 
+def test_max_per_evidence_caps_one_evidence_set_whatever_the_text_and_fills_from_later_groups():
+    cited = [make_candidate(make_object(f"c{i}", f"claim {i}", evidence_refs=("e2", "e1")), VECTOR=(i, 1 - i / 10))
+             for i in range(1, 4)]
+    subset = make_candidate(make_object("subset", "claim from e1", evidence_refs=("e1",)), VECTOR=(4, 0.55))
+    free = [make_candidate(make_object(f"f{i}", f"no evidence {i}"), VECTOR=(5 + i, 0.5 - i / 10)) for i in range(2)]
+    pool = cited + [subset] + free
+    bundle = _bundle(pool, make_request(max_per_evidence=2, limit=4))
+    assert [i.content for i in bundle.items] == ["claim 1", "claim 2", "claim from e1", "no evidence 0"]
+    excluded = bundle.retrieval_metadata.excluded
+    assert excluded[cited[2].object.id] == "evidence_limit" and excluded[free[1].object.id] == "limit"
+    # max_per_source caps a repeated text only; max_per_evidence caps the set
+    assert len(_bundle(pool, make_request(max_per_source=1)).items) == len(pool)
+
+
 def test_an_explicit_limit_wins_over_pins_and_active_tasks():
     pinned = make_candidate(make_object("pin", "gamma", salience=1.0), PINNED=(1, 1.0))
     task = make_candidate(make_object("task", "delta", node_type=NodeType.TASK), PINNED=(2, 1.0))

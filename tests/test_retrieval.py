@@ -53,27 +53,13 @@ def test_the_log_record_carries_backend_failures_the_skipped_floor_and_coverage(
     assert "backend_failure" in payload["aggregation_coverage"]["limitation_codes"]
 
 
-@pytest.fixture(scope="module")
-def locomo_conversation(locomo_path, tmp_path_factory, encoder):
-    """The first LoCoMo conversation in its own store, built once for this module."""
-    from rms_retrieval.dataflows.ingest import locomo_objects
-    from rms_retrieval.dataflows.locomo import load_locomo
-
-    dataset = load_locomo(locomo_path)
-    conversation = dataset.conversations[0]
-    objects = [o for o in locomo_objects(dataset) if o.namespace == conversation.sample_id]
-    path = tmp_path_factory.mktemp("locomo") / "store"
-    with MemoryStore.open(path, encoder=encoder) as store:
-        assert store.add(objects).objects_added == len(objects)
-    return dataset, conversation, path
-
-
 @pytest.mark.locomo
 @pytest.mark.slow
-def test_locomo_smoke_on_one_conversation(locomo_conversation):
+def test_locomo_smoke_on_one_conversation(locomo_first_conversation):
     from rms_retrieval.dataflows.locomo import evidence_object_ids, questions_for, reference_time
 
-    dataset, conversation, path = locomo_conversation
+    dataset, path = locomo_first_conversation.dataset, locomo_first_conversation.path
+    [conversation] = dataset.conversations
     questions = [q for q in questions_for(dataset) if q.sample_id == conversation.sample_id][:20]
     packed = 0
     with MemoryStore.open(path, create=False) as store:
@@ -87,11 +73,12 @@ def test_locomo_smoke_on_one_conversation(locomo_conversation):
 
 @pytest.mark.locomo
 @pytest.mark.slow
-def test_locomo_count_question_reports_its_coverage(locomo_conversation):
+def test_locomo_count_question_reports_its_coverage(locomo_first_conversation):
     from rms_retrieval.dataflows.locomo import reference_time
     from rms_retrieval.nodes.packing import COVERAGE_WARNING
 
-    _, conversation, path = locomo_conversation
+    path = locomo_first_conversation.path
+    [conversation] = locomo_first_conversation.dataset.conversations
     with MemoryStore.open(path, create=False) as store:
         result = retrieve(store, "How many times has Melanie gone to the beach?", namespaces=[conversation.sample_id],
                           reference_time=reference_time(conversation), token_budget=2000, log=False,

@@ -22,7 +22,7 @@ QUESTIONS = ("What did Caroline research?", "When did Melanie paint a sunrise?",
 WORKER = store_workers.COMMAND
 
 
-@pytest.mark.parametrize("threads, calls", [(4, 10), pytest.param(8, 40, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("threads, calls", [(4, 10), pytest.param(8, 20, marks=pytest.mark.slow)])
 def test_threads_sharing_one_store_get_the_serial_bundles(demo_store, demo_copy, encoder, threads, calls):
     with MemoryStore.open(demo_copy, create=False) as store:
         def answer(question: str) -> str:
@@ -74,7 +74,7 @@ def test_an_open_reader_sees_each_new_generation_on_its_next_request(tmp_path):
         assert pinned.snapshot().count_objects() == 0  # a snapshot never changes under its request
 
 
-@pytest.mark.parametrize("reader_count, turns", [(2, 60), pytest.param(4, 300, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("reader_count, turns", [(2, 30), pytest.param(4, 100, marks=pytest.mark.slow)])
 def test_reader_processes_and_one_writer_process(tmp_path, reader_count, turns):
     """Readers check, answer, enumerate and explain every snapshot they see while a writer adds
     turns one at a time (merges run every MERGE_FACTOR writes)."""
