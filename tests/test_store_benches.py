@@ -15,6 +15,9 @@ def test_bench_ingest_reports_single_add_latency_and_bulk_throughput(tmp_path, c
     assert [row["size"] for row in results["sizes"]] == [20, 50]
     assert results["sizes"][1]["single_add_ms"]["n"] == 3 and ", mean " in out
     assert results["sizes"][1]["single_add_excluding_embedding_mean_ms"] > 0
+    # each size erases the session its last bulk add ended in; the deletes after it skip what it took
+    assert all(row["erased_objects"] >= 1 and row["erase_session_ms"] > 0 for row in results["sizes"])
+    assert "-turn session" in out
 
 
 def test_bench_crash_counts_its_kills(capsys):

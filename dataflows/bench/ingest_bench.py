@@ -4,7 +4,9 @@ One store grows through the requested sizes by bulk adds of synthetic turns (tim
 throughput); at each size, `singles` one-turn adds are timed (single-turn latency), then
 `singles` one-object updates (metadata) and deletes of the oldest turns (in the largest
 segment), each delete followed by the first BM25 search on the new generation (what a reader
-pays for the segment whose deletion file changed). Vectors
+pays for the segment whose deletion file changed), and one erase of a whole session of a
+namespace, the one the last bulk add ended in (erase compacts at once: its cost grows with the
+segments that held the session). Vectors
 come from `RandomEncoder` (random unit vectors seeded by the text), so no model runs: the
 figures are the store's own cost, and `embedding_seconds` (near zero here) is reported apart.
 """
@@ -15,6 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
 from rms_retrieval.dataflows.bench.speed_bench import directory_size_mb, peak_memory_mb, synthetic_objects
@@ -32,6 +35,7 @@ def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int 
 
     rows: list[dict[str, Any]] = []
     next_number = victim = 0
+    gone: set[UUID] = set()
     with MemoryStore.open(path, RandomEncoder()) as store:
         for size in sorted(sizes):
             bulk_objects = bulk_seconds = bulk_embedding = 0.0
@@ -42,6 +46,7 @@ def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int 
                 bulk_objects += count
                 bulk_seconds += report.seconds
                 bulk_embedding += report.details["embedding_seconds"]
+            last_bulk = synthetic_objects(next_number - 1, 1)[0]
             latencies, without_embedding = [], []
             for _ in range(singles):
                 started = time.perf_counter()
@@ -52,6 +57,8 @@ def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int 
             changes: dict[str, list[float]] = {"update": [], "delete": [], "lexical_after_delete": []}
             for _ in range(singles):
                 for kind in ("update", "delete"):
+                    while UUID(int=victim + 1) in gone:  # synthetic_objects' ids
+                        victim += 1
                     memory = synthetic_objects(victim, 1)[0]
                     victim += 1
                     started = time.perf_counter()
@@ -63,8 +70,14 @@ def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int 
                 started = time.perf_counter()
                 store.snapshot().search_lexical("turn", [memory.namespace], 10)
                 changes["lexical_after_delete"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            erased = store.erase(last_bulk.namespace, where={"session_id": last_bulk.session_id})
+            erase_seconds = time.perf_counter() - started
+            gone.update(erased.object_ids)
             row = {
                 "size": size,
+                "erase_session_ms": 1000.0 * erase_seconds,
+                "erased_objects": len(erased.object_ids),
                 "single_update_ms": latency_percentiles(changes["update"]),
                 "single_delete_ms": latency_percentiles(changes["delete"]),
                 "lexical_after_delete_ms": latency_percentiles(changes["lexical_after_delete"]),
@@ -92,5 +105,6 @@ def summary_line(row: dict[str, Any]) -> str:
             f"(embedding excluded); bulk {bulk:,.0f} objects/s; {row['segments']} segments, "
             f"{row['size_mb']:.0f} MB, peak {row['peak_memory_mb']:.0f} MB; one-object update p50 "
             f"{row['single_update_ms']['p50']:.1f} ms, delete p50 {row['single_delete_ms']['p50']:.1f} ms, first BM25 "
-            f"search after a delete p50 {row['lexical_after_delete_ms']['p50']:.1f} ms" if bulk else
+            f"search after a delete p50 {row['lexical_after_delete_ms']['p50']:.1f} ms; erase of a "
+            f"{row['erased_objects']}-turn session {row['erase_session_ms']:.0f} ms" if bulk else
             f"{row['size']:>9} objects: one-turn add p50 {single['p50']:.1f} ms")
