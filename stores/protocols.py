@@ -165,7 +165,8 @@ class ObjectStore(ABC):
 
     @abstractmethod
     def session_neighbours(self, triggers: Sequence[UUID], window: int, namespaces: Sequence[str]) -> list[SessionNeighbour]:
-        """Objects within `window` positions of each trigger (an object of `namespaces`) in its own session."""
+        """Objects within `window` places of each trigger (an object of `namespaces`) in its own
+        session; a place is a distinct session_seq of the session's live objects, in order."""
         ...
 
     @abstractmethod

@@ -336,7 +336,10 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         return list(self._pinned.get(key, self._sources(key, lambda rows: rows.pinned_rows), build))
 
     def session_neighbours(self, triggers: Sequence[UUID], window: int, namespaces: Sequence[str]) -> list[SessionNeighbour]:
-        """Objects within `window` positions of each trigger in its own session, by trigger, offset, id."""
+        """Objects within `window` places of each trigger in its own session, by trigger, offset, id.
+        A place is a distinct `session_seq` of the session's live objects, in order (RFC 4.5:
+        adjacent active nodes): a deleted turn leaves no gap, so after a delete the window holds
+        what it holds in a store that never had the turn, whose arrival numbering has no gap."""
         if not triggers or window <= 0:
             return []
         order = {trigger: position for position, trigger in reversed(list(enumerate(triggers)))}
@@ -345,11 +348,13 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
             if memory.session_id is None or memory.session_seq is None:
                 continue
             session = (memory.namespace, memory.owner, memory.scope, memory.session_id)
-            for segment in self.segments:
-                for seq, row in segment.sessions.get(session, ()):
-                    offset = seq - memory.session_seq
-                    if abs(offset) <= window and segment.ids[row] != trigger:
-                        found.append(SessionNeighbour(trigger, segment.object_at(row), offset))
+            rows = [(seq, segment, row) for segment in self.segments for seq, row in segment.sessions.get(session, ())]
+            place = {seq: number for number, seq in enumerate(sorted({seq for seq, _, _ in rows}))}
+            here = place[memory.session_seq]
+            for seq, segment, row in rows:
+                offset = place[seq] - here
+                if abs(offset) <= window and segment.ids[row] != trigger:
+                    found.append(SessionNeighbour(trigger, segment.object_at(row), offset))
         found.sort(key=lambda item: (order[item.trigger], item.offset, item.neighbour.id))
         return found
 

@@ -164,11 +164,14 @@ class FakeStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog
                 continue
             if trigger.session_id is None or trigger.session_seq is None:
                 continue
-            for o in self.objects.values():
-                same = (o.namespace, o.owner, o.scope, o.session_id) == (
-                    trigger.namespace, trigger.owner, trigger.scope, trigger.session_id)
-                if same and o.id != t and o.session_seq is not None and abs(o.session_seq - trigger.session_seq) <= window:
-                    out.append(SessionNeighbour(t, o, o.session_seq - trigger.session_seq))
+            session = [o for o in self.objects.values() if o.session_seq is not None and
+                       (o.namespace, o.owner, o.scope, o.session_id) == (trigger.namespace, trigger.owner, trigger.scope,
+                                                                         trigger.session_id)]
+            place = {seq: number for number, seq in enumerate(sorted({o.session_seq for o in session}))}
+            for o in session:
+                offset = place[o.session_seq] - place[trigger.session_seq]
+                if o.id != t and abs(offset) <= window:
+                    out.append(SessionNeighbour(t, o, offset))
         return out
 
     def state_fingerprint(self):

@@ -11,6 +11,7 @@ from tests import store_workers
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.stores.engine.check import check_store
 from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.exact.enumeration import iter_objects
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, MemoryObject
 from rms_retrieval.stores.visibility import RetrievalMode
@@ -47,6 +48,31 @@ def test_deleted_turns_leave_bundles_byte_identical_to_a_store_that_never_held_t
         changed.compact()
         assert _bundles(changed) == _bundles(never)
         assert check_store(tmp_path / "changed").problems == []
+
+
+def test_after_a_delete_the_session_window_of_arrival_numbered_turns_is_that_of_a_store_without_the_turn(tmp_path):
+    """Messages are numbered by arrival, so a delete leaves a gap in session_seq that a store which
+    never held the turn does not have; the window counts places among live turns (RFC 4.5)."""
+    said = [f"message {number} about the {word}" for number, word in enumerate(
+        ("river", "garden", "violin", "museum", "pottery", "hiking", "guitar", "market"))]
+    messages = [{"role": "user", "name": "Ana", "content": text} for text in said]
+
+    def windows(store: MemoryStore) -> dict[str, list[tuple[str, int]]]:
+        snapshot = store.snapshot()
+        turns = {memory.content: memory for memory in iter_objects(snapshot, namespace=NAMESPACE) if memory.node_type == "TURN"}
+        return {content: [(found.neighbour.content, found.offset)
+                          for found in snapshot.session_neighbours([memory.id], 2, [NAMESPACE])]
+                for content, memory in sorted(turns.items())}
+
+    with _open(tmp_path / "changed") as changed, _open(tmp_path / "never") as never:
+        changed.add_messages(NAMESPACE, "s", messages[:6])
+        [third] = [m.id for m in iter_objects(changed.snapshot(), namespace=NAMESPACE) if m.content == said[3]]
+        changed.delete(NAMESPACE, [third])
+        changed.add_messages(NAMESPACE, "s", messages[6:])  # numbered after the gap
+        never.add_messages(NAMESPACE, "s", messages[:3] + messages[4:6])
+        never.add_messages(NAMESPACE, "s", messages[6:])
+        assert windows(changed) == windows(never)
+        assert windows(changed)[said[4]] == [(said[1], -2), (said[2], -1), (said[5], 1), (said[6], 2)]
 
 
 def test_update_changes_fields_records_updated_at_and_keeps_the_vector(tmp_path):
