@@ -258,8 +258,9 @@ def fused_scores__weighted(
     if current_state:
         known = inputs.stated_us[~inputs.after_reference]
         anchor, clock = (known.max() if len(known) else _micros(request.reference_time)), inputs.stated_us
-    else:
-        anchor, clock = _micros(request.reference_time), inputs.updated_us
+    else:  # RFC 7: updated_at, or with recency_time="event_time" when the memory was stated
+        anchor = _micros(request.reference_time)
+        clock = inputs.stated_us if w.recency_time == "event_time" else inputs.updated_us
     boost = settings.scoring.temporal_boost
     lexical = np.nan_to_num(inputs.lexical, nan=0.0)  # the input formula 1 reads: no lexical hit is zero relevance
     recency = _exp(-w.recency_lambda_per_day * _days(anchor, clock))

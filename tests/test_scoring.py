@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
@@ -150,6 +151,20 @@ def _weighted(*candidates, settings=None, analysis=None):
     settings = settings or RetrievalSettings(scoring=ScoringSettings(fusion="weighted"))
     frame = scored_frame(fused_scores__weighted(_pool(*candidates), analysis or _analysis(), make_request(), settings))
     return frame.set_index("object_id")
+
+
+def test_recency_time_event_time_dates_an_imported_memory_by_when_it_was_stated():
+    """History stored at the reference time but stated weeks before has full recency by updated_at;
+    with recency_time="event_time" it decays from when it was stated (RFC 7, recency clock)."""
+    imported = BASE_TIME + timedelta(days=30)  # make_request's reference time
+    old = make_candidate(make_object("old", days=2, created_at=imported, updated_at=imported), VECTOR=(1, 0.8))
+    new = make_candidate(make_object("new", days=29, created_at=imported, updated_at=imported), VECTOR=(2, 0.8))
+    ids = [str(old.object.id), str(new.object.id)]
+    assert list(_weighted(old, new).loc[ids, "recency"]) == [1.0, 1.0]
+    stated = _weighted(old, new, settings=RetrievalSettings(scoring=ScoringSettings(
+        fusion="weighted", weighted=WeightedScoring(recency_time="event_time")))).loc[ids]
+    assert list(stated["recency"]) == pytest.approx([math.exp(-0.05 * 28), math.exp(-0.05 * 1)])
+    assert stated["score"].iloc[1] > stated["score"].iloc[0]
 
 
 @pytest.mark.parametrize("change", [

@@ -97,6 +97,17 @@ def test_settings_round_trip_through_json():
     assert settings.model_dump(mode="json")["candidates"]["enabled_paths"] == ["LEXICAL", "VECTOR"]
 
 
+def test_rank_fusion_warns_of_recency_time_and_leaves_it_out_of_the_fingerprint():
+    with pytest.warns(IgnoredSettingWarning, match=r"fusion='rrf' ignores scoring.weighted.recency_time='event_time'"):
+        ignored = RetrievalSettings(scoring={"weighted": {"recency_time": "event_time"}})
+    assert ignored.fingerprint() == RetrievalSettings().fingerprint()
+    weighted = RetrievalSettings(scoring={"fusion": "weighted"})
+    stated = RetrievalSettings(scoring={"fusion": "weighted", "weighted": {"recency_time": "event_time"}})
+    assert stated.fingerprint() != weighted.fingerprint()
+    with pytest.raises(ValueError, match="recency_time"):
+        RetrievalSettings(scoring={"fusion": "weighted", "weighted": {"recency_time": "updated_at"}})
+
+
 def test_weighted_scoring_warns_of_rank_fusion_settings_and_leaves_them_out_of_the_fingerprint():
     weighted = RetrievalSettings(scoring={"fusion": "weighted"})
     with pytest.warns(IgnoredSettingWarning, match=r"fusion='weighted' ignores scoring.rank_fusion \(rrf_k=30, "
