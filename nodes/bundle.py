@@ -16,6 +16,16 @@ from rms_retrieval.stores.visibility import RetrievalMode
 BUNDLE_VERSION = 1
 
 
+class SessionContextLink(BaseModel):
+    """Under session context packing (RFC 4.5): the trigger whose window brought this neighbour
+    in, and the neighbour's offset from it in session order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    trigger: UUID
+    offset: int
+
+
 class BundleItem(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -32,6 +42,15 @@ class BundleItem(BaseModel):
     tokens: int
     event_time: AwareDatetime | None = None
     source_ref: str | None = None
+    session_context_link: SessionContextLink | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_link(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`session_context_link` only when set (RFC 4.5): other items keep their bytes."""
+        dumped = handler(self)
+        if dumped.get("session_context_link") is None:
+            dumped.pop("session_context_link", None)
+        return dumped
 
 
 # A time as the metadata's JSON has always written it, `datetime.isoformat()` ("+00:00", not "Z").

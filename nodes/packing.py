@@ -10,6 +10,7 @@ count and list questions, the coverage warning that heads the context.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import numpy as np
 from rms_retrieval.nodes.helpers.formatting import format_item, group_header
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
 from rms_retrieval.nodes.bundle import (AggregationCoverage, HistoricalCoverage, BundleItem, MemoryBundle,
-                                        RetrievalMetadata)
+                                        RetrievalMetadata, SessionContextLink)
 from rms_retrieval.nodes.pools import (CandidatePool, FilteredPool, PathType, RankedCandidates, ScoredPool, Selection,
                                        mask_paths)
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -253,6 +254,11 @@ def _packed_bundle(
     ):
         text = format_item(obj, item_format)
         items.append(_Item(obj, score, relevance, mask, path_count, text, count_tokens(text), _tier(strong, obj)))
+    links = ranked_candidates.session_links
+    if links:  # RFC 8 item 2: a linked session neighbour of a tier 1 or 2 trigger is in tier 2
+        tier_of = {item.obj.id: item.tier for item in items}
+        items = [dataclasses.replace(item, tier=2) if item.tier > 2 and item.obj.id in links
+                 and tier_of.get(links[item.obj.id].trigger, 3) <= 2 else item for item in items]
     budget = request.token_budget
     separator = count_tokens(SEPARATOR)
     # A count or list question's bundle starts with the coverage warning, a knowledge_at one with
@@ -293,6 +299,8 @@ def _packed_bundle(
             tokens=item.tokens,
             event_time=item.obj.event_time,
             source_ref=item.obj.source_ref,
+            session_context_link=SessionContextLink(trigger=links[item.obj.id].trigger, offset=links[item.obj.id].offset)
+            if item.obj.id in links else None,
         )
         for item in packed
     )

@@ -318,6 +318,16 @@ class RankedCandidates:
     session_offset: np.ndarray
     session_decay: np.ndarray
     excluded: Mapping[UUID, str] = field(default_factory=dict)
+    # Under session.context_packing: each neighbour that is not a trigger, by id, with the
+    # highest-ranked trigger whose window holds it.
+    session_links: Mapping[UUID, SessionLink] = field(default_factory=dict)
+
+
+class SessionLink(NamedTuple):
+    """A session neighbour's trigger and its offset from it in session order (RFC 4.5)."""
+
+    trigger: UUID
+    offset: int
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,8 +17,8 @@ import numpy as np
 
 from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
 from rms_retrieval.nodes.models import RetrievalRequest
-from rms_retrieval.nodes.pools import (FilteredPool, PathType, RankedCandidates, RerankedPool, ScoredPool, path_mask,
-                                       rank_order)
+from rms_retrieval.nodes.pools import (FilteredPool, PathType, RankedCandidates, RerankedPool, ScoredPool, SessionLink,
+                                       path_mask, rank_order)
 from rms_retrieval.nodes.scoring import SCORE_DECIMALS
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import RetrievalStore, SessionNeighbour
@@ -69,6 +69,10 @@ def ranked_candidates(
     decay = _decay(fused, settings)
     extra_score: list[float] = []
     extra_relevance: list[float] = []
+    # Opt-in session context packing (RFC 4.5): links, and the session path counted.
+    packing = settings.session.context_packing
+    trigger_ids = {link.trigger for link in session_context}
+    links: dict[UUID, SessionLink] = {}
     # A neighbour inherits from its trigger's score as fused, never from a score an earlier
     # trigger promoted in this loop: inheritance does not chain.
     # The highest-ranked trigger decides a neighbour shared by several windows.
@@ -92,6 +96,8 @@ def ranked_candidates(
             triggers.append(None)
             offsets = np.append(offsets, np.nan)
             decays = np.append(decays, np.nan)
+        if packing and neighbour.id not in trigger_ids and neighbour.id not in links:
+            links[neighbour.id] = SessionLink(link.trigger, link.offset)  # the first is the highest-ranked trigger
         if row < size:
             masks[row] |= _SESSION_BIT
             relevance[row] = max(float(relevance[row]), trigger_relevance)
@@ -108,6 +114,8 @@ def ranked_candidates(
     added = len(joined)
     objects = fused.objects + tuple(joined)
     path_count = np.concatenate([fused.path_count, np.ones(added, dtype=np.int64)])
+    if packing:  # the session path counts for the candidates it joined
+        path_count[:size] += ((masks & _SESSION_BIT) != 0) & ((fused.path_mask & _SESSION_BIT) == 0)
     pool = ScoredPool(
         formula_version=fused.formula_version,
         objects=objects,
@@ -124,4 +132,5 @@ def ranked_candidates(
         session_offset=offsets[order],
         session_decay=decays[order],
         excluded=excluded,
+        session_links=links,
     )

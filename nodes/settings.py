@@ -260,6 +260,13 @@ class SessionSettings(BaseModel):
     top_triggers: int = Field(default=10, ge=0, le=1000)
     score_decay: float = Field(default=0.85, gt=0.0, le=1.0)
     rank_fusion_score_decay: float | None = Field(default=0.6, gt=0.0, le=1.0)
+    context_packing: bool = Field(
+        default=False,
+        description="RFC 4.5's opt-in session context packing: the session path counts toward path_count, each "
+                    "neighbour that is not itself a trigger is linked to the highest-ranked trigger whose window "
+                    "holds it (BundleItem.session_context_link), and packing puts it in tier 2 when its trigger "
+                    "is in tier 2 or 1.",
+    )
 
 
 class PackingSettings(BaseModel):
@@ -369,8 +376,12 @@ class RetrievalSettings(BaseModel):
         for name in _OPT_IN_SECTIONS:
             if dumped[name] == _DEFAULT_SECTIONS[name]:
                 del dumped[name]
-        if dumped["scoring"]["weighted"]["recency_time"] is None:  # unset, as before it existed
-            del dumped["scoring"]["weighted"]["recency_time"]
+        for section, name, default in _OPT_IN_FIELDS:
+            values = dumped[section]
+            for key in name.split(".")[:-1]:
+                values = values[key]
+            if values[name.split(".")[-1]] == default:
+                del values[name.split(".")[-1]]
         payload = json.dumps(dumped, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -384,5 +395,7 @@ class RetrievalSettings(BaseModel):
 
 
 _OPT_IN_SECTIONS = ("rerank", "reformulation")
+# Options added after fingerprints were first logged, left out at their defaults for the same reason.
+_OPT_IN_FIELDS = (("scoring", "weighted.recency_time", None), ("session", "context_packing", False))
 _DEFAULT_SECTIONS = {"rerank": RerankSettings().model_dump(mode="json"),
                      "reformulation": ReformulationSettings().model_dump(mode="json")}

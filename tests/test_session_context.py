@@ -78,3 +78,42 @@ def test_neighbours_inherit_from_their_triggers_own_score_not_a_promoted_one():
     assert frame.loc[str(t1.id), "score"] == pytest.approx(0.6)
     assert frame.loc[str(t2.id), "session_trigger"] == str(t1.id)
     assert frame.loc[str(t2.id), "score"] == pytest.approx(round(own * 0.6, 10))
+
+
+def _packed(candidates, objects, settings):
+    from rms_retrieval.nodes.packing import packed_bundle, selected_candidates
+    from rms_retrieval.nodes.pools import CandidatePool
+
+    _, ranked = _run(candidates, objects, settings)
+    merged = CandidatePool(tuple(candidates))
+    analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
+    selection = selected_candidates(ranked, merged, make_request())
+    return ranked, packed_bundle(selection, ranked, FilteredPool(tuple(candidates), {}), merged, analysis,
+                                 make_request(), settings)
+
+
+def test_session_context_packing_counts_the_session_path_links_neighbours_and_lifts_them_to_their_triggers_tier():
+    """RFC 4.5 and 8 item 2 (opt-in): the session path counts toward path_count; each neighbour
+    that is not itself a trigger is linked to the highest-ranked trigger whose window holds it,
+    and packs in tier 2 behind a tier 2 trigger."""
+    t0, t1, t2, t3 = _turn("t0", 0), _turn("t1", 1), _turn("t2", 2), _turn("t3", 3)
+    strong = make_candidate(t1, VECTOR=(1, 0.9), LEXICAL=(1, 1.0))  # two paths: tier 2
+    weak = make_candidate(t0, VECTOR=(40, 0.1))
+    lone = make_candidate(make_object("lone", "elsewhere"), VECTOR=(2, 0.8))  # one path, no session
+    on = RetrievalSettings(session=SessionSettings(top_triggers=1, context_packing=True))
+    ranked, bundle = _packed([strong, weak, lone], [t0, t1, t2, t3, lone.object], on)
+    frame = scored_frame(ranked).set_index("object_id")
+    assert frame.loc[str(t0.id), "path_count"] == 2  # VECTOR and SESSION_CONTEXT
+    assert frame.loc[str(t2.id), "path_count"] == 1  # found by the session path alone
+    assert dict(ranked.session_links) == {t0.id: (t1.id, -1), t2.id: (t1.id, 1), t3.id: (t1.id, 2)}
+    items = {item.id: item for item in bundle.items}
+    assert [items[t.id].tier for t in (t1, t0, t2, t3)] == [2, 2, 2, 2] and items[lone.object.id].tier == 3
+    assert items[t2.id].session_context_link.model_dump() == {"trigger": t1.id, "offset": 1}
+    assert '"session_context_link":{"trigger":"%s","offset":-1}' % t1.id in bundle.to_json()
+    assert items[t1.id].session_context_link is None
+
+    _, default = _packed([strong, weak, lone], [t0, t1, t2, t3, lone.object],
+                         RetrievalSettings(session=SessionSettings(top_triggers=1)))
+    assert "session_context_link" not in default.to_json()
+    assert {item.id: item.tier for item in default.items}[t2.id] == 3
+    assert RetrievalSettings(session=SessionSettings(context_packing=True)).fingerprint() != RetrievalSettings().fingerprint()
