@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -41,6 +42,23 @@ def test_interleaving_runs_every_arm_once_per_query_in_rotated_order():
     assert [name for name, _ in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
 
 
+def test_an_arms_prepare_runs_before_each_timed_query_and_not_in_the_warm_up():
+    class Slow:
+        def __init__(self):
+            self.prepared = []
+
+        def prepare(self, query):
+            self.prepared.append(query)
+            time.sleep(0.05)
+
+        def __call__(self, query):
+            return query
+
+    arm = Slow()
+    seconds = interleaved({"slow": arm}, [1, 2], warmup=[0])
+    assert arm.prepared == [1, 2] and max(seconds["slow"]) < 0.05
+
+
 def test_warming_covers_the_first_queries_and_every_namespace_once():
     queries = [BenchQuery(f"q{i}", (namespace,), datetime(2023, 1, 1, tzinfo=timezone.utc))
                for i, namespace in enumerate("aabbcab")]
@@ -48,14 +66,24 @@ def test_warming_covers_the_first_queries_and_every_namespace_once():
     assert [q.text for q in warming_queries(queries)] == ["q0", "q1", "q2", "q4"]
 
 
-def test_a_run_reports_every_arm_with_ratios_and_the_node_table(store):
-    report = run_latency(store, _dataset(), FakeEncoder(), questions=3, node_queries=2)
+def test_a_run_reports_every_arm_with_ratios_and_the_node_table(store, tmp_path):
+    from rms_retrieval.dataflows.ingest import locomo_objects
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    with MemoryStore.open(tmp_path / "live", encoder=FakeEncoder()) as live:
+        live.add(locomo_objects(_dataset()), progress=False)
+        before = live.snapshot().count_objects()
+        report = run_latency(store, _dataset(), FakeEncoder(), questions=3, node_queries=2, after_write_store=live)
+        assert live.snapshot().count_objects() == before + 3  # one write before each timed question
     arms = set(report["arms_ms"])
-    assert {"pipeline", "pipeline_logged", "pipeline_threads", "floor", "peer_k30", "peer_k200", "no_graph", "no_session_context", "round3_off"} <= arms
+    assert {"pipeline", "pipeline_logged", "pipeline_threads", "floor", "peer_k30", "peer_k200", "no_graph",
+            "no_session_context", "round3_off", "pipeline_after_write"} <= arms
+    assert set(report["after_write_over_quiet"]) == {"p50", "p99"}
     assert report["p50_over_floor"]["floor"] == 1.0 and report["p50_over_peer_k200"]["peer_k200"] == 1.0
     assert "fused_scores" in report["node_times_ms"] and report["notes"] == []
     lines = latency_bench.summary_lines(report)
     assert any(line.startswith("pipeline ") for line in lines)
+    assert any(line.startswith("a question right after a one-turn write") for line in lines)
 
 
 def test_without_the_peers_extra_the_peer_arms_are_skipped_with_a_message(store, monkeypatch):
@@ -63,3 +91,24 @@ def test_without_the_peers_extra_the_peer_arms_are_skipped_with_a_message(store,
     report = run_latency(store, _dataset(), FakeEncoder(), questions=2, node_queries=1)
     assert "peer_k30" not in report["arms_ms"] and report["notes"] == [PEER_MISSING]
     assert "p50_over_peer_k200" not in report
+
+
+def test_the_command_times_questions_after_writes_on_a_copy_and_leaves_the_store_as_it_was(
+        demo_store, demo_copy, tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    import rms_retrieval.dataflows as dataflows
+    from rms_retrieval.dataflows.cli import main
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    with MemoryStore.open(demo_copy, create=False, read_only=True) as store:
+        before = store.snapshot().state_fingerprint()
+    demo = tmp_path / "demo-locomo.json"  # the demo conversation in LoCoMo's own file format
+    demo.write_text(json.dumps(json.loads((Path(dataflows.__file__).parent / "data" / "demo_conversation.json")
+                                          .read_text())["samples"]))
+    assert main(["bench", "latency", "--data", str(demo), "--store", str(demo_copy), "--questions", "2",
+                 "--node-queries", "1", "--no-peers"]) == 0
+    assert "a question right after a one-turn write over the same on a quiet store: p50" in capsys.readouterr().out
+    with MemoryStore.open(demo_copy, create=False, read_only=True) as store:
+        assert store.snapshot().state_fingerprint() == before

@@ -11,6 +11,10 @@ rotated from question to question, so all arms see the same machine load:
   a thread pool;
 - `no_<channel>`: the pipeline with one channel switched off (vector, lexical, graph, pinned,
   session context);
+- `pipeline_after_write`: `pipeline` on a writable copy of the store, each question asked right
+  after a one-turn add to its namespace (the add is not timed): what a reader pays for the
+  per-namespace structures a write makes stale; `after_write_over_quiet` is its p50 and p99
+  over `pipeline`'s;
 - `floor`: the query embedding and an exact top-50 vector search, what any vector-backed
   retrieval pays at least;
 - `peer_k30`, `peer_k200`: LangChain's EnsembleRetriever (BM25Retriever + FAISS over the same
@@ -98,6 +102,28 @@ def threaded_arm(store: Any, encoder: QueryEncoder, workers: int = 4) -> Callabl
     return run
 
 
+class AfterWriteArm:
+    """`pipeline` on `store` (writable), each query after a one-turn add to its namespace; the
+    add is `prepare`, which `interleaved` runs before it starts the clock."""
+
+    def __init__(self, store: Any, encoder: QueryEncoder) -> None:
+        self._run = pipeline_arm(store, encoder, RetrievalSettings())
+        self._store = store
+        self.writes = 0
+
+    def prepare(self, query: BenchQuery) -> None:
+        from rms_retrieval.stores.models import MemoryObject, NodeType
+
+        self.writes += 1
+        self._store.add([MemoryObject(
+            namespace=query.namespaces[0], node_type=NodeType.TURN, session_id="bench-after-write",
+            session_seq=self.writes, content=f"note {self.writes} of the benchmark: the kettle was descaled today.",
+            created_at=query.reference_time, updated_at=query.reference_time, event_time=query.reference_time)])
+
+    def __call__(self, query: BenchQuery) -> Any:
+        return self._run(query)
+
+
 def floor_arm(store: Any, encoder: QueryEncoder) -> Callable[[BenchQuery], Any]:
     def run(query: BenchQuery) -> Any:
         return store.snapshot().search_vector(encoder.encode([query.text])[0], query.namespaces, BUNDLE)
@@ -162,7 +188,7 @@ def interleaved(
     arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: Sequence[BenchQuery] = ()
 ) -> dict[str, list[float]]:
     """Seconds per arm and query, after every arm ran the `warmup` queries; each query runs every
-    arm, the order rotated per query."""
+    arm, the order rotated per query, after the arm's untimed `prepare(query)` if it has one."""
     names = list(arms)
     for query in warmup:
         for name in names:
@@ -171,6 +197,9 @@ def interleaved(
     for position, query in enumerate(queries):
         shift = position % len(names)
         for name in names[shift:] + names[:shift]:
+            prepare = getattr(arms[name], "prepare", None)
+            if prepare is not None:  # untimed: what the arm needs done just before the query
+                prepare(query)
             started = time.perf_counter()
             arms[name](query)
             seconds[name].append(time.perf_counter() - started)
@@ -179,9 +208,10 @@ def interleaved(
 
 def run_latency(
     store: Any, dataset: Any, encoder: QueryEncoder, *, questions: int = DEFAULT_QUESTIONS, peers: bool = True,
-    node_queries: int = 50,
+    node_queries: int = 50, after_write_store: Any | None = None,
 ) -> dict[str, Any]:
-    """Every arm over the same evenly spaced questions, percentiles and ratios, and the node table."""
+    """Every arm over the same evenly spaced questions, percentiles and ratios, and the node table;
+    with `after_write_store` (a writable store holding what `store` holds) the after-write arm too."""
     queries = locomo_bench_queries(dataset, evenly_spaced(benchmark_questions(dataset)["main"], questions))
     arms: dict[str, Callable[[BenchQuery], Any]] = {
         "pipeline": pipeline_arm(store, encoder, RetrievalSettings()),
@@ -192,6 +222,8 @@ def run_latency(
         "round3_off": pipeline_arm(store, encoder, arm_settings("round3_off")),
         "floor": floor_arm(store, encoder),
     }
+    if after_write_store is not None:
+        arms["pipeline_after_write"] = AfterWriteArm(after_write_store, encoder)
     notes = []
     if peers:
         try:
@@ -203,6 +235,9 @@ def run_latency(
     report: dict[str, Any] = {"questions": len(queries), "bundle": BUNDLE, "arms_ms": table, "notes": notes}
     floor = table["floor"]["p50"]
     report["p50_over_floor"] = {name: row["p50"] / floor for name, row in table.items()}
+    if "pipeline_after_write" in table:
+        report["after_write_over_quiet"] = {
+            level: table["pipeline_after_write"][level] / table["pipeline"][level] for level in ("p50", "p99")}
     if "peer_k200" in table:
         report["p50_over_peer_k200"] = {name: row["p50"] / table["peer_k200"]["p50"] for name, row in table.items()}
     report["node_times_ms"] = node_times(store, evenly_spaced(queries, node_queries), encoder, limit=BUNDLE)
@@ -218,6 +253,10 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         ratio = f"{peer[name]:>9.2f}" if name in peer else f"{'-':>9}"
         lines.append(f"{name:<20} {row['p50']:>8.1f} {row['p95']:>8.1f} {row['p99']:>8.1f} "
                      f"{report['p50_over_floor'][name]:>8.2f} {ratio}")
+    if "after_write_over_quiet" in report:
+        ratio = report["after_write_over_quiet"]
+        lines.append(f"a question right after a one-turn write over the same on a quiet store: p50 "
+                     f"{ratio['p50']:.2f}x, p99 {ratio['p99']:.2f}x")
     lines.extend(report["notes"])
     lines.append(f"{'node':<28} {'mean ms':>8} {'p50':>8} {'p99':>8}")
     for name, row in report["node_times_ms"].items():
@@ -234,12 +273,17 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help=f"evenly spaced questions of categories 1-4 (default {DEFAULT_QUESTIONS})")
     parser.add_argument("--node-queries", type=int, default=50, help="questions for the per-node table (default 50)")
     parser.add_argument("--no-peers", action="store_true", help="skip the LangChain peer arms")
+    parser.add_argument("--no-after-write", action="store_true",
+                        help="skip the after-write arm (it writes to a temporary copy of --store)")
     parser.add_argument("--out", help="also write the report as JSON to this file")
     parser.set_defaults(run=_cmd_latency)
 
 
 def _cmd_latency(args: argparse.Namespace) -> int:
+    import contextlib
     import json
+    import shutil
+    import tempfile
     from pathlib import Path
 
     from rms_retrieval.dataflows.locomo import load_locomo
@@ -250,9 +294,14 @@ def _cmd_latency(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     dataset = load_locomo(args.data)
-    with MemoryStore.open(args.store, read_only=True) as store:
+    with MemoryStore.open(args.store, read_only=True) as store, tempfile.TemporaryDirectory() as scratch, \
+            contextlib.ExitStack() as stack:
+        after_write = None
+        if not args.no_after_write:
+            copied = shutil.copytree(args.store, Path(scratch) / "store", ignore=shutil.ignore_patterns("log", "*.lock"))
+            after_write = stack.enter_context(MemoryStore.open(copied, create=False))
         report = run_latency(store, dataset, default_query_encoder(), questions=args.questions, peers=not args.no_peers,
-                             node_queries=args.node_queries)
+                             node_queries=args.node_queries, after_write_store=after_write)
     for line in summary_lines(report):
         print(line)
     if args.out:
