@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 from uuid import UUID
 
 from pydantic import (AwareDatetime, BaseModel, ConfigDict, Field, PlainSerializer, SerializerFunctionWrapHandler,
@@ -16,6 +16,21 @@ from rms_retrieval.stores.visibility import RetrievalMode
 BUNDLE_VERSION = 1
 
 
+class _WrittenWhenSet(BaseModel):
+    """A model whose `_WRITTEN_WHEN_SET` fields, added within a bundle_version, are left out of
+    its dump while None: bundles without them keep their bytes."""
+
+    _WRITTEN_WHEN_SET: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_unset_additions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped = handler(self)
+        for name in self._WRITTEN_WHEN_SET:
+            if dumped.get(name) is None:
+                dumped.pop(name, None)
+        return dumped
+
+
 class SessionContextLink(BaseModel):
     """Under session context packing (RFC 4.5): the trigger whose window brought this neighbour
     in, and the neighbour's offset from it in session order."""
@@ -26,8 +41,9 @@ class SessionContextLink(BaseModel):
     offset: int
 
 
-class BundleItem(BaseModel):
+class BundleItem(_WrittenWhenSet):
     model_config = ConfigDict(frozen=True)
+    _WRITTEN_WHEN_SET = ("session_context_link",)  # RFC 4.5, under session context packing only
 
     id: UUID
     namespace: str
@@ -43,14 +59,6 @@ class BundleItem(BaseModel):
     event_time: AwareDatetime | None = None
     source_ref: str | None = None
     session_context_link: SessionContextLink | None = None
-
-    @model_serializer(mode="wrap")
-    def _without_absent_link(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """`session_context_link` only when set (RFC 4.5): other items keep their bytes."""
-        dumped = handler(self)
-        if dumped.get("session_context_link") is None:
-            dumped.pop("session_context_link", None)
-        return dumped
 
 
 # A time as the metadata's JSON has always written it, `datetime.isoformat()` ("+00:00", not "Z").
@@ -83,12 +91,13 @@ class HistoricalCoverage(BaseModel):
     warning_fits: bool
 
 
-class RetrievalMetadata(BaseModel):
+class RetrievalMetadata(_WrittenWhenSet):
     """How the bundle was made: the question's analysis, the formula, the pipeline's counts and
     what was left out (by object id, with the reason). Part of the bundle's versioned JSON, in
     this field order."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    _WRITTEN_WHEN_SET = ("historical_coverage",)  # knowledge_at bundles only
 
     intent: QueryIntent
     current_state: bool
@@ -111,14 +120,6 @@ class RetrievalMetadata(BaseModel):
     excluded: dict[UUID, str]
     aggregation_coverage: AggregationCoverage | None
     historical_coverage: HistoricalCoverage | None = None
-
-    @model_serializer(mode="wrap")
-    def _without_absent_history(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """`historical_coverage` only on `knowledge_at` bundles: other bundles keep their bytes."""
-        dumped = handler(self)
-        if dumped.get("historical_coverage") is None:
-            dumped.pop("historical_coverage", None)
-        return dumped
 
 
 class MemoryBundle(BaseModel):
