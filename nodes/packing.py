@@ -22,7 +22,7 @@ from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
 from rms_retrieval.nodes.bundle import (AggregationCoverage, HistoricalCoverage, BundleItem, MemoryBundle,
                                         RetrievalMetadata, SessionContextLink)
 from rms_retrieval.nodes.pools import (CandidatePool, FilteredPool, PathType, RankedCandidates, ScoredPool, Selection,
-                                       mask_paths)
+                                       mask_paths, path_mask)
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.tokens import count_context_tokens, count_tokens
 from rms_retrieval.stores.models import MemoryObject
@@ -149,8 +149,13 @@ def _tier(path_count: int, obj: MemoryObject) -> int:
 PackingPriority = Callable[[_Item], tuple]
 
 
+_EPISODE_BIT = path_mask([PathType.EPISODE_CONTEXT])
+
+
 def _tier_then_score(item: _Item) -> tuple:
-    return (item.tier, -item.score, item.obj.id.int)  # an id's integer sorts as its string
+    # RFC 4.6: routed episode evidence first in tier 2, before the ordinary multi-path records;
+    # an id's integer sorts as its string.
+    return (item.tier, not item.mask & _EPISODE_BIT, -item.score, item.obj.id.int)
 
 
 def _aggregation_coverage(
@@ -254,6 +259,9 @@ def _packed_bundle(
     ):
         text = format_item(obj, item_format)
         items.append(_Item(obj, score, relevance, mask, path_count, text, count_tokens(text), _tier(strong, obj)))
+    if ranked_candidates.episode_anchors:  # RFC 4.6: routed episode evidence packs after tier 1
+        items = [dataclasses.replace(item, tier=2) if item.tier > 2 and item.mask & _EPISODE_BIT else item
+                 for item in items]
     links = ranked_candidates.session_links
     if links:  # RFC 8 item 2: a linked session neighbour of a tier 1 or 2 trigger is in tier 2
         tier_of = {item.obj.id: item.tier for item in items}

@@ -33,6 +33,7 @@ class PathType(StrEnum):
     PINNED = "PINNED"
     SESSION_CONTEXT = "SESSION_CONTEXT"
     KEYWORD_SCAN = "KEYWORD_SCAN"
+    EPISODE_CONTEXT = "EPISODE_CONTEXT"
 
 
 PRIMARY_PATHS = frozenset({PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED})
@@ -133,10 +134,14 @@ def path_mask(paths: Iterable[PathType]) -> int:
     return mask
 
 
+# Session and episode context join after scoring, in that order.
+_CONTEXT_PATHS = (PathType.SESSION_CONTEXT, PathType.EPISODE_CONTEXT)
+
+
 def mask_paths(mask: int) -> tuple[PathType, ...]:
-    """The paths of a mask in `PathType` order, except session context last: it joins after scoring."""
-    found = tuple(p for p in PathType if p is not PathType.SESSION_CONTEXT and mask & _PATH_BITS[p])
-    return found + ((PathType.SESSION_CONTEXT,) if mask & _PATH_BITS[PathType.SESSION_CONTEXT] else ())
+    """The paths of a mask in `PathType` order, except the context paths last, in the order they join."""
+    found = tuple(p for p in PathType if p not in _CONTEXT_PATHS and mask & _PATH_BITS[p])
+    return found + tuple(p for p in _CONTEXT_PATHS if mask & _PATH_BITS[p])
 
 
 def _take(record: Any, order: np.ndarray) -> dict[str, Any]:
@@ -321,6 +326,9 @@ class RankedCandidates:
     # Under session.context_packing: each neighbour that is not a trigger, by id, with the
     # highest-ranked trigger whose window holds it.
     session_links: Mapping[UUID, SessionLink] = field(default_factory=dict)
+    # Under episode context (RFC 4.6): each marked record, by id, with the strongest candidate of
+    # its episode, whose score times packing.episode_decay it inherits when that is higher.
+    episode_anchors: Mapping[UUID, UUID] = field(default_factory=dict)
 
 
 class SessionLink(NamedTuple):

@@ -11,19 +11,23 @@ paths do; `ranked_candidates` is pure.
 
 from __future__ import annotations
 
+import dataclasses
 from uuid import UUID
 
 import numpy as np
 
 from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
+from rms_retrieval.nodes.helpers.episodes import episode_marks
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.pools import (FilteredPool, PathType, RankedCandidates, RerankedPool, ScoredPool, SessionLink,
                                        path_mask, rank_order)
 from rms_retrieval.nodes.scoring import SCORE_DECIMALS
 from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.indexes.lexical import indexed_terms
 from rms_retrieval.stores.protocols import RetrievalStore, SessionNeighbour
 
 _SESSION_BIT = path_mask([PathType.SESSION_CONTEXT])
+_EPISODE_BIT = path_mask([PathType.EPISODE_CONTEXT])
 
 
 def session_context(
@@ -125,6 +129,10 @@ def ranked_candidates(
         path_count=path_count,
         factors=fused.factors.padded(added),
     )
+    anchors: dict[UUID, UUID] = {}
+    if settings.packing.episode_context_top_k:
+        pool, anchors = _episode_context(pool, request.query, settings)
+        path_count = pool.path_count
     order = rank_order(pool.score, path_count, objects)
     return RankedCandidates(
         pool=pool.take(order),
@@ -133,4 +141,31 @@ def ranked_candidates(
         session_decay=decays[order],
         excluded=excluded,
         session_links=links,
+        episode_anchors=anchors,
     )
+
+
+def _episode_context(pool: ScoredPool, question: str, settings: RetrievalSettings) -> tuple[ScoredPool, dict[UUID, UUID]]:
+    """RFC 4.6 over the pool after session context: each record episode routing marks
+    (nodes/helpers/episodes.py, the pool in rank order) joins EPISODE_CONTEXT, which counts as a
+    path (RFC 5), and inherits its episode's strongest score times `episode_decay` when higher.
+    Terms are the content's as the store's BM25 indexes it."""
+    cfg = settings.packing
+    order = rank_order(pool.score, pool.path_count, pool.objects).tolist()
+    objects = pool.objects
+    episodes = [(o.namespace, o.owner, o.scope, o.session_id) if o.session_id is not None else None
+                for o in (objects[i] for i in order)]
+    *terms, asked = indexed_terms([*(objects[i].content for i in order), question])
+    marks = episode_marks(episodes, terms, pool.score[order], asked, cfg.episode_context_top_k,
+                          cfg.episode_context_local_k)
+    if not marks:
+        return pool, {}
+    score, masks, path_count = pool.score.copy(), pool.path_mask.copy(), pool.path_count.copy()
+    anchors: dict[UUID, UUID] = {}
+    for mark in marks:
+        row, anchor = order[mark.row], order[mark.anchor]
+        score[row] = max(float(score[row]), round(float(pool.score[anchor]) * cfg.episode_decay, SCORE_DECIMALS))
+        masks[row] |= _EPISODE_BIT
+        path_count[row] += 1
+        anchors[objects[row].id] = objects[anchor].id
+    return dataclasses.replace(pool, score=score, path_mask=masks, path_count=path_count), anchors

@@ -285,6 +285,20 @@ class PackingSettings(BaseModel):
                     "hits of its path (the score trace's semantic_rank, lexical_rank); "
                     "None: every primary path counts, as RFC 8 words it.",
     )
+    episode_context_top_k: int = Field(
+        default=0, ge=0, le=1000,
+        description="RFC 4.6: route up to this many episodes (exact session groups of the pool) whose candidate text "
+                    "best matches the question by BM25; 0, the default, leaves the pool as it was.",
+    )
+    episode_context_local_k: int = Field(
+        default=3, ge=1, le=1000,
+        description="RFC 4.6: at most this many records of each routed episode, the best by BM25 within it, are "
+                    "marked EPISODE_CONTEXT.",
+    )
+    episode_decay: float = Field(
+        default=0.85, gt=0.0, le=1.0,
+        description="RFC 4.6: a marked record inherits its episode's strongest score times this, when higher.",
+    )
 
 
 RERANKER_POLICIES = ("legacy", "score_envelope", "anchored_score_envelope")
@@ -396,6 +410,8 @@ class RetrievalSettings(BaseModel):
 
 _OPT_IN_SECTIONS = ("rerank", "reformulation")
 # Options added after fingerprints were first logged, left out at their defaults for the same reason.
-_OPT_IN_FIELDS = (("scoring", "weighted.recency_time", None), ("session", "context_packing", False))
+_OPT_IN_FIELDS = (("scoring", "weighted.recency_time", None), ("session", "context_packing", False),
+                  ("packing", "episode_context_top_k", 0), ("packing", "episode_context_local_k", 3),
+                  ("packing", "episode_decay", 0.85))
 _DEFAULT_SECTIONS = {"rerank": RerankSettings().model_dump(mode="json"),
                      "reformulation": ReformulationSettings().model_dump(mode="json")}

@@ -15,6 +15,7 @@ from rms_retrieval.stores.indexes.lexical import (
     FTS_EXTENSION,
     Bm25Index,
     TermPostings,
+    indexed_terms,
     query_terms,
     term_postings,
 )
@@ -311,3 +312,8 @@ def test_a_subset_of_rows_scores_as_postings_of_those_rows_alone():
     for name in ("term_ids", "rows", "tfs", "lengths"):
         assert getattr(subset, name).tolist() == getattr(alone, name).tolist()
     assert subset.vocabulary.tolist() == alone.vocabulary.tolist()
+
+
+def test_indexed_terms_are_a_documents_stems_without_stopwords_repeats_kept():
+    assert indexed_terms(["The kilns were firing, firing!", "", "Cone six"]) == [("fire", "fire", "kiln"), (), ("cone",)]
+    assert indexed_terms([]) == []

@@ -103,8 +103,8 @@ def test_a_scored_pool_is_checked_against_its_declared_schema():
 def test_path_masks_list_paths_in_enum_order_with_session_context_last():
     from rms_retrieval.nodes.pools import mask_paths, path_mask
 
-    mask = path_mask([PathType.KEYWORD_SCAN, PathType.SESSION_CONTEXT, PathType.VECTOR])
-    assert mask_paths(mask) == (PathType.VECTOR, PathType.KEYWORD_SCAN, PathType.SESSION_CONTEXT)
+    mask = path_mask([PathType.KEYWORD_SCAN, PathType.EPISODE_CONTEXT, PathType.SESSION_CONTEXT, PathType.VECTOR])
+    assert mask_paths(mask) == (PathType.VECTOR, PathType.KEYWORD_SCAN, PathType.SESSION_CONTEXT, PathType.EPISODE_CONTEXT)
     assert mask_paths(0) == ()
 
 

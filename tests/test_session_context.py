@@ -117,3 +117,49 @@ def test_session_context_packing_counts_the_session_path_links_neighbours_and_li
     assert "session_context_link" not in default.to_json()
     assert {item.id: item.tier for item in default.items}[t2.id] == 3
     assert RetrievalSettings(session=SessionSettings(context_packing=True)).fingerprint() != RetrievalSettings().fingerprint()
+
+
+def test_episode_context_marks_the_matching_records_of_the_best_episode_and_packs_them_after_pins():
+    """RFC 4.6 (opt-in): the episode whose pool records best match the question by BM25 lends
+    its strongest score, times episode_decay, to its best matching records, which carry
+    EPISODE_CONTEXT as one more path and pack first in tier 2."""
+    from rms_retrieval.nodes.settings import PackingSettings
+
+    strong = make_candidate(make_object("s", "we had lunch by the river", session_id="s1", session_seq=0),
+                            VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    kiln = make_candidate(make_object("k", "the kiln reached cone six overnight", session_id="s1", session_seq=5),
+                          VECTOR=(30, 0.2))
+    other = make_candidate(make_object("o", "a kiln for sale, in no session"), VECTOR=(31, 0.2))
+    pair = make_candidate(make_object("p", "Two paths, another day", session_id="s2", session_seq=0),
+                          VECTOR=(2, 0.8), LEXICAL=(2, 0.9))
+    candidates, objects = [strong, kiln, other, pair], [c.object for c in (strong, kiln, other, pair)]
+    no_session = SessionSettings(window=0)
+    routed = RetrievalSettings(session=no_session, packing=PackingSettings(episode_context_top_k=1))
+    request = make_request("when did the kiln reach cone six?")
+
+    def ranked_with(settings):
+        pool = FilteredPool(tuple(candidates), {})
+        analysis = QueryAnalysis(raw_query=request.query, namespace_scope=("ns",), reference_time=BASE_TIME)
+        fused = fused_scores__rrf(pool, analysis, settings)
+        return fused, ranked_candidates(RerankedPool(fused), [], pool, request, settings)
+
+    fused, ranked = ranked_with(routed)
+    frame = scored_frame(ranked).set_index("object_id")
+    own = scored_frame(fused).set_index("object_id")
+    row = frame.loc[str(kiln.object.id)]
+    assert row["paths"] == ("VECTOR", "EPISODE_CONTEXT") and row["path_count"] == 2
+    assert row["score"] == pytest.approx(round(own.loc[str(strong.object.id), "score"] * 0.85, 10))
+    assert dict(ranked.episode_anchors) == {kiln.object.id: strong.object.id}  # the river turn matched nothing
+    assert "EPISODE_CONTEXT" not in frame.loc[str(other.object.id), "paths"]
+
+    from rms_retrieval.nodes.packing import packed_bundle, selected_candidates
+    from rms_retrieval.nodes.pools import CandidatePool
+
+    merged = CandidatePool(tuple(candidates))
+    analysis = QueryAnalysis(raw_query=request.query, namespace_scope=("ns",), reference_time=BASE_TIME)
+    bundle = packed_bundle(selected_candidates(ranked, merged, request), ranked, FilteredPool(tuple(candidates), {}),
+                           merged, analysis, request, routed)
+    assert [item.id for item in bundle.items][0] == kiln.object.id and bundle.items[0].tier == 2
+    plain_fused, plain = ranked_with(RetrievalSettings(session=no_session))
+    assert not plain.episode_anchors and "EPISODE_CONTEXT" not in "".join(map(str, scored_frame(plain)["paths"]))
+    assert routed.fingerprint() != RetrievalSettings(session=no_session).fingerprint()

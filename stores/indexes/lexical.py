@@ -109,6 +109,18 @@ class _Analyzer:
 _ANALYZER = _Analyzer()
 
 
+def indexed_terms(texts: Sequence[str]) -> list[tuple[str, ...]]:
+    """Each text's terms as this BM25 indexes a document's content: porter stems of its tokens,
+    stopwords and empty tokens dropped, repeats kept (one DuckDB statement for all the texts)."""
+    if not texts:
+        return []
+    rows, terms = _ANALYZER.document_terms(list(texts), [None] * len(texts))
+    found: list[list[str]] = [[] for _ in texts]
+    for row, term in zip(rows.tolist(), terms.to_pylist()):
+        found[row].append(term)
+    return [tuple(sorted(each)) for each in found]
+
+
 @functools.lru_cache(maxsize=_QUERY_CACHE_SIZE)
 def query_terms(text: str) -> tuple[str, ...]:
     """The distinct stems match_bm25 looks up for `text`, sorted so that sums add in one order."""
