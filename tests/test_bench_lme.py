@@ -82,6 +82,16 @@ def test_plain_and_message_haystacks_keep_the_ids_and_differ_only_where_they_say
         lme_bench.question_objects(sister, sessions, "loaded")
 
 
+def test_the_message_path_leaves_out_a_message_of_invisible_characters_that_the_api_refuses(folder):
+    sister = lme_bench.load_questions(folder)[0]
+    sessions = {key: list(turns) for key, turns in lme_bench.load_sessions(folder, ["s1", "s2", "s3"]).items()}
+    first = sister.haystack[0][0]
+    sessions[first].append({"role": "user", "content": "\u200b"})  # as 27 turns of LongMemEval-S are
+    positioned = lme_bench.question_objects(sister, sessions)
+    messages = lme_bench.question_objects(sister, sessions, "messages")
+    assert "user: \u200b" in [o.content for o in positioned] and len(messages) == len(positioned) - 1
+
+
 def test_bad_folders_get_one_line_errors(tmp_path, folder):
     with pytest.raises(lme_bench.LmeFormatError, match="does not exist"):
         lme_bench.load_questions(tmp_path / "nowhere")

@@ -28,7 +28,7 @@ from rms_retrieval.dataflows.bench.locomo_bench import LocomoBench
 from rms_retrieval.dataflows.bench.arms import ARMS, arm_settings, settings_changes
 from rms_retrieval.dataflows.bench.metrics import QuestionOutcome, latency_percentiles, paired_comparison, summarise
 from rms_retrieval.stores.analysis.messages import message_turns
-from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
+from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType, is_blank
 from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder
 
 QUESTIONS_FILE = "questions.jsonl"
@@ -141,9 +141,12 @@ def question_objects(question: LmeQuestion, sessions: Mapping[str, list[Mapping]
         seen.add(session_id)
         turns = [(position, turn) for position, turn in enumerate(sessions[session_id]) if turn["content"].strip()]
         if mode == "messages":
+            # The message API refuses a blank message (27 of the data's turns are a zero-width space
+            # alone), so an application leaves those out; the other modes keep them behind the role.
             objects += message_turns(question.sample_id, session_id, [
                 {"role": turn["role"], "content": turn["content"], "id": turn_id(question, session_id, position),
-                 "created_at": date, "source_ref": f"{session_id}:{position}"} for position, turn in turns])
+                 "created_at": date, "source_ref": f"{session_id}:{position}"}
+                for position, turn in turns if not is_blank(turn["content"])])
             continue
         objects += [MemoryObject(
             id=turn_id(question, session_id, position), namespace=question.sample_id, node_type=NodeType.TURN,
