@@ -2,8 +2,11 @@
 in their own session join or are promoted with an inherited, decayed score.
 
 A neighbour keeps its own score when that is higher; either way SESSION_CONTEXT joins its
-paths without changing its path count. A neighbour new to the pool passes the same filter as
+paths without changing its path count (unless `session.context_packing`, which counts it and
+links the neighbour to its trigger). A neighbour new to the pool passes the same filter as
 every candidate, has one path, and records its trigger, offset and decay as provenance.
+Opt-in episode context (RFC 4.6, `packing.episode_context_top_k`) then routes the pool's best
+sessions: their best records join EPISODE_CONTEXT, one more path, with an inherited score.
 
 `session_context` reads the object store (the session neighbours), as the stage-2 candidate
 paths do; `ranked_candidates` is pure.
