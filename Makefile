@@ -34,8 +34,12 @@ demo: install
 # The fast tier runs on every core (pytest-xdist). Temporary stores go to /dev/shm where it is
 # writable: every commit fsyncs, and on tmpfs that costs nothing (a SIGKILL, which the crash tests
 # send, loses nothing that fsync guards against).
+# The suite's own processes (pytest's workers, the store worker scripts they start) skip
+# Hamilton's plugin autoloading, as `rms` does (dataflows/cli.py): it imports matplotlib, dask,
+# scikit-learn and more on first use of a decorator, 4 of a process's 7 s of imports. A library
+# caller's process keeps it: `make package-check` runs `retrieve()` from a plain script.
 TEST_TMPDIR := $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm)
-TEST_ENV := $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
+TEST_ENV := HAMILTON_AUTOLOAD_EXTENSIONS=0 $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 
 test: install
 	$(TEST_ENV) $(PY) -m pytest -q -m "not slow" -n auto --dist worksteal --durations=25
