@@ -344,12 +344,18 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
             return []
         order = {trigger: position for position, trigger in reversed(list(enumerate(triggers)))}
         found: list[SessionNeighbour] = []
+        # Triggers often share a session: its rows and places are gathered once per call.
+        sessions: dict[tuple, tuple[list, dict[int, int]]] = {}
         for trigger, memory in self.get_objects(order, namespaces).items():
             if memory.session_id is None or memory.session_seq is None:
                 continue
             session = (memory.namespace, memory.owner, memory.scope, memory.session_id)
-            rows = [(seq, segment, row) for segment in self.segments for seq, row in segment.sessions.get(session, ())]
-            place = {seq: number for number, seq in enumerate(sorted({seq for seq, _, _ in rows}))}
+            if session not in sessions:
+                gathered = [(seq, segment, row) for segment in self.segments
+                            for seq, row in segment.sessions.get(session, ())]
+                sessions[session] = gathered, {seq: number for number, seq in
+                                               enumerate(sorted({seq for seq, _, _ in gathered}))}
+            rows, place = sessions[session]
             here = place[memory.session_seq]
             for seq, segment, row in rows:
                 offset = place[seq] - here
