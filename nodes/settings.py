@@ -7,6 +7,7 @@ Structural switches (the score formula) are Hamilton config, not settings: see
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -390,12 +391,11 @@ class RetrievalSettings(BaseModel):
         for name in _OPT_IN_SECTIONS:
             if dumped[name] == _DEFAULT_SECTIONS[name]:
                 del dumped[name]
-        for section, name, default in _OPT_IN_FIELDS:
-            values = dumped[section]
-            for key in name.split(".")[:-1]:
-                values = values[key]
-            if values[name.split(".")[-1]] == default:
-                del values[name.split(".")[-1]]
+        for path, default in _OPT_IN_FIELDS:
+            *sections, name = path.split(".")
+            values = functools.reduce(dict.__getitem__, sections, dumped)
+            if values[name] == default:
+                del values[name]
         payload = json.dumps(dumped, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -410,8 +410,8 @@ class RetrievalSettings(BaseModel):
 
 _OPT_IN_SECTIONS = ("rerank", "reformulation")
 # Options added after fingerprints were first logged, left out at their defaults for the same reason.
-_OPT_IN_FIELDS = (("scoring", "weighted.recency_time", None), ("session", "context_packing", False),
-                  ("packing", "episode_context_top_k", 0), ("packing", "episode_context_local_k", 3),
-                  ("packing", "episode_decay", 0.85))
+_OPT_IN_FIELDS = (("scoring.weighted.recency_time", None), ("session.context_packing", False),
+                  ("packing.episode_context_top_k", 0), ("packing.episode_context_local_k", 3),
+                  ("packing.episode_decay", 0.85))
 _DEFAULT_SECTIONS = {"rerank": RerankSettings().model_dump(mode="json"),
                      "reformulation": ReformulationSettings().model_dump(mode="json")}

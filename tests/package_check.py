@@ -1,8 +1,8 @@
 """`make package-check`: the package as a user gets it, outside the repository.
 
 Builds the sdist and the wheel from the files a clone holds (`source_tree`), installs the wheel
-(not editable, core only: no extras) with `-c constraints.txt` into a fresh virtualenv in a temporary directory, and from another
-directory runs `rms demo`, one `rms query` (nothing may reach stderr), `rms dag` (must name
+(not editable, core only: no extras) with `-c constraints.txt` into a fresh virtualenv in a
+temporary directory, and from another directory runs `rms demo`, one `rms query` (nothing may reach stderr), `rms dag` (must name
 the [viz] extra, which a core install lacks), `rms bench` (must say that the benchmarks run from a
 checkout: the wheel holds the library only, `wheel_problems`) and a script that calls `retrieve()`. pip reuses
 the wheels it has downloaded before (its cache, and any find-links the machine configures),
