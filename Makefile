@@ -19,9 +19,19 @@ system-deps:
 	  (apt-get update -qq && apt-get install -y -qq graphviz >/dev/null) || \
 	  { echo "could not install graphviz: run 'apt-get install graphviz' as root"; exit 1; }; }
 
+# uv (pinned in constraints.txt, installed into the virtualenv by pip) installs the rest: it
+# downloads and unpacks in parallel, a fresh install in about 80 s where pip took 4.5 minutes.
+# It compiles the bytecode ahead (--compile-bytecode), as pip does: these machines set
+# PYTHONDONTWRITEBYTECODE, and every process the suite starts would compile its imports again.
+# uv reads no pip configuration: the folders in PIP_FIND_LINKS (where this machine keeps the CPU
+# build of torch) are handed over as --find-links.
+UV := $(VENV)/bin/uv
+UV_FLAGS := --quiet --compile-bytecode $(foreach folder,$(PIP_FIND_LINKS),--find-links $(folder))
+
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install $(PIP_FLAGS) -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
+	$(PY) -m pip install $(PIP_FLAGS) -c $(CONSTRAINTS) uv
+	$(UV) pip install --python $(PY) $(UV_FLAGS) -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP) system-deps

@@ -24,7 +24,7 @@ from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_
 from rms_retrieval.dataflows.retrieval import RetrievalResult, retrieve
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 from rms_retrieval.stores.protocols import QueryEncoder, ReadableStore, snapshot_of
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ def execution_graph(
     require_bindings()
     store = snapshot_of(store)  # the run and the drawing read one generation
     settings = settings or RetrievalSettings()
-    encoder = encoder or default_query_encoder()
+    encoder = encoder or default_encoder()
     dr = build_driver(settings)
     computed = pipeline_lineage(dr).computed
     result = retrieve(store, question, settings=settings, encoder=encoder, extra_nodes=computed, log=False,

@@ -139,7 +139,7 @@ def ingest_with_workers(
     or nothing, so the store ends as a local ingest of the same objects leaves it, bit for bit.
     The report's details say how many texts the workers embedded and how many the writer did.
     """
-    from rms_retrieval.stores.providers.embedding import default_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.providers import embedding
     from rms_retrieval.stores.memory_store import MemoryStore
     from rms_retrieval.stores.analysis.speakers import spoken_text

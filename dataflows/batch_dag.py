@@ -146,12 +146,12 @@ def shard(request_shards: list[Shard]) -> Parallelizable[Shard]:
 
 def shard_results(shard: Shard, settings: RetrievalSettings) -> list[BatchResult]:
     """Every request of the shard answered from its store, the queries embedded together."""
-    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 
     started = time.perf_counter()
     try:
         store, lock = cached_store(shard.store)
-        encoder = default_query_encoder()
+        encoder = default_encoder()
         vectors = None
         if PathType.VECTOR in settings.candidates.enabled_paths:
             vectors = encoder.encode([item.request.query for item in shard.requests])

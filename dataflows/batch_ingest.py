@@ -39,7 +39,7 @@ def text_chunk(text_chunks: list[tuple[str, ...]]) -> Parallelizable[tuple[str, 
 
 def chunk_vectors(text_chunk: tuple[str, ...]) -> ChunkVectors:
     """The chunk embedded by this worker's model, in one call as the store makes it."""
-    from rms_retrieval.stores.providers.embedding import default_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 
     return ChunkVectors(text_chunk, default_encoder().encode(list(text_chunk)))
 

@@ -44,7 +44,7 @@ def open_store(path: str, *, create: bool = False, read_only: bool = False, expa
         raise CliError(f"no store at {path}; build one with `rms ingest` or `rms ingest-locomo`")
     encoder = None
     if create:
-        from rms_retrieval.stores.providers.embedding import default_encoder
+        from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 
         encoder = default_encoder()
     asked = None

@@ -38,7 +38,7 @@ def load_demo() -> DemoCorpus:
 
 def build_demo_store(store_path: str | Path, *, progress: bool = False):
     """Open the demo store at `store_path`, building it on first use (later runs reuse it)."""
-    from rms_retrieval.stores.providers.embedding import default_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     corpus = load_demo()

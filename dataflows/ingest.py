@@ -142,7 +142,7 @@ def ingest_locomo(
 ) -> tuple[IngestReport, LocomoDataset]:
     """Build (or extend) a store from the LoCoMo file at `path`; one namespace per conversation;
     `expansion` is what an empty store is built with (stores/analysis/expansion.py)."""
-    from rms_retrieval.stores.providers.embedding import default_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     dataset = load_locomo(path)

@@ -16,7 +16,7 @@ from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_
 from rms_retrieval.nodes.models import MAX_QUERY_CHARS, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.bundle import MemoryBundle
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, QueryReformulator, ReadableStore, snapshot_of
 
 LOG_VERSION = 1
@@ -239,7 +239,7 @@ def retrieve(
         wanted = list(dict.fromkeys([FINAL_NODE, "query_embedding", *policy_nodes(settings), *extra_nodes]))
         results = build_driver(settings).execute(
             wanted,
-            inputs=pipeline_inputs(store, request, settings, encoder or default_query_encoder(), cross_encoder,
+            inputs=pipeline_inputs(store, request, settings, encoder or default_encoder(), cross_encoder,
                                    reformulator),
             overrides=overrides or {},
         )

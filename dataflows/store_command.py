@@ -26,7 +26,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from rms_retrieval.stores.engine.check import check_store
 
     if args.repair:
-        from rms_retrieval.stores.providers.embedding import default_encoder
+        from rms_retrieval.stores.providers.onnx_encoder import default_encoder
         from rms_retrieval.stores.engine.repair import repair_store
 
         print(repair_store(Path(args.store), lambda: default_encoder().identity).to_text())

@@ -25,7 +25,8 @@ from uuid import UUID
 import numpy as np
 
 from rms_retrieval.stores.engine import changes, compaction, writer
-from rms_retrieval.stores.providers.embedding import default_encoder, validated_vectors
+from rms_retrieval.stores.providers.embedding import validated_vectors
+from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 from rms_retrieval.stores.errors import EmbeddingError, EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.analysis.expansion import TurnExpansion, resolved_expansion
 from rms_retrieval.stores.engine.manifest import (LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, holds_segments,

@@ -1,4 +1,4 @@
-"""Shared fixtures. The sentence encoder takes seconds to load, so one serves the whole session."""
+"""Shared fixtures. An encoder takes a while to load, so one of each serves the whole session."""
 
 from __future__ import annotations
 
@@ -16,14 +16,21 @@ from filelock import FileLock
 from rms_retrieval.dataflows.demo import DemoCorpus
 from rms_retrieval.dataflows.locomo import LocomoDataset
 from rms_retrieval.stores.providers.embedding import SentenceEncoder
+from rms_retrieval.stores.providers.onnx_encoder import OnnxQueryEncoder
 
 
 @pytest.fixture(scope="session")
-def encoder() -> SentenceEncoder:
-    """The packaged MiniLM encoder, loaded once: the same one `retrieve()` uses by default."""
-    from rms_retrieval.stores.providers.embedding import default_encoder
+def encoder() -> OnnxQueryEncoder:
+    """The packaged MiniLM encoder, loaded once: the one a store and `retrieve()` use by default."""
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 
     return default_encoder()
+
+
+@pytest.fixture(scope="session")
+def sentence_encoder() -> SentenceEncoder:
+    """The same weights through sentence-transformers: the reference the default encoder agrees with."""
+    return SentenceEncoder()
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,7 @@ def _build_demo_store(folder: Path) -> None:
     from rms_retrieval.dataflows.demo import load_demo
     from rms_retrieval.stores.memory_store import MemoryStore
     from rms_retrieval.stores.models import MemoryObject
-    from rms_retrieval.stores.providers.embedding import default_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 
     other = MemoryObject(namespace="demo-other-conversation", node_type="FACT",
                          content="Tomas works as a carpenter in Bristol.")

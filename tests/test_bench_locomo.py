@@ -8,7 +8,7 @@ import pytest
 
 from rms_retrieval.dataflows.bench import locomo_bench
 from rms_retrieval.dataflows.demo import load_demo
-from rms_retrieval.stores.providers.embedding import default_encoder
+from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 from rms_retrieval.dataflows.bench import arms
 from rms_retrieval.stores.memory_store import MemoryStore
 

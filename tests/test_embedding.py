@@ -83,45 +83,10 @@ def test_unreadable_model_path_is_an_embedding_error(tmp_path):
     assert SentenceEncoder(tmp_path)._model_name == tmp_path.name
 
 
-_COLD_PROCESS = """
-import json, os, sys
-from rms_retrieval.stores.providers.embedding import default_encoder
-encoder = default_encoder()
-identity = encoder.identity
-loaded_before_encode = "sentence_transformers" in sys.modules
-from transformers.utils import logging as transformers_logging
-bars_before = transformers_logging.is_progress_bar_enabled()
-vector = encoder.encode(["Where does Tomas work now?"])
-print(json.dumps({"same": default_encoder() is encoder, "loaded_before_encode": loaded_before_encode,
-                  "bars_kept": transformers_logging.is_progress_bar_enabled() == bars_before,
-                  "shape": list(vector.shape), "model": identity.model_name,
-                  "environ": sorted(k for k in os.environ if k.startswith(("HF_", "TRANSFORMERS")))}))
-"""
-
-
-def test_default_encoder_is_one_lazily_loaded_model_that_needs_no_environment():
-    """In a fresh process without HF_HUB_OFFLINE (the machine has no route to a model hub): the
-    packaged model loads from its path on first encode, once, and leaves os.environ and the
-    caller's progress-bar setting as they were; nothing reaches stderr."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS"))}
-    done = subprocess.run([sys.executable, "-c", _COLD_PROCESS], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout)
-    assert report == {"same": True, "loaded_before_encode": False, "bars_kept": True, "shape": [1, 384],
-                      "model": DEFAULT_MODEL_NAME, "environ": []}
-    assert done.stderr == ""
-
-
-
-
 def test_a_vector_does_not_depend_on_the_texts_embedded_with_it(encoder):
     """Batch invariance (RFC-0005): in a padded batch, or on another thread count, the same text's
-    floats differed in the last bits; the packaged encoder embeds each text alone on one thread."""
+    floats differed in the last bits; the packaged encoder embeds each text alone (so does
+    `SentenceEncoder`, on one torch thread: tests/test_onnx_encoder.py, where it is loaded anyway)."""
     texts = ["Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
              "Melanie: Wow!", "Caroline: Thanks, Mel. The transgender stories were so inspiring."]
     together = encoder.encode(texts)

@@ -1,5 +1,5 @@
-"""The ONNX Runtime query encoder: the same vectors as sentence-transformers, a cache it checks
-before trusting, and a query process that never imports the torch stack."""
+"""The default encoder, MiniLM through ONNX Runtime: the same vectors as sentence-transformers, a
+cache it checks before trusting, and processes that write and ask without importing the torch stack."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from rms_retrieval.stores.providers import onnx_encoder
-from rms_retrieval.stores.providers.onnx_encoder import MAX_TOKENS, OnnxQueryEncoder, default_query_encoder
+from rms_retrieval.stores.providers.embedding import DEFAULT_MODEL_NAME
+from rms_retrieval.stores.providers.onnx_encoder import MAX_TOKENS, OnnxQueryEncoder, default_encoder
 from rms_retrieval.stores.protocols import QueryEncoder
 
 TEXTS = [
@@ -28,7 +29,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def query_encoder() -> OnnxQueryEncoder:
-    encoder = default_query_encoder()
+    encoder = default_encoder()
     encoder.encode(["warm"])  # exports into the user cache once, on a machine that never had it
     return encoder
 
@@ -42,12 +43,14 @@ def good_cache(query_encoder, tmp_path):
     return tmp_path
 
 
-def test_vectors_agree_with_sentence_transformers_and_share_its_identity(query_encoder, encoder):
-    ours, theirs = query_encoder.encode(TEXTS), encoder.encode(TEXTS)
-    assert isinstance(query_encoder, QueryEncoder) and query_encoder.identity == encoder.identity
+def test_vectors_agree_with_sentence_transformers_and_share_its_identity(query_encoder, sentence_encoder):
+    ours, theirs = query_encoder.encode(TEXTS), sentence_encoder.encode(TEXTS)
+    assert isinstance(query_encoder, QueryEncoder) and query_encoder.identity == sentence_encoder.identity
     assert ours.dtype == np.float32 and ours.shape == (len(TEXTS), 384)
     assert (1.0 - np.sum(ours * theirs, axis=1)).max() < 1e-6
     assert np.abs(ours - theirs).max() < 1e-5
+    # The reference is batch-invariant too: each text alone, on one torch thread.
+    np.testing.assert_array_equal(np.stack([sentence_encoder.encode([text])[0] for text in TEXTS]), theirs)
 
 
 def test_a_long_text_is_cut_where_the_model_stops_reading(query_encoder):
@@ -63,11 +66,11 @@ def test_a_batch_is_bit_identical_to_each_text_alone(query_encoder):
 
 
 @pytest.mark.slow
-def test_vectors_agree_on_locomo_questions(query_encoder, encoder, locomo_path):
+def test_vectors_agree_on_locomo_questions(query_encoder, sentence_encoder, locomo_path):
     from rms_retrieval.dataflows.locomo import load_locomo
 
     questions = [q.question for q in load_locomo(locomo_path).questions][::10]
-    gap = 1.0 - np.sum(query_encoder.encode(questions) * encoder.encode(questions), axis=1)
+    gap = 1.0 - np.sum(query_encoder.encode(questions) * sentence_encoder.encode(questions), axis=1)
     assert len(questions) > 150 and gap.max() < 1e-6
 
 
@@ -107,22 +110,94 @@ def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
     assert onnx_encoder.cache_directory() == tmp_path / "xdg" / "rms-retrieval"
 
 
-_QUERY_PROCESS = """
+_WRITE_AND_QUERY_PROCESS = """
 import contextlib, io, json, sys
 from rms_retrieval.dataflows.cli import main
+from rms_retrieval.stores.memory_store import MemoryStore
+with MemoryStore.open(sys.argv[1]) as store:
+    store.add_messages(sys.argv[2], "cold-process", [{"role": "user", "content": "My bike is a green Brompton."}])
 with contextlib.redirect_stdout(io.StringIO()) as printed:
-    code = main(["query", "--store", sys.argv[1], "--namespace", sys.argv[2], "What is wrong with Tomas's knee?"])
-print(json.dumps({"code": code, "answered": "IT band" in printed.getvalue(),
+    code = main(["query", "--store", sys.argv[1], "--namespace", sys.argv[2], "What colour is my bike?"])
+print(json.dumps({"code": code, "answered": "Brompton" in printed.getvalue(),
                   "heavy": sorted(m for m in ("torch", "transformers", "sentence_transformers", "sklearn") if m in sys.modules)}))
 """
 
 
-def test_a_cold_query_never_imports_the_torch_stack(query_encoder, demo_copy, demo_store):
-    """What makes a cold `rms query` fast: with the graph cached, answering imports none of
-    torch, transformers, sentence-transformers or scikit-learn, and prints nothing on stderr."""
+def test_a_cold_write_and_query_never_import_the_torch_stack(query_encoder, demo_copy, demo_store):
+    """What makes a one-shot process fast: with the graph cached, writing a message and answering
+    a question import none of torch, transformers, sentence-transformers or scikit-learn, and print
+    nothing on stderr."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS"))}
-    done = subprocess.run([sys.executable, "-c", _QUERY_PROCESS, str(demo_copy), demo_store.namespace],
+    done = subprocess.run([sys.executable, "-c", _WRITE_AND_QUERY_PROCESS, str(demo_copy), demo_store.namespace],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) == {"code": 0, "answered": True, "heavy": []}
     assert done.stderr == ""
+
+
+_COLD_PROCESS = """
+import json, os, sys
+from rms_retrieval.stores.providers.onnx_encoder import default_encoder
+encoder = default_encoder()
+identity = encoder.identity
+loaded_before_encode = sorted(m for m in ("onnxruntime", "torch") if m in sys.modules)
+from transformers.utils import logging as transformers_logging
+bars_before = transformers_logging.is_progress_bar_enabled()
+vector = encoder.encode(["Where does Tomas work now?"])
+print(json.dumps({"same": default_encoder() is encoder, "loaded_before_encode": loaded_before_encode,
+                  "bars_kept": transformers_logging.is_progress_bar_enabled() == bars_before,
+                  "shape": list(vector.shape), "model": identity.model_name, "cached": encoder.graph_path().exists(),
+                  "environ": sorted(k for k in os.environ if k.startswith(("HF_", "TRANSFORMERS")))}))
+"""
+
+
+def test_the_default_encoder_is_one_lazily_loaded_model_that_needs_no_environment(tmp_path):
+    """In a fresh process with an empty cache and without HF_HUB_OFFLINE (the machine has no route
+    to a model hub): the packaged weights are exported from their path on first encode, once, and
+    leave os.environ and the caller's progress-bar setting as they were; nothing reaches stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS"))}
+    env[onnx_encoder.CACHE_ENVIRONMENT_VARIABLE] = str(tmp_path / "cache")
+    done = subprocess.run([sys.executable, "-c", _COLD_PROCESS], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == {"same": True, "loaded_before_encode": [], "bars_kept": True, "shape": [1, 384],
+                                       "model": DEFAULT_MODEL_NAME, "cached": True, "environ": []}
+    assert done.stderr == ""
+
+
+def test_a_stored_vector_is_the_vector_of_the_same_text_asked(tmp_path, query_encoder):
+    """A store opened without an encoder embeds with the default one, one text per run: the floats
+    it stores for a text are the ones a question of the same text gets (RFC-0005's batch invariance
+    across writes and queries)."""
+    from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.models import MemoryObject
+
+    texts = ["Tomas works at the harbour cafe.", "x", "The spare key hangs by the door."]
+    objects = [MemoryObject(namespace="n", node_type="FACT", content=text) for text in texts]
+    with MemoryStore.open(tmp_path / "store") as store:
+        store.add(objects)
+        [segment] = store.snapshot().segments
+        stored = np.stack([segment.vectors[segment.ids.index(o.id)] for o in objects])
+    np.testing.assert_array_equal(stored, np.stack([query_encoder.encode([text])[0] for text in texts]))
+
+
+def test_threads_that_first_encode_together_load_the_graph_once(good_cache, monkeypatch, query_encoder):
+    """Concurrent first use builds one ONNX Runtime session (RFC-0005 amendment: native model
+    construction is serialised), and every thread gets the same floats."""
+    import threading
+
+    built, real_session = [], onnx_encoder._session
+    monkeypatch.setattr(onnx_encoder, "_session", lambda model: built.append(1) or real_session(model))
+    fresh = OnnxQueryEncoder(cache_dir=good_cache)
+    start, vectors = threading.Barrier(6), [None] * 6
+
+    def first_encode(slot: int) -> None:
+        start.wait()
+        vectors[slot] = fresh.encode([TEXTS[0]])
+
+    threads = [threading.Thread(target=first_encode, args=(slot,)) for slot in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert built == [1]
+    assert all(np.array_equal(vector, query_encoder.encode([TEXTS[0]])) for vector in vectors)

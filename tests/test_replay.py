@@ -64,11 +64,11 @@ def test_replay_does_not_log_and_never_embeds(store, logged):
 
 
 def test_the_logged_vector_is_what_the_model_made(store, logged):
-    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 
     record = find_record(store, logged[0])
     vector = np.asarray(record["payload"]["query_embedding"], dtype=np.float32)
-    np.testing.assert_array_equal(vector, default_query_encoder().encode([record["payload"]["query"]])[0])
+    np.testing.assert_array_equal(vector, default_encoder().encode([record["payload"]["query"]])[0])
 
 
 def test_a_changed_bundle_is_reported_with_the_index_state_and_the_differences(store, logged):

@@ -57,10 +57,10 @@ def locomo_requests(dataset: Any, count: int) -> list[BatchRequest]:
 def sequential_arm(store_path: str, requests: Sequence[BatchRequest]) -> dict[str, Any]:
     """`retrieve()` once per request, one process, one query embedding per request."""
     from rms_retrieval.dataflows.retrieval import retrieve
-    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
-    encoder = default_query_encoder()
+    encoder = default_encoder()
     with MemoryStore.open(store_path, create=False, read_only=True) as store:
         warm = requests[0].request
         retrieve(store, warm.query, namespaces=warm.namespaces, reference_time=warm.reference_time, encoder=encoder, log=False)

@@ -128,7 +128,7 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
 def _ingest_jsonl(dataset: Any, store_path: str, out: Path, progress: bool, expansion: Any = None) -> Any:
     """The generic path: plain turns written as JSON Lines, read back and added as `rms ingest` does."""
     from rms_retrieval.dataflows.ingest import plain_turns, read_jsonl, write_jsonl
-    from rms_retrieval.stores.providers.embedding import default_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     path = out / JSONL_FILE
@@ -141,7 +141,7 @@ def _ingest_chat(dataset: Any, store_path: str, ingest_path: str, progress: bool
                  leading_name: bool) -> Any:
     """The public API as a new user calls it: plain turns in one `add`, or `add_messages` per session."""
     from rms_retrieval.dataflows.ingest import chat_sessions, plain_chat_turns
-    from rms_retrieval.stores.providers.embedding import default_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
     from rms_retrieval.stores.protocols import IngestReport
     from rms_retrieval.stores.analysis.speakers import SpeakerRules
@@ -205,7 +205,7 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.bench import arms, locomo_bench, plots, speed_bench
     from rms_retrieval.dataflows.locomo import load_locomo
     from rms_retrieval.stores.memory_store import MemoryStore
-    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 
     for name in ("latency_queries", "node_time_queries", "isolation_queries", "determinism_queries",
                  "determinism_repeats"):
@@ -237,7 +237,7 @@ def _cmd_locomo(args: argparse.Namespace) -> int:
     results["store"] = _prepare_store(data, args.store, dataset, progress, args.ingest, out, args.expansion,
                                       not args.no_leading_name)
     results_path = out / RESULTS_FILE
-    encoder = default_query_encoder()
+    encoder = default_encoder()
     questions = locomo_bench.benchmark_questions(dataset, args.limit_questions, args.split)
     if args.skip_adversarial:
         questions["adversarial"] = []

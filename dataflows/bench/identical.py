@@ -129,7 +129,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _cmd_identical(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.locomo import load_locomo
-    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     if args.questions < 1:
@@ -137,7 +137,7 @@ def _cmd_identical(args: argparse.Namespace) -> int:
     dataset = load_locomo(args.data)
     path = Path(args.baseline)
     with MemoryStore.open(args.store, read_only=True) as store:
-        current = list(bundles(store, dataset, default_query_encoder(), args.questions))
+        current = list(bundles(store, dataset, default_encoder(), args.questions))
     if args.record:
         path.write_text("".join(json.dumps(r) + "\n" for r in current), encoding="utf-8")
         print(f"recorded {len(current)} bundles in {path}")

@@ -287,7 +287,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rms_retrieval.dataflows.locomo import load_locomo
-    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
     for name in ("questions", "node_queries"):
@@ -300,7 +300,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
         if not args.no_after_write:
             copied = shutil.copytree(args.store, Path(scratch) / "store", ignore=shutil.ignore_patterns("log", "*.lock"))
             after_write = stack.enter_context(MemoryStore.open(copied, create=False))
-        report = run_latency(store, dataset, default_query_encoder(), questions=args.questions, peers=not args.no_peers,
+        report = run_latency(store, dataset, default_encoder(), questions=args.questions, peers=not args.no_peers,
                              node_queries=args.node_queries, after_write_store=after_write)
     for line in summary_lines(report):
         print(line)

@@ -96,7 +96,7 @@ def _cmd_lme(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.bench import lme_bench
     from rms_retrieval.dataflows.bench.caches import VectorCache
     from rms_retrieval.stores.memory_store import MemoryStore
-    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 
     started = time.perf_counter()
     questions = lme_bench.benchmark_questions(lme_bench.load_questions(args.data), args.split, args.per_type)
@@ -105,12 +105,12 @@ def _cmd_lme(args: argparse.Namespace) -> int:
     questions = [q for q in questions if answers[q.question_id]]
     # The ONNX runtime over the same weights carries the same embedding identity (stores/providers/onnx_encoder.py)
     # and embeds one text per run, without padding: several times faster than a batch here.
-    vectors = VectorCache(args.vector_cache, default_query_encoder())
+    vectors = VectorCache(args.vector_cache, default_encoder())
     with MemoryStore.open(args.store, encoder=vectors) as store:
         ingest = lme_bench.ingest(store, questions, sessions, vectors, mode=args.ingest, progress=not args.no_progress)
     budgets = sorted(set(args.budgets))
     with MemoryStore.open(args.store, read_only=True) as store:
-        bench = lme_bench.LmeBench(store, questions, answers, default_query_encoder(), budgets,
+        bench = lme_bench.LmeBench(store, questions, answers, default_encoder(), budgets,
                                    cross_encoder=_cross_encoder(args.arms))
         results = {"benchmark": "LongMemEval-S (rms bench lme)", "split": args.split, "per_type": args.per_type,
                    "ingest_mode": args.ingest,
@@ -126,14 +126,14 @@ def _cmd_policies(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.bench import lme_bench, locomo_bench
     from rms_retrieval.dataflows.locomo import load_locomo
     from rms_retrieval.stores.memory_store import MemoryStore
-    from rms_retrieval.stores.providers.onnx_encoder import default_query_encoder
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 
     started = time.perf_counter()
     dataset = load_locomo(args.data)
     questions = locomo_bench.benchmark_questions(dataset, args.limit_questions, args.split)["main"]
     budgets = sorted(set(args.budgets))
     with MemoryStore.open(args.store, read_only=True) as store:
-        bench = locomo_bench.LocomoBench(store, dataset, default_query_encoder(), budgets,
+        bench = locomo_bench.LocomoBench(store, dataset, default_encoder(), budgets,
                                          cross_encoder=_cross_encoder(args.arms))
         results = {"benchmark": "LoCoMo, arms interleaved (rms bench policies)", "split": args.split,
                    "limit_questions": args.limit_questions, "targets": locomo_bench.TARGETS}

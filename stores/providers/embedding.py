@@ -1,14 +1,17 @@
-"""Sentence embeddings for ingestion and queries, checked before anyone stores or compares them.
+"""Sentence embeddings checked before anyone stores or compares them, and the packaged model
+through sentence-transformers.
 
-The packaged all-MiniLM-L6-v2 loads from its installed path (never from a hub, without touching
-the process environment); loading takes seconds, so it happens on first encode.
 Every batch is validated whole (one finite vector per text, the declared dimension) so a
-malformed result never reaches an index (RFC-0005 4.2, provider response admission).
+malformed result never reaches an index (RFC-0005 4.2, provider response admission), whichever
+encoder made it.
 
-A text's vector does not depend on the texts embedded with it (RFC-0005's batch invariance):
-the packaged encoder runs the model on one text at a time, on one torch thread. Within a padded
-batch, or with another thread count, the same text came out different in the last bits, so a
-store grown one turn per add held other floats than one loaded in one add.
+`SentenceEncoder` runs the packaged all-MiniLM-L6-v2 with torch, from its installed path (never
+from a hub, without touching the process environment), loaded on first encode. It is the
+reference the default encoder (`stores/providers/onnx_encoder.py`, the same weights through ONNX
+Runtime) must agree with, and an encoder a caller may pass. A text's vector does not depend on the
+texts embedded with it (RFC-0005's batch invariance): it runs the model on one text at a time, on
+one torch thread. Within a padded batch, or with another thread count, the same text came out
+different in the last bits.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import hashlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -147,12 +149,6 @@ def _load_sentence_transformer(path: Path) -> Any:
     finally:
         if bars_were_on:
             transformers_logging.enable_progress_bar()
-
-
-@lru_cache(maxsize=1)
-def default_encoder() -> SentenceEncoder:
-    """The packaged all-MiniLM-L6-v2 encoder, one per process; the model loads on first encode."""
-    return SentenceEncoder()
 
 
 _THREADS_LOCK = threading.Lock()

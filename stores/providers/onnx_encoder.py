@@ -1,23 +1,26 @@
-"""The query encoder: the packaged MiniLM weights run by ONNX Runtime, one question at a time.
+"""The default encoder: the packaged MiniLM weights run by ONNX Runtime, one text at a time,
+for stored vectors and questions alike.
 
-Why a second runtime for the same model: a query is one short text, and what it costs is the
+Why ONNX Runtime rather than torch for the same model: a text is short, and what it costs is the
 runtime, not the arithmetic. Importing sentence-transformers (torch, transformers, scikit-learn)
-takes about 6 s, which a one-shot `rms query` pays in full, and one torch forward pass of a
-dozen tokens took about 13 ms warm. ONNX Runtime and the `tokenizers` library import in a
-fraction of a second, and one pass takes about 4.5 ms on one thread. Stored vectors still come
-from sentence-transformers (`stores/providers/embedding.py`); query vectors agree with its vectors to
-within 1e-6 cosine (tests/test_onnx_encoder.py), so the embedding identity is the same.
+takes 6 to 10 s, which every one-shot process that writes or asks pays in full, and one torch
+forward pass of a dozen tokens took about 13 ms warm (27 ms for a sentence-long turn). ONNX
+Runtime and the `tokenizers` library import in a fraction of a second, and one pass takes about
+4.5 ms on one thread (11 ms for that turn). Its vectors agree with sentence-transformers'
+(`stores/providers/embedding.py`, the reference) to within 1e-6 cosine (tests/test_onnx_encoder.py),
+so the embedding identity is the same, and a store written by either is read by both.
 
 The ONNX graph is exported once from the same weights with `torch.onnx` (which needs torch,
-transformers and onnx: the ingest dependencies) and cached under `cache_directory()`, named by
-the weights' hash. An export is checked once: a few probe texts must give the vectors torch
-computes with the same weights. The cached file's sha256 is written beside it and checked by
-every process before use (about 0.15 s), so a damaged or partial file is exported again rather
-than trusted. Where the cache cannot be written (a
-read-only home), the graph is exported into memory for the life of the process.
+transformers and onnx) and cached under `cache_directory()`, named by the weights' hash. An export
+is checked once: a few probe texts must give the vectors torch computes with the same weights.
+The cached file's sha256 is written beside it and checked by every process before use (about
+0.15 s), so a damaged or partial file is exported again rather than trusted. Where the cache
+cannot be written (a read-only home), the graph is exported into memory for the life of the
+process.
 
-Texts are encoded one per run, unpadded: a padded batch would depend on how the exporter traced
-the attention mask, and one text per run makes a batch bit-identical to single queries.
+Texts are encoded one per run, unpadded (RFC-0005's batch invariance): a padded batch would
+depend on how the exporter traced the attention mask, and one text per run makes a text's vector
+the same whether it is written, ingested in a batch, embedded again or asked as a question.
 """
 
 from __future__ import annotations
@@ -117,8 +120,9 @@ class OnnxQueryEncoder(QueryEncoder):
 
 
 @lru_cache(maxsize=1)
-def default_query_encoder() -> OnnxQueryEncoder:
-    """The packaged MiniLM as a query encoder, one per process."""
+def default_encoder() -> OnnxQueryEncoder:
+    """The packaged MiniLM, one per process: what a store embeds its objects with and `retrieve()`
+    its questions with, unless the caller passes another encoder."""
     return OnnxQueryEncoder()
 
 
@@ -202,8 +206,13 @@ def export_graph(model_path: Path) -> tuple[bytes, np.ndarray]:
     from transformers import AutoModel
     from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()
-    model = AutoModel.from_pretrained(str(model_path), local_files_only=True).eval()
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar
+    try:
+        model = AutoModel.from_pretrained(str(model_path), local_files_only=True).eval()
+    finally:
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
     tokenizer = _tokenizer(model_path)
 
     class LastHidden(torch.nn.Module):
