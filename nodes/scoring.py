@@ -96,7 +96,7 @@ class _Inputs:
 
     _FLOATS = ("semantic", "lexical", "lexical_bm25", "graph_proximity", "graph_hops", "graph_channel_rank",
                "salience", "confidence", "epistemic_weight", "node_type_boost", "temporal_affinity")
-    _INTEGERS = ("update_wording", "stated_us", "updated_us", "path_mask")
+    _INTEGERS = ("update_wording", "stated_us", "updated_us", "current_us", "path_mask")
 
     def __init__(
         self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings, spoken: frozenset[int]
@@ -122,7 +122,7 @@ class _Inputs:
                 temporal_affinity(stated, window) if window else 0.0,
             ))
             integers.append((_update_worded(obj.content), _micros(stated), _micros(obj.updated_at),
-                             path_mask(hits)))
+                             _micros(obj.event_time or obj.updated_at), path_mask(hits)))
         table = np.array(rows, dtype=float).reshape(len(rows), len(self._FLOATS))
         for position, name in enumerate(self._FLOATS):
             setattr(self, name, table[:, position])
@@ -255,9 +255,9 @@ def fused_scores__weighted(
     w = settings.scoring.weighted
     inputs = _Inputs(filtered_candidates, query_analysis, settings, spoken_by_query_entities)
     current_state = query_analysis.current_state and len(inputs)
-    if current_state:
-        known = inputs.stated_us[~inputs.after_reference]
-        anchor, clock = (known.max() if len(known) else _micros(request.reference_time)), inputs.stated_us
+    if current_state:  # RFC 7: event_time, else updated_at, back from the newest memory stated by then
+        known = inputs.current_us[~inputs.after_reference]
+        anchor, clock = (known.max() if len(known) else _micros(request.reference_time)), inputs.current_us
     else:  # RFC 7: updated_at, or with recency_time="event_time" when the memory was stated
         anchor = _micros(request.reference_time)
         clock = inputs.stated_us if w.recency_time == "event_time" else inputs.updated_us

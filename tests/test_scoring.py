@@ -223,3 +223,16 @@ def test_speaker_factor_lifts_the_named_persons_turns_pool_relative():
     assert frame.set_index("object_id").loc[str(other.object_id), "speaker_factor"] == 0.5
     nobody = scored_frame(fused_scores__weighted(pool, analysis, make_request(), weighted, frozenset()))
     assert nobody["speaker_factor"].tolist() == [1.0, 1.0]  # no named speaker in the pool: no factor
+
+
+def test_weighted_current_state_recency_reads_event_time_else_updated_at():
+    """RFC 7's current-state clock under the weighted formula: a memory without an event time that
+    was updated yesterday is as recent as yesterday, not as when it was first stored."""
+    stored = BASE_TIME - timedelta(days=100)
+    revised = make_candidate(make_object("revised", "Tomas now works in Leeds.", event_time=None, created_at=stored,
+                                         updated_at=BASE_TIME - timedelta(days=1)), VECTOR=(1, 0.8))
+    dated = make_candidate(make_object("dated", "Tomas now works in York.", days=-10), VECTOR=(2, 0.8))
+    frame = _weighted(revised, dated, analysis=_analysis(current_state=True))
+    assert frame.loc[str(revised.object_id), "recency"] == 1.0  # the newest by its clock: the anchor
+    assert frame.loc[str(dated.object_id), "recency"] == pytest.approx(math.exp(-0.05 * 9))
+    assert frame.index[0] == str(revised.object_id)
