@@ -283,9 +283,14 @@ def fused_scores__weighted(
         + w.w_paths * np.minimum(inputs.path_count / SCORED_PATHS, 1.0)
     )
     current = _current_update(inputs, lexical, clock, query_analysis, settings)
+    # RFC 7.1: below the relevance floor, the adjusted score is capped at the relevance itself, so
+    # salience, recency and paths cannot lift a memory the question barely matches.
+    relevance = inputs.semantic_relevance + lexical
+    adjusted = np.where(relevance < settings.scoring.relevance_floor, np.minimum(score * current, relevance),
+                        score * current)
     none = np.full(len(inputs), np.nan)
     return _pool(
-        inputs, 1, score * current, semantic_rank=none, lexical=lexical, lexical_rank=none, graph_rank=none,
+        inputs, 1, adjusted, semantic_rank=none, lexical=lexical, lexical_rank=none, graph_rank=none,
         recency=recency, epistemic_factor=inputs.epistemic_weight, node_type_factor=inputs.node_type_boost,
         temporal_factor=temporal_factor, speaker_factor=speaker_factor, recency_boost_factor=none, tie_break=none,
         current_update_factor=current, base_score=additive,

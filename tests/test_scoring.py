@@ -236,3 +236,17 @@ def test_weighted_current_state_recency_reads_event_time_else_updated_at():
     assert frame.loc[str(revised.object_id), "recency"] == 1.0  # the newest by its clock: the anchor
     assert frame.loc[str(dated.object_id), "recency"] == pytest.approx(math.exp(-0.05 * 9))
     assert frame.index[0] == str(revised.object_id)
+
+
+def test_under_the_weighted_formula_the_relevance_floor_caps_the_score_at_the_relevance():
+    """RFC 7.1: a memory whose semantic plus lexical relevance is below `relevance_floor` scores
+    at most that relevance, however salient, recent or confident it is; above the floor, nothing
+    is capped."""
+    faint = make_candidate(make_object("faint", "The weather was fine.", salience=1.0, confidence=1.0, days=30),
+                           VECTOR=(1, 0.05))
+    plain = make_candidate(make_object("plain", "Tomas works in Leeds.", salience=0.1, days=0), VECTOR=(2, 0.6))
+    frame = _weighted(faint, plain)
+    assert frame.loc[str(faint.object_id), "score"] == pytest.approx(0.05)
+    assert frame.loc[str(faint.object_id), "base_score"] > 0.05  # what the weights alone gave it
+    assert frame.loc[str(plain.object_id), "score"] > 0.6 * WeightedScoring().w_semantic
+    assert frame.index[0] == str(plain.object_id)
