@@ -1,7 +1,8 @@
 """Stage 2: candidate generation (RFC 4.1 to 4.4): per-path limits, then the candidate paths.
 
-The paths and `candidate_objects` read the stores; so do stage 1's `entity_catalog` and the
-session neighbours after scoring (`session_context`). Nothing after this stage reads a store.
+The paths and `candidate_objects` read the stores; so do stage 1's `entity_catalog`, and after
+scoring the session neighbours (`session_context`) and the objects evidence references name
+(`evidence_sources`). Nothing else after this stage reads a store.
 
 Each path returns a `ChannelResult`. A backend exception empties that path and is reported
 as a backend failure instead of failing the request; an embedding-model mismatch empties the

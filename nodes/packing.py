@@ -149,13 +149,14 @@ def _tier(path_count: int, obj: MemoryObject) -> int:
 PackingPriority = Callable[[_Item], tuple]
 
 
-_EPISODE_BIT = path_mask([PathType.EPISODE_CONTEXT])
+# Records that episode or evidence context routed (RFC 4.6, 4.7).
+_ROUTED_BITS = path_mask([PathType.EPISODE_CONTEXT, PathType.EVIDENCE_CONTEXT])
 
 
 def _tier_then_score(item: _Item) -> tuple:
-    # RFC 4.6: routed episode evidence first in tier 2, before the ordinary multi-path records;
-    # an id's integer sorts as its string.
-    return (item.tier, not item.mask & _EPISODE_BIT, -item.score, item.obj.id.int)
+    # RFC 4.6 and 4.7: routed episode and evidence records first in tier 2, before the ordinary
+    # multi-path records; an id's integer sorts as its string.
+    return (item.tier, not item.mask & _ROUTED_BITS, -item.score, item.obj.id.int)
 
 
 def _aggregation_coverage(
@@ -259,8 +260,8 @@ def _packed_bundle(
     ):
         text = format_item(obj, item_format)
         items.append(_Item(obj, score, relevance, mask, path_count, text, count_tokens(text), _tier(strong, obj)))
-    if ranked_candidates.episode_anchors:  # RFC 4.6: routed episode evidence packs after tier 1
-        items = [dataclasses.replace(item, tier=2) if item.tier > 2 and item.mask & _EPISODE_BIT else item
+    if ranked_candidates.episode_anchors or ranked_candidates.evidence_anchors:  # RFC 4.6, 4.7: after tier 1
+        items = [dataclasses.replace(item, tier=2) if item.tier > 2 and item.mask & _ROUTED_BITS else item
                  for item in items]
     links = ranked_candidates.session_links
     if links:  # RFC 8 item 2: a linked session neighbour of a tier 1 or 2 trigger is in tier 2

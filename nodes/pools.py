@@ -34,6 +34,7 @@ class PathType(StrEnum):
     SESSION_CONTEXT = "SESSION_CONTEXT"
     KEYWORD_SCAN = "KEYWORD_SCAN"
     EPISODE_CONTEXT = "EPISODE_CONTEXT"
+    EVIDENCE_CONTEXT = "EVIDENCE_CONTEXT"
 
 
 PRIMARY_PATHS = frozenset({PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED})
@@ -134,8 +135,8 @@ def path_mask(paths: Iterable[PathType]) -> int:
     return mask
 
 
-# Session and episode context join after scoring, in that order.
-_CONTEXT_PATHS = (PathType.SESSION_CONTEXT, PathType.EPISODE_CONTEXT)
+# Session, episode and evidence context join after scoring, in that order.
+_CONTEXT_PATHS = (PathType.SESSION_CONTEXT, PathType.EPISODE_CONTEXT, PathType.EVIDENCE_CONTEXT)
 
 
 def mask_paths(mask: int) -> tuple[PathType, ...]:
@@ -329,6 +330,15 @@ class RankedCandidates:
     # Under episode context (RFC 4.6): each marked record, by id, with the strongest candidate of
     # its episode, whose score times packing.episode_decay it inherits when that is higher.
     episode_anchors: Mapping[UUID, UUID] = field(default_factory=dict)
+    # Under evidence projection or augmentation (RFC 4.7): each direct source that joined
+    # EVIDENCE_CONTEXT, by id, with the candidate that routed its group, whose score it inherits
+    # when that is higher. A projected group's members are in `excluded` ("evidence_projected").
+    evidence_anchors: Mapping[UUID, UUID] = field(default_factory=dict)
+
+
+# The stored objects an evidence group's references name (RFC 4.7), by the id of the candidate
+# that routes the group, in the order of its evidence_refs; read by `evidence_sources`.
+EvidenceSources = Mapping[UUID, tuple[MemoryObject, ...]]
 
 
 class SessionLink(NamedTuple):

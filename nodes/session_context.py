@@ -7,9 +7,13 @@ links the neighbour to its trigger). A neighbour new to the pool passes the same
 every candidate, has one path, and records its trigger, offset and decay as provenance.
 Opt-in episode context (RFC 4.6, `packing.episode_context_top_k`) then routes the pool's best
 sessions: their best records join EPISODE_CONTEXT, one more path, with an inherited score.
+Opt-in evidence projection or augmentation (RFC 4.7, `packing.evidence_projection_top_k` or
+`packing.evidence_augmentation_top_k`) last: the top exact evidence_refs groups bring in the stored
+objects their references name, as EVIDENCE_CONTEXT with the group's strongest score, in place of
+the group or beside it.
 
-`session_context` reads the object store (the session neighbours), as the stage-2 candidate
-paths do; `ranked_candidates` is pure.
+`session_context` and `evidence_sources` read the object store (session neighbours, the objects
+evidence references name), as the stage-2 candidate paths do; `ranked_candidates` is pure.
 """
 
 from __future__ import annotations
@@ -22,15 +26,19 @@ import numpy as np
 from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
 from rms_retrieval.nodes.helpers.episodes import episode_marks
 from rms_retrieval.nodes.models import RetrievalRequest
-from rms_retrieval.nodes.pools import (FilteredPool, PathType, RankedCandidates, RerankedPool, ScoredPool, SessionLink,
-                                       path_mask, rank_order)
+from rms_retrieval.nodes.pools import (EvidenceSources, FilteredPool, PathType, RankedCandidates, RerankedPool,
+                                       ScoredPool, SessionLink, path_mask, rank_order)
 from rms_retrieval.nodes.scoring import SCORE_DECIMALS
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.indexes.lexical import indexed_terms
+from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import RetrievalStore, SessionNeighbour
 
 _SESSION_BIT = path_mask([PathType.SESSION_CONTEXT])
 _EPISODE_BIT = path_mask([PathType.EPISODE_CONTEXT])
+_EVIDENCE_BIT = path_mask([PathType.EVIDENCE_CONTEXT])
+# What a projected group's members are excluded as (RankedCandidates.excluded).
+EVIDENCE_PROJECTED = "evidence_projected"
 
 
 def session_context(
@@ -46,6 +54,60 @@ def session_context(
     return store_snapshot.session_neighbours(triggers, cfg.window, request.namespaces) if triggers else []
 
 
+def evidence_sources(
+    reranked_scores: RerankedPool, store_snapshot: RetrievalStore, settings: RetrievalSettings
+) -> EvidenceSources:
+    """The stored objects that the references of the top evidence groups name (RFC 4.7, opt-in),
+    read from the store: by the routing candidate's id, in its evidence_refs order, each looked
+    up in the routing candidate's namespace only."""
+    cfg = settings.packing
+    top_k = cfg.evidence_projection_top_k or cfg.evidence_augmentation_top_k
+    if not top_k:
+        return {}
+    pool = reranked_scores.pool
+    found: dict[UUID, tuple[MemoryObject, ...]] = {}
+    for anchor in _evidence_anchors(pool, top_k, cfg.evidence_anchor_policy):
+        ids = _referenced_ids(anchor)
+        stored = store_snapshot.get_objects(ids, [anchor.namespace]) if ids else {}
+        found[anchor.id] = tuple(stored[object_id] for object_id in ids if object_id in stored)
+    return found
+
+
+def _evidence_key(obj: MemoryObject) -> tuple[str, ...] | None:
+    """An object's exact evidence set (as max_per_evidence groups), None without one."""
+    return tuple(sorted(obj.evidence_refs)) if obj.evidence_refs else None
+
+
+def _evidence_anchors(pool: ScoredPool, top_k: int, policy: str) -> list[MemoryObject]:
+    """The strongest candidate of each of the pool's first `top_k` exact nonempty evidence groups,
+    in rank order, among candidates with a positive score; under "non_entity" an ENTITY never
+    routes a group, and later groups fill the quota."""
+    anchors, seen = [], set()
+    for row in np.flatnonzero(pool.score > 0).tolist():
+        obj = pool.objects[row]
+        key = _evidence_key(obj)
+        if key is None or key in seen or (policy == "non_entity" and obj.node_type is NodeType.ENTITY):
+            continue
+        seen.add(key)
+        anchors.append(obj)
+        if len(anchors) == top_k:
+            break
+    return anchors
+
+
+def _referenced_ids(anchor: MemoryObject) -> list[UUID]:
+    """The object ids among an anchor's evidence references, in order, once each, itself left out."""
+    ids: list[UUID] = []
+    for ref in anchor.evidence_refs:
+        try:
+            object_id = UUID(ref)
+        except ValueError:
+            continue  # a reference that is not an object id (a dialogue id, a URL) names no stored object
+        if object_id != anchor.id and object_id not in ids:
+            ids.append(object_id)
+    return ids
+
+
 def _decay(pool: ScoredPool, settings: RetrievalSettings) -> float:
     cfg = settings.session
     if pool.rank_fused and cfg.rank_fusion_score_decay is not None:
@@ -59,8 +121,9 @@ def ranked_candidates(
     filtered_candidates: FilteredPool,
     request: RetrievalRequest,
     settings: RetrievalSettings,
+    evidence_sources: EvidenceSources,
 ) -> RankedCandidates:
-    """The scored pool with session context applied, in final rank order."""
+    """The scored pool with session, episode and evidence context applied, in final rank order."""
     fused = reranked_scores.pool
     size = len(fused)
     # Keyed by the id's integer, which hashes in C (a UUID hashes through Python code).
@@ -135,8 +198,15 @@ def ranked_candidates(
     anchors: dict[UUID, UUID] = {}
     if settings.packing.episode_context_top_k:
         pool, anchors = _episode_context(pool, request.query, settings)
-        path_count = pool.path_count
-    order = rank_order(pool.score, path_count, objects)
+    evidence_anchors: dict[UUID, UUID] = {}
+    if evidence_sources:
+        pool, rows, evidence_anchors, projected = _evidence_context(pool, evidence_sources, request, settings,
+                                                                    {**filtered_candidates.excluded, **excluded})
+        excluded.update(projected)
+        triggers = [triggers[row] if row is not None else None for row in rows]
+        offsets = np.array([offsets[row] if row is not None else np.nan for row in rows], dtype=float)
+        decays = np.array([decays[row] if row is not None else np.nan for row in rows], dtype=float)
+    order = rank_order(pool.score, pool.path_count, pool.objects)
     return RankedCandidates(
         pool=pool.take(order),
         session_trigger=tuple(triggers[i] for i in order.tolist()),
@@ -145,7 +215,75 @@ def ranked_candidates(
         excluded=excluded,
         session_links=links,
         episode_anchors=anchors,
+        evidence_anchors=evidence_anchors,
     )
+
+
+def _evidence_context(
+    pool: ScoredPool, sources: EvidenceSources, request: RetrievalRequest, settings: RetrievalSettings,
+    excluded: dict[UUID, str],
+) -> tuple[ScoredPool, list[int | None], dict[UUID, UUID], dict[UUID, str]]:
+    """RFC 4.7 over the pool after session and episode context, groups in routing order. A group's
+    direct sources (its anchor's owner and scope, eligible as any candidate, at most
+    `*_max_sources`) join EVIDENCE_CONTEXT, one more path, and take the anchor's score when
+    higher; a group with none stays as it was. Under projection the group's other members leave
+    the pool. Returns the pool, each of its rows' row before (None: a source new to the pool),
+    each source's anchor, and the projected members with their reason."""
+    cfg = settings.packing
+    projecting = bool(cfg.evidence_projection_top_k)
+    limit = cfg.evidence_projection_max_sources if projecting else cfg.evidence_augmentation_max_sources
+    position = {obj.id.int: i for i, obj in enumerate(pool.objects)}
+    score, relevance = pool.score.tolist(), pool.semantic_relevance.tolist()
+    masks, path_count = pool.path_mask.tolist(), pool.path_count.tolist()
+    objects = list(pool.objects)
+    anchors: dict[UUID, UUID] = {}
+    projected: dict[UUID, str] = {}
+    for anchor_id, stored in sources.items():
+        anchor_row = position.get(anchor_id.int)
+        if anchor_row is None or anchor_id in projected:
+            continue
+        anchor = objects[anchor_row]
+        chosen = [source for source in stored
+                  if source.owner == anchor.owner and source.scope == anchor.scope and source.id not in excluded
+                  and exclusion_reason(source, request, settings) is None][:limit]
+        if not chosen:
+            continue
+        inherited, routed_relevance = float(pool.score[anchor_row]), float(pool.semantic_relevance[anchor_row])
+        for source in chosen:
+            row = position.get(source.id.int)
+            if row is None:
+                row = position[source.id.int] = len(objects)
+                objects.append(source)
+                score.append(inherited)
+                relevance.append(routed_relevance)
+                masks.append(0)
+                path_count.append(0)
+            else:
+                score[row] = max(score[row], inherited)
+                relevance[row] = max(relevance[row], routed_relevance)
+            if not masks[row] & _EVIDENCE_BIT:
+                masks[row] |= _EVIDENCE_BIT
+                path_count[row] += 1
+            anchors.setdefault(source.id, anchor_id)
+            projected.pop(source.id, None)  # a source of this group is never also projected away
+        if projecting:
+            key = _evidence_key(anchor)
+            for member in objects[:len(pool)]:
+                if _evidence_key(member) == key and member.id not in anchors:
+                    projected[member.id] = EVIDENCE_PROJECTED
+    added = len(objects) - len(pool)
+    kept = [row for row in range(len(objects)) if objects[row].id not in projected]
+    widened = ScoredPool(
+        formula_version=pool.formula_version,
+        objects=tuple(objects),
+        score=np.array(score, dtype=float),
+        semantic_relevance=np.array(relevance, dtype=float),
+        path_mask=np.array(masks, dtype=np.int64),
+        path_count=np.array(path_count, dtype=np.int64),
+        factors=pool.factors.padded(added),
+    )
+    rows: list[int | None] = [row if row < len(pool) else None for row in kept]
+    return widened.take(np.array(kept, dtype=np.int64)), rows, anchors, projected
 
 
 def _episode_context(pool: ScoredPool, question: str, settings: RetrievalSettings) -> tuple[ScoredPool, dict[UUID, UUID]]:

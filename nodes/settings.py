@@ -300,6 +300,34 @@ class PackingSettings(BaseModel):
         default=0.85, gt=0.0, le=1.0,
         description="RFC 4.6: a marked record inherits its episode's strongest score times this, when higher.",
     )
+    evidence_projection_top_k: int = Field(
+        default=0, ge=0, le=1000,
+        description="RFC 4.7: the top this many exact nonempty evidence_refs groups of the scored pool are each "
+                    "replaced by the stored objects their references name (EVIDENCE_CONTEXT, the group's "
+                    "strongest score); 0, the default, leaves the pool as it was.",
+    )
+    evidence_projection_max_sources: int = Field(
+        default=1, ge=1, le=100, description="RFC 4.7: at most this many direct sources replace one group.",
+    )
+    evidence_augmentation_top_k: int = Field(
+        default=0, ge=0, le=1000,
+        description="RFC 4.7: as evidence_projection_top_k, but the sources join beside the group, which stays.",
+    )
+    evidence_augmentation_max_sources: int = Field(
+        default=1, ge=1, le=100, description="RFC 4.7: at most this many direct sources join beside one group.",
+    )
+    evidence_anchor_policy: Literal["all", "non_entity"] = Field(
+        default="all",
+        description="RFC 4.7: all: a group's strongest candidate routes it; non_entity: ENTITY objects never "
+                    "route, and the quota is filled from later groups.",
+    )
+
+    @model_validator(mode="after")
+    def _one_evidence_mode(self) -> PackingSettings:
+        if self.evidence_projection_top_k and self.evidence_augmentation_top_k:
+            raise ValueError("evidence_projection_top_k and evidence_augmentation_top_k exclude each other "
+                             "(RFC 4.7): set one of them to 0")
+        return self
 
 
 RERANKER_POLICIES = ("legacy", "score_envelope", "anchored_score_envelope")
@@ -412,6 +440,8 @@ _OPT_IN_SECTIONS = ("rerank", "reformulation")
 # Options added after fingerprints were first logged, left out at their defaults for the same reason.
 _OPT_IN_FIELDS = (("scoring.weighted.recency_time", None), ("session.context_packing", False),
                   ("packing.episode_context_top_k", 0), ("packing.episode_context_local_k", 3),
-                  ("packing.episode_decay", 0.85))
+                  ("packing.episode_decay", 0.85), ("packing.evidence_projection_top_k", 0),
+                  ("packing.evidence_projection_max_sources", 1), ("packing.evidence_augmentation_top_k", 0),
+                  ("packing.evidence_augmentation_max_sources", 1), ("packing.evidence_anchor_policy", "all"))
 _DEFAULT_SECTIONS = {"rerank": RerankSettings().model_dump(mode="json"),
                      "reformulation": ReformulationSettings().model_dump(mode="json")}

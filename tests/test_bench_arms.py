@@ -53,7 +53,7 @@ def _packed(candidates, settings, request):
     pool = FilteredPool(tuple(candidates), {})
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
     ranked = ranked_candidates(RerankedPool(arm_nodes.fused_scores__rrf(pool, analysis, settings)), [], pool, request,
-                               settings)
+                               settings, {})
     merged = CandidatePool(tuple(candidates))
     return arm_nodes.packed_bundle(selected_candidates(ranked, merged, request), ranked, pool, merged,
                                    analysis, request, settings)

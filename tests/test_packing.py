@@ -25,7 +25,7 @@ def _bundle(candidates, request=None, settings=SETTINGS, backend_failures=None, 
     merged = CandidatePool(tuple(candidates), backend_failures=backend_failures or {})
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
     score = fused_scores__weighted(pool, analysis, request, settings) if weighted else fused_scores__rrf(pool, analysis, settings)
-    ranked = ranked_candidates(RerankedPool(score), [], pool, request, settings)
+    ranked = ranked_candidates(RerankedPool(score), [], pool, request, settings, {})
     selection = selected_candidates(ranked, merged, request)
     return packed_bundle(selection, ranked, pool, merged, analysis, request, settings)
 
@@ -191,7 +191,8 @@ def test_no_excluded_object_is_ever_packed(kinds):
     merged = CandidatePool(tuple(candidates))
     filtered = filtered_candidates(merged, request, SETTINGS)
     analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(filtered, analysis, SETTINGS)), [], filtered, request, SETTINGS)
+    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(filtered, analysis, SETTINGS)), [], filtered, request,
+                               SETTINGS, {})
     bundle = packed_bundle(selected_candidates(ranked, merged, request), ranked, filtered, merged, analysis, request,
                            SETTINGS)
     packed = {item.id for item in bundle.items}
@@ -206,7 +207,8 @@ def _count_bundle(candidates, budget):
     pool = FilteredPool(tuple(candidates), {})
     analysis = QueryAnalysis(raw_query=request.query, aggregation=AggregationKind.COUNT,
                              namespace_scope=("ns",), reference_time=BASE_TIME)
-    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(pool, analysis, SETTINGS)), [], pool, request, SETTINGS)
+    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(pool, analysis, SETTINGS)), [], pool, request, SETTINGS,
+                               {})
     merged = CandidatePool(tuple(candidates))
     return packed_bundle(selected_candidates(ranked, merged, request), ranked, pool, merged, analysis, request, SETTINGS)
 

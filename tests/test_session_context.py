@@ -10,7 +10,7 @@ from rms_retrieval.nodes.pools import FilteredPool, RerankedPool
 from rms_retrieval.nodes.scoring import fused_scores__rrf
 from rms_retrieval.nodes.session_context import ranked_candidates, session_context
 from rms_retrieval.nodes.settings import RetrievalSettings, SessionSettings
-from tests.factories import BASE_TIME, FakeStore, make_candidate, make_object, make_request
+from tests.factories import BASE_TIME, FakeStore, make_candidate, make_object, make_request, oid
 
 
 def _turn(name, seq, **fields):
@@ -24,7 +24,7 @@ def _run(candidates, objects, settings=None):
     fused = fused_scores__rrf(pool, analysis, settings)
     store = FakeStore(objects)
     links = session_context(RerankedPool(fused), store, make_request(namespaces=("ns",)), settings)
-    return fused, ranked_candidates(RerankedPool(fused), links, pool, make_request(), settings)
+    return fused, ranked_candidates(RerankedPool(fused), links, pool, make_request(), settings, {})
 
 
 def test_new_neighbours_join_with_the_decayed_trigger_score_and_provenance():
@@ -141,7 +141,7 @@ def test_episode_context_marks_the_matching_records_of_the_best_episode_and_pack
         pool = FilteredPool(tuple(candidates), {})
         analysis = QueryAnalysis(raw_query=request.query, namespace_scope=("ns",), reference_time=BASE_TIME)
         fused = fused_scores__rrf(pool, analysis, settings)
-        return fused, ranked_candidates(RerankedPool(fused), [], pool, request, settings)
+        return fused, ranked_candidates(RerankedPool(fused), [], pool, request, settings, {})
 
     fused, ranked = ranked_with(routed)
     frame = scored_frame(ranked).set_index("object_id")
@@ -163,3 +163,159 @@ def test_episode_context_marks_the_matching_records_of_the_best_episode_and_pack
     plain_fused, plain = ranked_with(RetrievalSettings(session=no_session))
     assert not plain.episode_anchors and "EPISODE_CONTEXT" not in "".join(map(str, scored_frame(plain)["paths"]))
     assert routed.fingerprint() != RetrievalSettings(session=no_session).fingerprint()
+
+
+def _evidence_case():
+    """A source turn that two claims cite, an entity citing it too, and an unrelated memory."""
+    source = make_object("src", "Caroline: I went to the LGBTQ support group on 7 May, it was so powerful.",
+                         node_type="TURN", session_id="s1", session_seq=3)
+    refs = (str(source.id), "D1:3")  # a dialogue id beside the object id names no stored object
+    first = make_candidate(make_object("c1", "Caroline attended a support group.", node_type="FACT",
+                                       evidence_refs=refs), VECTOR=(2, 0.8), LEXICAL=(2, 0.9))
+    second = make_candidate(make_object("c2", "Caroline found the group powerful.", node_type="FACT",
+                                        evidence_refs=refs[::-1]), VECTOR=(3, 0.7))
+    entity = make_candidate(make_object("e", "Caroline", node_type="ENTITY", entity_canonical_name="Caroline",
+                                        evidence_refs=(str(oid("other")),)), VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    other = make_object("other", "Caroline: my sister visited.", node_type="TURN")
+    loose = make_candidate(make_object("u", "the weather was fine"), VECTOR=(4, 0.3))
+    return source, other, first, second, entity, loose
+
+
+def _evidence_run(packing, candidates, objects, request=None):
+    from rms_retrieval.nodes.session_context import evidence_sources
+
+    settings = RetrievalSettings(session=SessionSettings(window=0), packing=packing)
+    request = request or make_request()
+    pool = FilteredPool(tuple(candidates), {})
+    analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
+    fused = RerankedPool(fused_scores__rrf(pool, analysis, settings))
+    sources = evidence_sources(fused, FakeStore(objects), settings)
+    return fused, sources, ranked_candidates(fused, [], pool, request, settings, sources)
+
+
+def test_evidence_projection_replaces_the_top_group_by_the_source_its_references_name():
+    """RFC 4.7 (opt-in): the strongest candidate of the top exact evidence group routes it; the
+    stored object its references name replaces the group as EVIDENCE_CONTEXT with that score."""
+    from rms_retrieval.nodes.settings import PackingSettings
+
+    source, other, first, second, entity, loose = _evidence_case()
+    candidates = [first, second, loose]
+    fused, sources, ranked = _evidence_run(PackingSettings(evidence_projection_top_k=1), candidates,
+                                           [source, *(c.object for c in candidates)])
+    assert dict(sources) == {first.object.id: (source,)}  # one group: the two claims cite one exact set
+    frame = scored_frame(ranked).set_index("object_id")
+    own = scored_frame(fused.pool).set_index("object_id")
+    row = frame.loc[str(source.id)]
+    assert row["paths"] == ("EVIDENCE_CONTEXT",) and row["path_count"] == 1
+    assert row["score"] == own.loc[str(first.object.id), "score"]
+    assert set(frame.index) == {str(source.id), str(loose.object.id)}
+    assert dict(ranked.excluded) == {first.object.id: "evidence_projected", second.object.id: "evidence_projected"}
+    assert dict(ranked.evidence_anchors) == {source.id: first.object.id}
+
+
+def test_evidence_augmentation_adds_the_source_beside_the_group_and_packs_it_in_tier_two():
+    from rms_retrieval.nodes.packing import packed_bundle, selected_candidates
+    from rms_retrieval.nodes.pools import CandidatePool
+    from rms_retrieval.nodes.settings import PackingSettings
+
+    source, other, first, second, entity, loose = _evidence_case()
+    candidates = [first, second, loose]
+    packing = PackingSettings(evidence_augmentation_top_k=1)
+    _, _, ranked = _evidence_run(packing, candidates, [source, *(c.object for c in candidates)])
+    frame = scored_frame(ranked).set_index("object_id")
+    assert set(frame.index) == {str(source.id), *(str(c.object.id) for c in candidates)} and not ranked.excluded
+    assert frame.loc[str(source.id), "paths"] == ("EVIDENCE_CONTEXT",)
+    request = make_request()
+    merged = CandidatePool(tuple(candidates))
+    analysis = QueryAnalysis(raw_query=request.query, namespace_scope=("ns",), reference_time=BASE_TIME)
+    settings = RetrievalSettings(session=SessionSettings(window=0), packing=packing)
+    bundle = packed_bundle(selected_candidates(ranked, merged, request), ranked, FilteredPool(tuple(candidates), {}),
+                           merged, analysis, request, settings)
+    tiers = {item.id: item.tier for item in bundle.items}
+    assert tiers[source.id] == 2 and [item.id for item in bundle.items if item.tier == 2][0] == source.id
+
+
+def test_a_source_already_in_the_pool_gains_the_path_and_the_higher_score():
+    from rms_retrieval.nodes.settings import PackingSettings
+
+    source, other, first, second, entity, loose = _evidence_case()
+    weak_source = make_candidate(source, VECTOR=(5, 0.2))
+    candidates = [first, second, loose, weak_source]
+    fused, _, ranked = _evidence_run(PackingSettings(evidence_augmentation_top_k=1), candidates,
+                                     [c.object for c in candidates])
+    frame = scored_frame(ranked).set_index("object_id")
+    own = scored_frame(fused.pool).set_index("object_id")
+    assert frame.loc[str(source.id), "paths"] == ("VECTOR", "EVIDENCE_CONTEXT")
+    assert frame.loc[str(source.id), "path_count"] == 2
+    assert frame.loc[str(source.id), "score"] == own.loc[str(first.object.id), "score"]
+
+
+def test_an_ineligible_or_foreign_source_leaves_its_group_as_it_was():
+    from rms_retrieval.nodes.settings import PackingSettings
+
+    source, other, first, second, entity, loose = _evidence_case()
+    candidates = [first, second, loose]
+    for unusable in (source.model_copy(update={"lifecycle_state": "DEPRECATED"}),
+                     source.model_copy(update={"owner": "someone-else"}),
+                     source.model_copy(update={"namespace": "elsewhere"})):
+        _, _, ranked = _evidence_run(PackingSettings(evidence_projection_top_k=1), candidates,
+                                     [unusable, *(c.object for c in candidates)])
+        assert {o.id for o in ranked.pool.objects} == {c.object.id for c in candidates}
+        assert not ranked.excluded and not ranked.evidence_anchors
+
+
+def test_under_the_non_entity_policy_an_entity_never_routes_and_later_groups_fill_the_quota():
+    from rms_retrieval.nodes.settings import PackingSettings
+
+    source, other, first, second, entity, loose = _evidence_case()
+    candidates = [entity, first, second, loose]
+    objects = [source, other, *(c.object for c in candidates)]
+    _, every, _ = _evidence_run(PackingSettings(evidence_projection_top_k=1), candidates, objects)
+    assert dict(every) == {entity.object.id: (other,)}  # the entity is the strongest candidate
+    _, non_entity, ranked = _evidence_run(
+        PackingSettings(evidence_projection_top_k=1, evidence_anchor_policy="non_entity"), candidates, objects)
+    assert dict(non_entity) == {first.object.id: (source,)}
+    assert entity.object.id in {o.id for o in ranked.pool.objects}
+
+
+def test_projection_and_augmentation_exclude_each_other_and_stay_out_of_the_default_fingerprint():
+    from pydantic import ValidationError
+
+    from rms_retrieval.nodes.settings import PackingSettings
+
+    with pytest.raises(ValidationError, match="exclude each other"):
+        PackingSettings(evidence_projection_top_k=1, evidence_augmentation_top_k=1)
+    assert RetrievalSettings(packing=PackingSettings(evidence_projection_top_k=0)).fingerprint() == \
+        RetrievalSettings().fingerprint()
+    assert RetrievalSettings(packing=PackingSettings(evidence_projection_top_k=2)).fingerprint() != \
+        RetrievalSettings().fingerprint()
+
+
+def test_evidence_projection_in_the_pipeline_reads_the_source_from_a_real_store(tmp_path, encoder):
+    """`evidence_sources` reads the store's snapshot: through `retrieve()`, the turn a claim cites
+    replaces the claim in the bundle, and the bundle's exclusions say why the claim is missing."""
+    from datetime import datetime, timezone
+
+    from rms_retrieval.dataflows.retrieval import retrieve
+    from rms_retrieval.nodes.settings import PackingSettings
+    from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.models import MemoryObject
+
+    turn = MemoryObject(namespace="ns", node_type="TURN", session_id="s1",
+                        content="Caroline: I went to the LGBTQ support group yesterday, the stories were so moving.")
+    claim = MemoryObject(namespace="ns", node_type="FACT", content="Caroline attended an LGBTQ support group.",
+                         evidence_refs=(str(turn.id),))
+    filler = [MemoryObject(namespace="ns", node_type="TURN", session_id="s2", content=f"Melanie: we painted fence {i}.")
+              for i in range(5)]
+    when = datetime(2025, 6, 1, tzinfo=timezone.utc)
+    settings = RetrievalSettings(packing=PackingSettings(evidence_projection_top_k=1))
+    with MemoryStore.open(tmp_path / "store", encoder) as store:
+        store.add([turn, claim, *filler])
+        bundle = retrieve(store, "Which support group did Caroline attend?", namespaces="ns", reference_time=when,
+                          settings=settings, log=False, encoder=encoder).bundle
+        plain = retrieve(store, "Which support group did Caroline attend?", namespaces="ns", reference_time=when,
+                         log=False, encoder=encoder).bundle
+    items = {item.id: item for item in bundle.items}
+    assert "EVIDENCE_CONTEXT" in items[turn.id].paths and claim.id not in items
+    assert bundle.retrieval_metadata.excluded[claim.id] == "evidence_projected"
+    assert claim.id in {item.id for item in plain.items}
