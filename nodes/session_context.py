@@ -226,7 +226,8 @@ def _evidence_context(
     """RFC 4.7 over the pool after session and episode context, groups in routing order. A group's
     direct sources (its anchor's owner and scope, eligible as any candidate, at most
     `*_max_sources`) join EVIDENCE_CONTEXT, one more path, and take the anchor's score when
-    higher; a group with none stays as it was. Under projection the group's other members leave
+    higher, and the group's largest semantic relevance when higher (RFC 7.2: what min_score
+    compares under rank fusion); a group with none stays as it was. Under projection the group's other members leave
     the pool. Returns the pool, each of its rows' row before (None: a source new to the pool),
     each source's anchor, and the projected members with their reason."""
     cfg = settings.packing
@@ -248,7 +249,11 @@ def _evidence_context(
                   and exclusion_reason(source, request, settings) is None][:limit]
         if not chosen:
             continue
-        inherited, routed_relevance = float(pool.score[anchor_row]), float(pool.semantic_relevance[anchor_row])
+        key = _evidence_key(anchor)
+        inherited = float(pool.score[anchor_row])
+        # RFC 7.2: evidence context takes the largest semantic relevance in its evidence group.
+        routed_relevance = max(float(pool.semantic_relevance[row]) for row in range(len(pool))
+                               if _evidence_key(pool.objects[row]) == key)
         for source in chosen:
             row = position.get(source.id.int)
             if row is None:
@@ -267,7 +272,6 @@ def _evidence_context(
             anchors.setdefault(source.id, anchor_id)
             projected.pop(source.id, None)  # a source of this group is never also projected away
         if projecting:
-            key = _evidence_key(anchor)
             for member in objects[:len(pool)]:
                 if _evidence_key(member) == key and member.id not in anchors:
                     projected[member.id] = EVIDENCE_PROJECTED

@@ -173,7 +173,7 @@ def _evidence_case():
     first = make_candidate(make_object("c1", "Caroline attended a support group.", node_type="FACT",
                                        evidence_refs=refs), VECTOR=(2, 0.8), LEXICAL=(2, 0.9))
     second = make_candidate(make_object("c2", "Caroline found the group powerful.", node_type="FACT",
-                                        evidence_refs=refs[::-1]), VECTOR=(3, 0.7))
+                                        evidence_refs=refs[::-1]), VECTOR=(3, 0.85))  # ranked lower, closer
     entity = make_candidate(make_object("e", "Caroline", node_type="ENTITY", entity_canonical_name="Caroline",
                                         evidence_refs=(str(oid("other")),)), VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
     other = make_object("other", "Caroline: my sister visited.", node_type="TURN")
@@ -208,6 +208,7 @@ def test_evidence_projection_replaces_the_top_group_by_the_source_its_references
     row = frame.loc[str(source.id)]
     assert row["paths"] == ("EVIDENCE_CONTEXT",) and row["path_count"] == 1
     assert row["score"] == own.loc[str(first.object.id), "score"]
+    assert row["semantic_relevance"] == own.loc[str(second.object.id), "semantic_relevance"] == 0.85  # the group's largest
     assert set(frame.index) == {str(source.id), str(loose.object.id)}
     assert dict(ranked.excluded) == {first.object.id: "evidence_projected", second.object.id: "evidence_projected"}
     assert dict(ranked.evidence_anchors) == {source.id: first.object.id}
