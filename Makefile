@@ -23,10 +23,12 @@ system-deps:
 # downloads and unpacks in parallel, a fresh install in about 80 s where pip took 4.5 minutes.
 # It compiles the bytecode ahead (--compile-bytecode), as pip does: these machines set
 # PYTHONDONTWRITEBYTECODE, and every process the suite starts would compile its imports again.
-# uv reads no pip configuration: the folders in PIP_FIND_LINKS (where this machine keeps the CPU
-# build of torch) are handed over as --find-links.
+# uv reads no pip configuration: the folders pip would search (PIP_FIND_LINKS and pip's own
+# find-links setting; where this machine keeps the CPU build of torch) are handed over as
+# --find-links, so that torch==2.13.0 is that wheel and not PyPI's CUDA build.
 UV := $(VENV)/bin/uv
-UV_FLAGS := --quiet --compile-bytecode $(foreach folder,$(PIP_FIND_LINKS),--find-links $(folder))
+FIND_LINKS := $(sort $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV_FLAGS := --quiet --compile-bytecode $(foreach folder,$(FIND_LINKS),--find-links $(folder))
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
