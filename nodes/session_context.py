@@ -225,11 +225,11 @@ def _evidence_context(
 ) -> tuple[ScoredPool, list[int | None], dict[UUID, UUID], dict[UUID, str]]:
     """RFC 4.7 over the pool after session and episode context, groups in routing order. A group's
     direct sources (its anchor's owner and scope, eligible as any candidate, at most
-    `*_max_sources`) join EVIDENCE_CONTEXT, one more path, and take the anchor's score when
-    higher, and the group's largest semantic relevance when higher (RFC 7.2: what min_score
-    compares under rank fusion); a group with none stays as it was. Under projection the group's other members leave
-    the pool. Returns the pool, each of its rows' row before (None: a source new to the pool),
-    each source's anchor, and the projected members with their reason."""
+    `*_max_sources`) join EVIDENCE_CONTEXT, one more path, and take the anchor's score and the
+    group's largest semantic relevance (what min_score compares under rank fusion, RFC 7.2),
+    each when higher; a group with none stays as it was. Under projection the group's other
+    members leave the pool. Returns the pool, each of its rows' row before (None: a source new
+    to the pool), each source's anchor, and the projected members with their reason."""
     cfg = settings.packing
     projecting = bool(cfg.evidence_projection_top_k)
     limit = cfg.evidence_projection_max_sources if projecting else cfg.evidence_augmentation_max_sources
