@@ -237,6 +237,7 @@ def _evidence_context(
     score, relevance = pool.score.tolist(), pool.semantic_relevance.tolist()
     masks, path_count = pool.path_mask.tolist(), pool.path_count.tolist()
     objects = list(pool.objects)
+    keys = [_evidence_key(obj) for obj in pool.objects]  # each row's evidence group, computed once
     anchors: dict[UUID, UUID] = {}
     projected: dict[UUID, str] = {}
     for anchor_id, stored in sources.items():
@@ -249,11 +250,11 @@ def _evidence_context(
                   and exclusion_reason(source, request, settings) is None][:limit]
         if not chosen:
             continue
-        key = _evidence_key(anchor)
+        key = keys[anchor_row]
+        members = [row for row, member_key in enumerate(keys) if member_key == key]
         inherited = float(pool.score[anchor_row])
         # RFC 7.2: evidence context takes the largest semantic relevance in its evidence group.
-        routed_relevance = max(float(pool.semantic_relevance[row]) for row in range(len(pool))
-                               if _evidence_key(pool.objects[row]) == key)
+        routed_relevance = max(float(pool.semantic_relevance[row]) for row in members)
         for source in chosen:
             row = position.get(source.id.int)
             if row is None:
@@ -272,9 +273,9 @@ def _evidence_context(
             anchors.setdefault(source.id, anchor_id)
             projected.pop(source.id, None)  # a source of this group is never also projected away
         if projecting:
-            for member in objects[:len(pool)]:
-                if _evidence_key(member) == key and member.id not in anchors:
-                    projected[member.id] = EVIDENCE_PROJECTED
+            for row in members:
+                if objects[row].id not in anchors:
+                    projected[objects[row].id] = EVIDENCE_PROJECTED
     added = len(objects) - len(pool)
     kept = [row for row in range(len(objects)) if objects[row].id not in projected]
     widened = ScoredPool(
