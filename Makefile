@@ -20,7 +20,7 @@ system-deps:
 	  { echo "could not install graphviz: run 'apt-get install graphviz' as root"; exit 1; }; }
 
 # uv (pinned in constraints.txt, installed into the virtualenv by pip) installs the rest: it
-# downloads and unpacks in parallel, a fresh install in about 80 s where pip took 4.5 minutes.
+# downloads and unpacks in parallel, a fresh install in about 90 s where pip took 4.5 minutes.
 # It compiles the bytecode ahead (--compile-bytecode), as pip does: these machines set
 # PYTHONDONTWRITEBYTECODE, and every process the suite starts would compile its imports again.
 # uv reads no pip configuration: the folders pip would search (PIP_FIND_LINKS and pip's own

@@ -137,15 +137,23 @@ _LOAD_LOCK = threading.Lock()
 
 def _load_sentence_transformer(path: Path) -> Any:
     """The model from its directory only (`local_files_only`: no hub lookup, so no need for
-    HF_HUB_OFFLINE), without transformers' per-tensor "Loading weights" bar, which would
-    print on every cold query; the caller's progress-bar setting is restored afterwards."""
+    HF_HUB_OFFLINE), without transformers' per-tensor "Loading weights" bar."""
     from sentence_transformers import SentenceTransformer
+
+    with no_loading_bars():
+        return SentenceTransformer(str(path), device="cpu", local_files_only=True)
+
+
+@contextmanager
+def no_loading_bars() -> Iterator[None]:
+    """transformers' progress bars off while weights load (its per-tensor "Loading weights" bar
+    would print on every cold load), the caller's setting restored afterwards."""
     from transformers.utils import logging as transformers_logging
 
     bars_were_on = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
     try:
-        return SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        yield
     finally:
         if bars_were_on:
             transformers_logging.enable_progress_bar()

@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from rms_retrieval.stores.providers.embedding import DEFAULT_DIMENSION, SentenceEncoder, default_model_path, validated_vectors
+from rms_retrieval.stores.providers.embedding import (DEFAULT_DIMENSION, SentenceEncoder, default_model_path,
+                                                     no_loading_bars, validated_vectors)
 from rms_retrieval.stores.errors import EmbeddingError
 from rms_retrieval.stores.protocols import EmbeddingIdentity, QueryEncoder
 
@@ -204,15 +205,9 @@ def export_graph(model_path: Path) -> tuple[bytes, np.ndarray]:
     vectors torch computes with them (mean pooling, as sentence-transformers pools)."""
     import torch
     from transformers import AutoModel
-    from transformers.utils import logging as transformers_logging
 
-    bars_were_on = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar
-    try:
+    with no_loading_bars():
         model = AutoModel.from_pretrained(str(model_path), local_files_only=True).eval()
-    finally:
-        if bars_were_on:
-            transformers_logging.enable_progress_bar()
     tokenizer = _tokenizer(model_path)
 
     class LastHidden(torch.nn.Module):
