@@ -19,7 +19,8 @@ from rms_retrieval.dataflows import frames
 from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, Reformulations
 from rms_retrieval.nodes.bundle import MemoryBundle
 from rms_retrieval.nodes.pools import (AlternatePasses, CandidateLimits, CandidatePool, ChannelResult,
-                                       CrossEncoderScores, FilteredPool, PathType, RankedCandidates, RerankedPool,
+                                       CrossEncoderScores, CrossScopePass, CrossScopePool, CrossScopeScores,
+                                       FilteredPool, PathType, RankedCandidates, RerankedPool,
                                        ScoredPool, Selection, path_mask)
 
 
@@ -80,6 +81,11 @@ NODE_VALUE_TYPES: tuple[NodeValueType, ...] = (
     NodeValueType(Reformulations, None,
                   lambda v: f"{len(v.alternatives)} alternatives" + (f", provider failed: {v.provider_failure}"
                                                                      if v.provider_failure else "")),
+    NodeValueType(CrossScopePass, None, lambda v: f"{len(v.result.hits)} cross-scope hits"
+                  + (f", failed: {v.result.failure}" if v.result.failure else "")),
+    NodeValueType(CrossScopePool, None,
+                  lambda v: f"{len(v.pool.candidates)} hints kept, {len(v.pool.excluded)} excluded"),
+    NodeValueType(CrossScopeScores, None, lambda v: "no cross-scope namespaces" if v.pool is None else f"{len(v.pool)} hints scored"),
     NodeValueType(AlternatePasses, None, lambda v: f"{len(v.passes)} alternative passes, {len(v.objects)} objects"),
     NodeValueType(QueryEmbedding, None,
                   lambda v: f"{v.identity.dimension}-d, {v.identity.model_name.rsplit('/', 1)[-1]}",

@@ -12,6 +12,7 @@ from importlib import import_module
 from typing import Any
 
 from hamilton import driver
+from hamilton.plugins.h_threadpool import FutureAdapter
 
 from rms_retrieval.nodes import (candidate_generation, filtering, merging, packing, query_analysis, reformulation,
                                  reranking, scoring, session_context)
@@ -36,10 +37,12 @@ FINAL_NODE = "packed_bundle"
 
 
 @lru_cache(maxsize=16)
-def _cached_driver(switches: tuple[tuple[str, str], ...], variants: tuple[str, ...]) -> driver.Driver:
+def _cached_driver(switches: tuple[tuple[str, str], ...], variants: tuple[str, ...], execution: str) -> driver.Driver:
     builder = driver.Builder().with_modules(*STAGE_MODULES, *(import_module(name) for name in variants))
     if variants:
         builder = builder.allow_module_overrides()
+    if execution == "threads":  # every node whose inputs are ready runs at once: the paths in parallel (RFC 4)
+        builder = builder.with_adapters(FutureAdapter(thread_name_prefix="rms-node"))
     return builder.with_config(dict(switches)).build()
 
 
@@ -48,7 +51,8 @@ def build_driver(settings: RetrievalSettings | None = None) -> driver.Driver:
     class names (`RetrievalSettings.dataflow_variants`) in place of the stage modules' nodes; built
     once per switch value and variant list."""
     settings = settings or RetrievalSettings()
-    return _cached_driver(tuple(sorted(settings.hamilton_config().items())), type(settings).dataflow_variants)
+    return _cached_driver(tuple(sorted(settings.hamilton_config().items())), type(settings).dataflow_variants,
+                          settings.execution)
 
 
 def pipeline_inputs(

@@ -134,7 +134,8 @@ def _log_record(
         "status": "failed" if error else "ok",
         "error": f"{type(error).__name__}: {error}"[:_LOGGED_ERROR_CHARS] if error else None,
         **_query_fields(query),
-        "namespace_scope": list(request.namespaces) if request else [],
+        # Every namespace the request read, its cross-scope hints' included (isolation of the log).
+        "namespace_scope": sorted({*request.namespaces, *request.cross_scope_namespaces}) if request else [],
         "retrieval_mode": str(request.retrieval_mode) if request else None,
         "reference_time": request.reference_time.isoformat() if request else None,
         "request": request.model_dump(mode="json") if request else None,

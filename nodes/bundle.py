@@ -61,6 +61,22 @@ class BundleItem(_WrittenWhenSet):
     session_context_link: SessionContextLink | None = None
 
 
+class CrossScopeHint(BaseModel):
+    """A memory from one of the request's `cross_scope_namespaces` (RFC-0005 amendment): found by
+    its own vector pass, scored within its own pool, held to the same min_score, never packed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: UUID
+    namespace: str
+    node_type: str
+    content: str
+    score: float
+    semantic_relevance: float | None = None
+    event_time: AwareDatetime | None = None
+    source_ref: str | None = None
+
+
 # A time as the metadata's JSON has always written it, `datetime.isoformat()` ("+00:00", not "Z").
 IsoTime = Annotated[AwareDatetime, PlainSerializer(lambda value: value.isoformat(), return_type=str, when_used="json")]
 
@@ -91,6 +107,19 @@ class HistoricalCoverage(BaseModel):
     warning_fits: bool
 
 
+class ExclusionScore(BaseModel):
+    """How a left-out memory scored (RFC amendment "explicit selection"): `score` is its score in
+    the ranked pool, None for a memory removed before scoring (the epistemic and time filters,
+    a session neighbour the filter removed, a projected evidence member); `semantic_relevance`
+    is its cosine floored at 0 under rank fusion (None where no vector search found it, and
+    always None under weighted scoring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    score: float | None
+    semantic_relevance: float | None
+
+
 class RetrievalMetadata(_WrittenWhenSet):
     """How the bundle was made: the question's analysis, the formula, the pipeline's counts and
     what was left out (by object id, with the reason). Part of the bundle's versioned JSON, in
@@ -118,14 +147,19 @@ class RetrievalMetadata(_WrittenWhenSet):
     backend_failures: dict[PathType, str]
     min_score_skipped: bool
     excluded: dict[UUID, str]
+    exclusion_scores: dict[UUID, ExclusionScore] = Field(
+        default_factory=dict, description="Every id of `excluded`, with how it scored.")
+    budget_cuts: tuple[UUID, ...] = Field(
+        default=(), description="The selected memories the token budget left out, in packing order.")
     aggregation_coverage: AggregationCoverage | None
     historical_coverage: HistoricalCoverage | None = None
 
 
-class MemoryBundle(BaseModel):
+class MemoryBundle(_WrittenWhenSet):
     """What an application puts into an LLM's context. Its JSON form is versioned and stable."""
 
     model_config = ConfigDict(frozen=True)
+    _WRITTEN_WHEN_SET = ("cross_scope_hints",)  # requests that name cross_scope_namespaces only
 
     bundle_version: int = BUNDLE_VERSION
     query: str
@@ -136,6 +170,8 @@ class MemoryBundle(BaseModel):
     items: tuple[BundleItem, ...]
     context: str = Field(description="The packed text, items joined in order, counted in cl100k_base tokens.")
     retrieval_metadata: RetrievalMetadata
+    cross_scope_hints: tuple[CrossScopeHint, ...] | None = Field(
+        default=None, description="Hints from the request's cross_scope_namespaces, best first; not in `context`.")
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=None)

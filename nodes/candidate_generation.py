@@ -20,7 +20,7 @@ from uuid import UUID
 from hamilton.function_modifiers import group, inject, source
 
 from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, RetrievalRequest
-from rms_retrieval.nodes.pools import CandidateLimits, ChannelHit, ChannelResult, PathType
+from rms_retrieval.nodes.pools import CandidateLimits, ChannelHit, ChannelResult, CrossScopePass, PathType
 from rms_retrieval.nodes.helpers.graph_walk import walk
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.indexes.entity_graph import SPOKEN_BY
@@ -98,6 +98,30 @@ def vector_candidates(
         return ChannelResult(path=PathType.VECTOR, hits=hits, limit=limit)
 
     return _guarded(PathType.VECTOR, limit, search)
+
+
+def cross_scope_candidates(
+    query_embedding: QueryEmbedding | None, store_snapshot: RetrievalStore, request: RetrievalRequest
+) -> CrossScopePass:
+    """Cross-scope hints' own vector pass (RFC-0005 amendment): exact cosine top 2 x
+    cross_scope_top_n in the request's `cross_scope_namespaces` only, with the objects behind the
+    hits. Empty when the request names none; a model mismatch empties it as it does the vector path."""
+    if not request.cross_scope_namespaces or query_embedding is None:
+        return CrossScopePass(ChannelResult(path=PathType.VECTOR))
+    limit = 2 * request.cross_scope_top_n
+    stored = store_snapshot.embedding_identity
+    if stored is not None and stored != query_embedding.identity:
+        return CrossScopePass(ChannelResult(path=PathType.VECTOR, limit=limit, embedding_mismatch=True,
+                                            failure="embedding_mismatch"))
+
+    def search() -> ChannelResult:
+        found = store_snapshot.search_vector(query_embedding.vector, request.cross_scope_namespaces, limit)
+        hits = tuple(ChannelHit(hit.object_id, PathType.VECTOR, rank, hit.cosine, max(hit.cosine, 0.0))
+                     for rank, hit in enumerate(found, start=1))
+        objects = store_snapshot.get_objects([hit.object_id for hit in hits], request.cross_scope_namespaces)
+        return ChannelResult(path=PathType.VECTOR, hits=hits, objects=objects, limit=limit)
+
+    return CrossScopePass(_guarded(PathType.VECTOR, limit, search))
 
 
 def lexical_candidates(

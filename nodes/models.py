@@ -37,12 +37,20 @@ class RetrievalRequest(BaseModel):
     time_to: AwareDatetime | None = None
     event_time_from: AwareDatetime | None = None
     event_time_to: AwareDatetime | None = None
-    limit: int | None = Field(default=None, ge=1)
-    min_score: float = Field(default=0.0, ge=0.0, le=1.0)
+    limit: int | None = Field(default=None, ge=0, description="At most this many memories, pinned ones included; "
+                                                               "0 asks for an empty selection.")
+    min_score: float = Field(default=0.0, ge=0.0, allow_inf_nan=False, description=(
+        "The floor (RFC amendment): on semantic_relevance under rank fusion, on the score under weighted scoring, "
+        "where a score can exceed 1."))
     max_per_source: int | None = Field(default=None, ge=1)
     max_per_evidence: int | None = Field(
         default=None, ge=1, description="At most this many memories citing the same exact evidence_refs set, "
                                          "whatever their text (RFC-0005 section 5); memories without evidence are not capped.")
+    cross_scope_namespaces: tuple[str, ...] = Field(
+        default=(), description="Namespaces, outside `namespaces`, that may offer cross-scope hints (RFC-0005 amendment): "
+                                "a vector pass of their own, returned apart from the bundle's items, never packed.")
+    cross_scope_top_n: int = Field(default=3, ge=1, le=100,
+                                   description="At most this many cross-scope hints (their own cap).")
     knowledge_at: AwareDatetime | None = Field(
         default=None, description="Ingestion-time cutoff (RFC-0005 amendment): objects stored after it are left out; "
                                   "current lifecycle states and indexes are used, not a replay of the past.")
@@ -54,12 +62,20 @@ class RetrievalRequest(BaseModel):
             raise ValueError("the query is empty; ask a question in words")
         return value
 
-    @field_validator("namespaces")
+    @field_validator("namespaces", "cross_scope_namespaces")
     @classmethod
     def _namespaces_sorted(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if any(not ns.strip() for ns in value):
             raise ValueError("a namespace name is empty")
         return tuple(sorted(set(value)))
+
+    @model_validator(mode="after")
+    def _hints_from_other_namespaces(self) -> RetrievalRequest:
+        both = sorted(set(self.namespaces or ()) & set(self.cross_scope_namespaces))
+        if both:
+            raise ValueError(f"cross_scope_namespaces repeats {', '.join(map(repr, both))} of namespaces; "
+                             "hints come from other namespaces only, so leave it out of one of them")
+        return self
 
     @model_validator(mode="after")
     def _windows_ordered(self) -> RetrievalRequest:

@@ -14,15 +14,16 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from uuid import UUID
 
 import numpy as np
 
 from rms_retrieval.nodes.helpers.formatting import format_item, group_header
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
-from rms_retrieval.nodes.bundle import (AggregationCoverage, HistoricalCoverage, BundleItem, MemoryBundle,
+from rms_retrieval.nodes.bundle import (AggregationCoverage, CrossScopeHint, ExclusionScore, HistoricalCoverage, BundleItem, MemoryBundle,
                                         RetrievalMetadata, SessionContextLink)
-from rms_retrieval.nodes.pools import (CandidatePool, FilteredPool, PathType, RankedCandidates, ScoredPool, Selection,
-                                       mask_paths, path_mask)
+from rms_retrieval.nodes.pools import (CandidatePool, CrossScopeScores, FilteredPool, PathType, RankedCandidates, ScoredPool, Selection,
+                                       mask_paths, path_mask, rank_order)
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.tokens import count_context_tokens, count_tokens
 from rms_retrieval.stores.models import MemoryObject
@@ -103,9 +104,33 @@ def selected_candidates(
     if request.limit is not None:
         kept = reason == _KEPT
         reason[kept & (np.cumsum(kept) > request.limit)] = _LIMIT
-    excluded = {objects[i].id: _REASONS[reason[i]] for i in np.flatnonzero(reason).tolist()}
+    left_out = np.flatnonzero(reason).tolist()
+    excluded = {objects[i].id: _REASONS[reason[i]] for i in left_out}
+    scores = {objects[i].id: (float(pool.score[i]), float(pool.semantic_relevance[i])) for i in left_out}
     kept = pool.take(np.flatnonzero(reason == _KEPT)) if excluded else pool
-    return Selection(pool=kept, excluded=excluded, min_score_skipped=skipped)
+    return Selection(pool=kept, excluded=excluded, min_score_skipped=skipped, excluded_scores=scores)
+
+
+def cross_scope_hints(cross_scope_scores: CrossScopeScores, request: RetrievalRequest) -> tuple[CrossScopeHint, ...] | None:
+    """The cross-scope hints, best first (RFC-0005 amendment): the request's min_score on their
+    semantic_relevance under rank fusion (the score under weighted scoring), skipped only when no
+    hint has a cosine, then their own cap, cross_scope_top_n. None when the request names no
+    cross_scope_namespaces."""
+    pool = cross_scope_scores.pool
+    if pool is None:
+        return None
+    rank_fused = pool.rank_fused
+    order = rank_order(pool.score, pool.path_count, pool.objects)
+    if request.min_score > 0 and not np.isnan(pool.factors.semantic).all():
+        value = pool.semantic_relevance if rank_fused else pool.score
+        order = order[value[order] >= request.min_score]
+    return tuple(
+        CrossScopeHint(id=obj.id, namespace=obj.namespace, node_type=str(obj.node_type), content=obj.content,
+                       score=float(pool.score[i]),
+                       semantic_relevance=float(pool.semantic_relevance[i]) if rank_fused else None,
+                       event_time=obj.event_time, source_ref=obj.source_ref)
+        for i in order[: request.cross_scope_top_n].tolist() for obj in (pool.objects[i],)
+    )
 
 
 def _context_order(item: _Item) -> tuple:
@@ -159,6 +184,19 @@ def _tier_then_score(item: _Item) -> tuple:
     return (item.tier, not item.mask & _ROUTED_BITS, -item.score, item.obj.id.int)
 
 
+# RFC 7.2, PRMEConfig's "balanced" order: the multi-path tier by score per token ** 0.25.
+BALANCED_EXPONENT = 0.25
+
+
+def _balanced(item: _Item) -> tuple:
+    ordinary = item.tier == 2 and not item.mask & _ROUTED_BITS
+    density = item.score / max(item.tokens, 1) ** BALANCED_EXPONENT if ordinary else item.score
+    return (item.tier, not item.mask & _ROUTED_BITS, -density, -item.score, item.obj.id.int)
+
+
+_ORDERS: dict[str, PackingPriority] = {"score": _tier_then_score, "balanced": _balanced}
+
+
 def _aggregation_coverage(
     selection: Selection, pool: CandidatePool, analysis: QueryAnalysis, packed: int, budget_cut: int,
     warning_fits: bool,
@@ -188,7 +226,7 @@ def _metadata(
     pool: CandidatePool,
     analysis: QueryAnalysis,
     settings: RetrievalSettings,
-    budget_cut: int,
+    budget_cuts: tuple[UUID, ...],
     coverage: AggregationCoverage | None,
     historical: HistoricalCoverage | None = None,
 ) -> RetrievalMetadata:
@@ -207,15 +245,34 @@ def _metadata(
         candidates_after_filter=len(filtered.candidates),
         candidates_ranked=len(ranked.pool),
         candidates_selected=len(selection.pool),
-        cut_by_budget=budget_cut,
+        cut_by_budget=len(budget_cuts),
         paths_at_limit=pool.paths_at_limit,
         embedding_mismatch=pool.embedding_mismatch,
         backend_failures=dict(sorted(pool.backend_failures.items(), key=lambda kv: str(kv[0]))),
         min_score_skipped=selection.min_score_skipped,
         excluded=dict(sorted(excluded.items(), key=lambda kv: kv[0].int)),
+        exclusion_scores=_exclusion_scores(sorted(excluded, key=lambda oid: oid.int), selection, filtered,
+                                           ranked.pool.rank_fused),
+        budget_cuts=budget_cuts,
         aggregation_coverage=coverage,
         historical_coverage=historical,
     )
+
+
+def _exclusion_scores(ids: list[UUID], selection: Selection, filtered: FilteredPool,
+                      rank_fused: bool) -> dict[UUID, ExclusionScore]:
+    """How each left-out id scored: selection's from the ranked pool; one removed before scoring has
+    no score, and its relevance is its cosine floored at 0 (0 where no vector search found it)."""
+    removed = {c.object_id: c for c in filtered.removed}
+    scores = {}
+    for oid in ids:
+        if oid in selection.excluded_scores:
+            score, relevance = selection.excluded_scores[oid]
+        else:
+            vector = removed[oid].hits.get(PathType.VECTOR) if oid in removed else None
+            score, relevance = None, max(vector.raw_score, 0.0) if vector else 0.0
+        scores[oid] = ExclusionScore(score=score, semantic_relevance=relevance if rank_fused else None)
+    return scores
 
 
 def _finite(value: float | None) -> float | None:
@@ -232,10 +289,11 @@ def packed_bundle(
     query_analysis: QueryAnalysis,
     request: RetrievalRequest,
     settings: RetrievalSettings,
+    cross_scope_hints: tuple[CrossScopeHint, ...] | None = None,
 ) -> MemoryBundle:
-    """The Memory Bundle: tiers, then score, within the cl100k_base token budget."""
+    """The Memory Bundle: tiers, then score (or `packing.order="balanced"`), within the cl100k_base token budget."""
     return _packed_bundle(selected_candidates, ranked_candidates, filtered_candidates, merged_candidates,
-                          query_analysis, request, settings, _tier_then_score)
+                          query_analysis, request, settings, _ORDERS[settings.packing.order], cross_scope_hints)
 
 
 def _packed_bundle(
@@ -247,6 +305,7 @@ def _packed_bundle(
     request: RetrievalRequest,
     settings: RetrievalSettings,
     priority: PackingPriority,
+    cross_scope_hints: tuple[CrossScopeHint, ...] | None = None,
 ) -> MemoryBundle:
     """`packed_bundle`, the items offered in `priority` order (the benchmark's arms pass others)."""
     pool = selected_candidates.pool
@@ -279,7 +338,8 @@ def _packed_bundle(
     used = count_tokens(warning) if warning and warning_fits else 0
     headers: set[str] = set()
     packed: list[_Item] = []
-    for item in sorted(items, key=priority) if warning_fits else ():
+    offered = sorted(items, key=priority)
+    for item in offered if warning_fits else ():
         cost = item.tokens + (separator if packed or warning else 0)
         header = group_header(item.obj) if item_format == "dated_groups" else None
         if header is not None and header not in headers:
@@ -293,6 +353,8 @@ def _packed_bundle(
     while packed and count_context_tokens(context) > budget:  # BPE merges across lines never add tokens in
         packed.pop()  # practice; this guard keeps the budget a hard limit if they ever do
         context = _assemble_context(packed, item_format, warning)
+    packed_ids = {item.obj.id for item in packed}
+    budget_cuts = tuple(item.obj.id for item in offered if item.obj.id not in packed_ids)
     bundle_items = tuple(
         BundleItem(
             id=item.obj.id,
@@ -323,7 +385,7 @@ def _packed_bundle(
         context=context,
         retrieval_metadata=_metadata(
             selected_candidates, ranked_candidates, filtered_candidates, merged_candidates, query_analysis,
-            settings, budget_cut=len(items) - len(packed),
+            settings, budget_cuts=budget_cuts,
             coverage=_aggregation_coverage(
                 selected_candidates, merged_candidates, query_analysis, len(packed),
                 len(items) - len(packed), warning_fits,
@@ -333,4 +395,5 @@ def _packed_bundle(
                 warning_fits=warning_fits,
             ),
         ),
+        cross_scope_hints=cross_scope_hints,
     )

@@ -355,3 +355,30 @@ class Selection:
     pool: ScoredPool
     excluded: Mapping[UUID, str] = field(default_factory=dict)
     min_score_skipped: bool = False
+    # Each left-out candidate's (score, semantic_relevance) in the ranked pool.
+    excluded_scores: Mapping[UUID, tuple[float, float]] = field(default_factory=dict)
+
+
+# ---- Cross-scope hints (RFC-0005 amendment): their own pass, pool and scores, typed apart from
+# the primary pool's so that no audit, explanation or what-if takes them for it.
+
+
+@dataclass(frozen=True)
+class CrossScopePass:
+    """The hints' own vector pass over the request's cross_scope_namespaces, with its objects."""
+
+    result: ChannelResult
+
+
+@dataclass(frozen=True)
+class CrossScopePool:
+    """The hints that passed the epistemic and time rules, and the removed ones."""
+
+    pool: FilteredPool
+
+
+@dataclass(frozen=True, eq=False)
+class CrossScopeScores:
+    """The hints scored within their own pool; None when the request names no cross_scope_namespaces."""
+
+    pool: ScoredPool | None

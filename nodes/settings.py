@@ -276,6 +276,12 @@ class PackingSettings(BaseModel):
     model_config = _FROZEN
 
     item_format: Literal["dated_groups", "reader", "plain"] = "dated_groups"
+    order: Literal["score", "balanced"] = Field(
+        default="score",
+        description="The order packing offers items in within a tier: score; or balanced (PRMEConfig's default): the "
+                    "ordinary multi-path tier by score / tokens ** 0.25, so a short memory can go before a long one "
+                    "of a slightly higher score. Routed episode and evidence records keep score order.",
+    )
     # 50: a vector or lexical hit counts toward tier 2 ("found by two or more paths", RFC 8) only
     # within the first 50 of the pool's hits of that path, so a turn deep in both lists does not
     # jump every strong single-path turn; path_count still counts every path. Part of issue 15's
@@ -407,6 +413,12 @@ class RetrievalSettings(BaseModel):
     query_intent_order: Literal["entity_first", "temporal_first"] = "entity_first"
     rerank: RerankSettings = RerankSettings()
     reformulation: ReformulationSettings = ReformulationSettings()
+    execution: Literal["sequential", "threads"] = Field(
+        default="sequential",
+        description="How the DAG's nodes run: one after another, or on a thread pool (Hamilton's FutureAdapter), so "
+                    "that the candidate paths run in parallel (RFC 4). The same bundle either way, so it is not part "
+                    "of the fingerprint; on two cores threads measured slower (BENCHMARKS.md).",
+    )
 
     def fingerprint(self) -> str:
         """A short hash of these settings; equal fingerprints retrieve alike. Settings the chosen
@@ -416,6 +428,7 @@ class RetrievalSettings(BaseModel):
         scoring = self.scoring.effective()
         effective = self if scoring is self.scoring else self.model_copy(update={"scoring": scoring})
         dumped = effective.model_dump(mode="json")
+        del dumped["execution"]  # how the nodes run never changes what they return
         for name in _OPT_IN_SECTIONS:
             if dumped[name] == _DEFAULT_SECTIONS[name]:
                 del dumped[name]
@@ -442,6 +455,7 @@ _OPT_IN_FIELDS = (("scoring.weighted.recency_time", None), ("session.context_pac
                   ("packing.episode_context_top_k", 0), ("packing.episode_context_local_k", 3),
                   ("packing.episode_decay", 0.85), ("packing.evidence_projection_top_k", 0),
                   ("packing.evidence_projection_max_sources", 1), ("packing.evidence_augmentation_top_k", 0),
-                  ("packing.evidence_augmentation_max_sources", 1), ("packing.evidence_anchor_policy", "all"))
+                  ("packing.evidence_augmentation_max_sources", 1), ("packing.evidence_anchor_policy", "all"),
+                  ("packing.order", "score"))
 _DEFAULT_SECTIONS = {"rerank": RerankSettings().model_dump(mode="json"),
                      "reformulation": ReformulationSettings().model_dump(mode="json")}

@@ -209,6 +209,7 @@ class MemoryServer:
                 raise ToolError(f"no namespace this server serves ({self.binding.describe()}) holds memories yet")
         else:
             namespaces = self._readable(arguments.namespaces)
+        self._readable(arguments.cross_scope_namespaces)  # hints, too, come only from served namespaces
         fields = arguments.model_dump(exclude={"query", "namespaces", "reference_time", "object_id"}, exclude_none=True)
         return as_request(arguments.query, namespaces=namespaces, reference_time=arguments.reference_time, **fields)
 
@@ -219,6 +220,8 @@ class MemoryServer:
             "request_id": str(result.request_id), "namespaces": list(bundle.namespaces),
             "token_budget": bundle.token_budget, "tokens_used": bundle.tokens_used, "context": bundle.context,
             "items": [{"content": item.content, **metadata} for item, metadata in bundle_items(result)],
+            **({} if bundle.cross_scope_hints is None else
+               {"cross_scope_hints": [hint.model_dump(mode="json") for hint in bundle.cross_scope_hints]}),
         }
 
     def add(self, arguments: AddArguments) -> dict[str, Any]:

@@ -44,7 +44,7 @@ def test_query_json_is_the_bundle(capsys, demo_store, demo_copy):
     (["--reference-time", "2025-01-01T00:00:00"], "has no timezone"),
     (["--event-time-to", "2025-01-01"], "--event-time-to '2025-01-01' has no timezone"),
     (["--time-from", "soon"], "--time-from 'soon' is not an ISO 8601 time"),
-    (["--limit", "0"], "limit: Input should be greater than or equal to 1"),
+    (["--limit", "-1"], "limit: Input should be greater than or equal to 0"),
     (["--min-score", "nan"], "min_score: Input should be"),
     (["--max-per-source", "-1"], "max_per_source: Input should be greater than or equal to 1"),
     (["--max-per-evidence", "0"], "max_per_evidence: Input should be greater than or equal to 1"),

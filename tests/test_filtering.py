@@ -71,3 +71,24 @@ def test_validity_window_filters_but_exempts_entities_and_preferences():
     result = filtered_candidates(pool, make_request(time_to=BASE_TIME), RetrievalSettings())
     assert [c.object.node_type for c in result.candidates] == [NodeType.PREFERENCE]
     assert list(result.excluded.values()) == ["valid_after_time_to"]
+
+
+def test_time_from_removes_what_stopped_being_valid_before_it_but_exempts_entities_and_preferences():
+    past = BASE_TIME - timedelta(days=10)
+    objs = [make_object("fact", valid_to=past), make_object("still", valid_to=BASE_TIME + timedelta(days=1)),
+            make_object("entity", "Tomas, a runner", node_type=NodeType.ENTITY, entity_canonical_name="Tomas",
+                        valid_to=past),
+            make_object("pref", node_type=NodeType.PREFERENCE, valid_to=past)]
+    pool = CandidatePool(tuple(make_candidate(o, VECTOR=(1, 0.5)) for o in objs))
+    result = filtered_candidates(pool, make_request(time_from=BASE_TIME), RetrievalSettings())
+    assert {c.object.content for c in result.candidates} == {"memory still", "Tomas, a runner", "memory pref"}
+    assert result.excluded == {objs[0].id: "valid_before_time_from"}
+
+
+def test_event_time_filters_have_no_entity_or_preference_exemption():
+    objs = [make_object("entity", "Tomas, a runner", node_type=NodeType.ENTITY, entity_canonical_name="Tomas"),
+            make_object("pref", node_type=NodeType.PREFERENCE)]
+    pool = CandidatePool(tuple(make_candidate(o, VECTOR=(1, 0.5)) for o in objs))
+    result = filtered_candidates(pool, make_request(event_time_from=BASE_TIME + timedelta(days=1)), RetrievalSettings())
+    assert result.candidates == ()
+    assert set(result.excluded.values()) == {"event_before_event_time_from"}

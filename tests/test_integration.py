@@ -44,4 +44,4 @@ def test_fields_open_a_path_take_one_namespace_and_follow_the_bundle(demo_store,
 
 def test_bad_request_fields_fail_when_built(demo_store, demo_copy):
     with pytest.raises(ValidationError, match="limit"):
-        RetrieverFields(store=str(demo_copy), namespaces=[demo_store.namespace], request_options={"limit": 0})
+        RetrieverFields(store=str(demo_copy), namespaces=[demo_store.namespace], request_options={"limit": -1})

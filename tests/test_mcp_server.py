@@ -182,6 +182,7 @@ def test_a_hostile_client_learns_nothing_of_other_namespaces(demo_store, demo_co
                     ("memory_search", {"query": "Tomas", "namespaces": [probe]}),
                     ("memory_search", {"query": "Tomas", "namespaces": [served, probe]}),
                     ("memory_search", {"query": "Tomas", "namespaces": probe}),
+                    ("memory_search", {"query": "Tomas", "namespaces": [served], "cross_scope_namespaces": [probe]}),
                     ("memory_explain", {"query": "Tomas", "namespaces": [probe],
                                         "object_id": str(demo_store.other_namespace_id)}),
                     ("memory_scan", {"namespace": probe}),

@@ -146,12 +146,15 @@ def test_a_lone_surrogate_is_refused_where_it_is(fields, message):
 
 
 def test_bundle_metadata_is_typed_and_its_json_keeps_the_published_form():
-    from rms_retrieval.nodes.bundle import AggregationCoverage, MemoryBundle, RetrievalMetadata
+    from rms_retrieval.nodes.bundle import AggregationCoverage, ExclusionScore, MemoryBundle, RetrievalMetadata
     from tests.factories import make_metadata
 
     window = (datetime(2023, 5, 1, tzinfo=timezone.utc), datetime(2023, 5, 2, tzinfo=timezone.utc))
     gone = UUID(int=7)
+    cut = UUID(int=8)
     meta = make_metadata(temporal_window=window, entities=("Caroline",), excluded={gone: "DEPRECATED"},
+                         exclusion_scores={gone: ExclusionScore(score=None, semantic_relevance=0.25)},
+                         budget_cuts=(cut,),
                          backend_failures={PathType.GRAPH: "backend_error: down"}, paths_at_limit=(PathType.VECTOR,),
                          aggregation_coverage=AggregationCoverage(
                              kind="COUNT", unique_candidates=3, returned=2, packed=1,
@@ -164,6 +167,7 @@ def test_bundle_metadata_is_typed_and_its_json_keeps_the_published_form():
         "candidates_ranked": 0, "candidates_selected": 0, "cut_by_budget": 0, "paths_at_limit": ["VECTOR"],
         "embedding_mismatch": False, "backend_failures": {"GRAPH": "backend_error: down"}, "min_score_skipped": False,
         "excluded": {str(gone): "DEPRECATED"},
+        "exclusion_scores": {str(gone): {"score": None, "semantic_relevance": 0.25}}, "budget_cuts": [str(cut)],
         "aggregation_coverage": {"kind": "COUNT", "unique_candidates": 3, "returned": 2, "packed": 1,
                                  "limitation_codes": ["semantic_matching"], "candidate_limit_paths": ["VECTOR"],
                                  "exhaustive": False},

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
+from pydantic import ValidationError
 
+from rms_retrieval.nodes.bundle import ExclusionScore
+from rms_retrieval.nodes.filtering import filtered_candidates
 from rms_retrieval.nodes.models import QueryAnalysis
 from rms_retrieval.nodes.pools import CandidatePool, FilteredPool, PathType, RerankedPool
 from rms_retrieval.nodes.helpers.formatting import format_item, group_header
@@ -256,3 +261,85 @@ def test_tier_path_depth_counts_a_path_for_tier_two_only_near_the_top_of_its_cha
     bundle = _bundle(candidates, settings=settings)
     assert [(i.content, i.tier, i.path_count) for i in bundle.items][:4] == [
         ("strong", 2, 2), ("near", 2, 2), ("single", 3, 1), ("deep", 3, 2)]  # path_count still counts every path
+
+
+def test_selection_exclusions_carry_their_score_and_semantic_relevance():
+    """RFC amendment: responses give selection exclusions with reasons and scores."""
+    high = make_candidate(make_object("high"), VECTOR=(1, 0.7))
+    low = make_candidate(make_object("low"), VECTOR=(2, 0.2), LEXICAL=(1, 1.0))
+    ranked = _bundle([high, low])
+    low_score = next(i.score for i in ranked.items if i.id == low.object_id)
+    meta = _bundle([high, low], make_request(min_score=0.5)).retrieval_metadata
+    assert meta.exclusion_scores == {low.object_id: ExclusionScore(score=low_score, semantic_relevance=0.2)}
+    weighted = _bundle([high, low], make_request(limit=1), weighted=True).retrieval_metadata
+    (left_out,) = weighted.exclusion_scores.values()
+    assert left_out.score is not None and left_out.semantic_relevance is None  # omitted under weighted
+
+
+def test_an_object_removed_before_scoring_has_no_score_but_its_cosine():
+    gone = make_candidate(make_object("gone", epistemic_type="DEPRECATED"), VECTOR=(1, 0.8))
+    lexical = make_candidate(make_object("lexical", epistemic_type="DEPRECATED"), LEXICAL=(1, 1.0))
+    kept = make_candidate(make_object("kept"), VECTOR=(2, 0.5))
+    request = make_request()
+    merged = CandidatePool((gone, lexical, kept))
+    pool = filtered_candidates(merged, request, SETTINGS)
+    analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
+    ranked = ranked_candidates(RerankedPool(fused_scores__rrf(pool, analysis, SETTINGS)), [], pool, request, SETTINGS, {})
+    meta = packed_bundle(selected_candidates(ranked, merged, request), ranked, pool, merged, analysis, request,
+                         SETTINGS).retrieval_metadata
+    assert meta.excluded == {gone.object_id: "DEPRECATED", lexical.object_id: "DEPRECATED"}
+    assert meta.exclusion_scores == {gone.object_id: ExclusionScore(score=None, semantic_relevance=0.8),
+                                     lexical.object_id: ExclusionScore(score=None, semantic_relevance=0.0)}
+
+
+def test_the_budget_cuts_are_named_in_packing_order():
+    """RFC amendment: token-budget exclusions stay in the bundle."""
+    candidates = [make_candidate(make_object(f"c{i}", f"claim number {i} " * 3), VECTOR=(i, 1 - i / 10))
+                  for i in range(1, 6)]
+    whole = _bundle(candidates)
+    assert whole.retrieval_metadata.budget_cuts == () and len(whole.items) == 5
+    budget = count_tokens(group_header(candidates[0].object)) + 2 * count_tokens(candidates[0].object.content) + 3
+    bundle = _bundle(candidates, make_request(token_budget=budget))
+    packed = [i.id for i in bundle.items]
+    order = [i.id for i in whole.items]
+    assert 0 < len(packed) < 5
+    assert bundle.retrieval_metadata.budget_cuts == tuple(oid for oid in order if oid not in packed)
+    assert bundle.retrieval_metadata.cut_by_budget == 5 - len(packed)
+
+
+def test_a_limit_of_zero_is_an_empty_selection_that_stays_empty():
+    pinned = make_candidate(make_object("pin", "gamma", salience=1.0), PINNED=(1, 1.0))
+    best = make_candidate(make_object("best", "alpha"), VECTOR=(1, 0.9))
+    bundle = _bundle([pinned, best], make_request(limit=0))
+    assert bundle.items == () and bundle.context == ""
+    assert bundle.retrieval_metadata.excluded == {pinned.object_id: "limit", best.object_id: "limit"}
+
+
+def test_min_score_is_any_finite_nonnegative_number():
+    """A weighted score can exceed 1 (the current-update multiplier), so the floor is not capped at 1."""
+    candidate = make_candidate(make_object("c"), VECTOR=(1, 1.0), LEXICAL=(1, 1.0))
+    score = _bundle([candidate], weighted=True).items[0].score
+    assert [i.id for i in _bundle([candidate], make_request(min_score=score), weighted=True).items] == [candidate.object_id]
+    high = _bundle([candidate], make_request(min_score=1.5), weighted=True)
+    assert high.items == () and high.retrieval_metadata.excluded == {candidate.object_id: "min_score"}
+    for bad in (math.inf, math.nan, -0.1):
+        with pytest.raises(ValidationError, match="min_score"):
+            make_request(min_score=bad)
+
+
+def test_the_balanced_order_puts_a_short_multi_path_memory_before_a_slightly_better_long_one():
+    """RFC 7.2 (PRMEConfig's "balanced"): the multi-path tier by score / tokens ** 0.25; other tiers by score."""
+    long = make_candidate(make_object("long", "long claim " * 20), VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    short = make_candidate(make_object("short", "short claim"), VECTOR=(2, 0.8), LEXICAL=(2, 0.9))
+    single_long = make_candidate(make_object("single_long", "lone claim " * 20), VECTOR=(3, 0.7))
+    single_short = make_candidate(make_object("single_short", "lone"), LEXICAL=(3, 0.5))
+    pool = [long, short, single_long, single_short]
+    plain = RetrievalSettings(packing={"item_format": "plain"})
+    balanced = RetrievalSettings(packing={"item_format": "plain", "order": "balanced"})
+    by_score = [i.id for i in _bundle(pool, settings=plain).items]
+    assert by_score[:2] == [long.object_id, short.object_id]
+    ordered = [i.id for i in _bundle(pool, settings=balanced).items]
+    assert ordered[:2] == [short.object_id, long.object_id]
+    assert ordered[2:] == by_score[2:]  # tier 3 keeps score order
+    assert balanced.fingerprint() != plain.fingerprint()
+    assert RetrievalSettings(packing={"order": "score"}).fingerprint() == RetrievalSettings().fingerprint()

@@ -4,6 +4,8 @@ result is byte-identical across repeats and across the order candidates arrive i
 from __future__ import annotations
 
 import random
+import threading
+import time
 
 import pytest
 
@@ -20,7 +22,8 @@ from rms_retrieval.nodes.settings import (
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import NodeType
-from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
+from rms_retrieval.stores.protocols import (Edge, EmbeddingIdentity, GraphIndex, LexicalIndex, ObjectStore, RetrievalLog,
+                                            VectorIndex)
 from tests.factories import FakeEncoder, FakeStore, conversation_store, make_object, make_request, oid
 
 OTHER_MODEL = EmbeddingIdentity("other-model", "f" * 16, 4)
@@ -162,3 +165,67 @@ def test_the_order_edges_arrive_in_does_not_change_the_graph_path():
     assert [path for _, path in expected] == [[1], [3], [5], [7]]
     for seed in range(5):
         assert found(_ShuffledStore([ann, bo, *turns], edges, seed=seed)) == expected
+
+
+class _ThreadRecordingSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog):
+    """A real store snapshot that notes which thread ran each search (a delegate, not a fake)."""
+
+    def __init__(self, snapshot):
+        self._snapshot = snapshot
+        self.threads: dict[str, int] = {}
+
+    def _noted(self, name: str):
+        self.threads[name] = threading.get_ident()
+        time.sleep(0.05)  # long enough that a parallel path starts meanwhile
+        return getattr(self._snapshot, name)
+
+    @property
+    def embedding_identity(self):
+        return self._snapshot.embedding_identity
+
+    def search_lexical(self, text, namespaces, limit):
+        return self._noted("search_lexical")(text, namespaces, limit)
+
+    def search_vector(self, vector, namespaces, limit):
+        return self._noted("search_vector")(vector, namespaces, limit)
+
+    def entity_catalog(self, namespaces):
+        return self._snapshot.entity_catalog(namespaces)
+
+    def adjacency(self, namespaces):
+        return self._snapshot.adjacency(namespaces)
+
+    def get_objects(self, ids, namespaces):
+        return self._snapshot.get_objects(ids, namespaces)
+
+    def pinned_objects(self, namespaces):
+        return self._noted("pinned_objects")(namespaces)
+
+    def session_neighbours(self, triggers, window, namespaces):
+        return self._snapshot.session_neighbours(triggers, window, namespaces)
+
+    def state_fingerprint(self):
+        return self._snapshot.state_fingerprint()
+
+    def log_retrieval(self, record):
+        return None
+
+
+def test_execution_threads_runs_the_candidate_paths_in_parallel_for_the_same_bundle(demo_store, demo_copy):
+    """RFC 4: the paths run in parallel; `execution="threads"` does, and gives the sequential bundle."""
+    from rms_retrieval.dataflows.retrieval import retrieve
+    from rms_retrieval.stores.memory_store import MemoryStore
+
+    bundles, threads = {}, {}
+    with MemoryStore.open(demo_copy, create=False) as store:
+        for execution in ("sequential", "threads"):
+            snapshot = _ThreadRecordingSnapshot(store.snapshot())
+            result = retrieve(snapshot, "Where does Tomas work now?", namespaces=[demo_store.namespace],
+                              reference_time=demo_store.reference_time, log=False,
+                              settings=RetrievalSettings(execution=execution))
+            bundles[execution], threads[execution] = result.bundle.to_json(), snapshot.threads
+    assert bundles["threads"] == bundles["sequential"]
+    assert set(threads["sequential"]) == set(threads["threads"]) == {"search_lexical", "search_vector", "pinned_objects"}
+    assert len(set(threads["sequential"].values())) == 1
+    assert len(set(threads["threads"].values())) > 1
+    assert RetrievalSettings(execution="threads").fingerprint() == RetrievalSettings().fingerprint()

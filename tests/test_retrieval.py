@@ -200,3 +200,103 @@ def test_the_result_carries_its_validated_request():
     built = retrieve(conversation_store(), "Where does Caroline work?", namespaces="ns", reference_time=BASE_TIME,
                      limit=3, encoder=FakeEncoder(), log=False)
     assert built.request == request
+
+
+def test_a_vector_search_that_runs_and_finds_nothing_is_neither_a_failure_nor_a_mismatch(demo_store, demo_copy):
+    """RFC 4.2: an empty successful search reports nothing, so a positive floor keeps applying."""
+    from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
+
+    no_vectors = RetrievalSettings(candidates=CandidateSettings(vector_k=0))
+    with MemoryStore.open(demo_copy, create=False) as store:
+        for namespaces, settings in (([demo_store.namespace], no_vectors), (["nobody-wrote-here"], None)):
+            result = retrieve(store, "Where does Tomas work?", namespaces=namespaces, settings=settings,
+                              reference_time=demo_store.reference_time, min_score=0.3, log=False,
+                              extra_nodes=["vector_candidates"])
+            meta = result.bundle.retrieval_metadata
+            assert result.nodes["vector_candidates"].failure is None and result.nodes["vector_candidates"].hits == ()
+            assert meta.backend_failures == {} and meta.embedding_mismatch is False
+            assert meta.min_score_skipped is False
+            assert result.bundle.items == ()
+
+
+def test_request_options_never_change_the_shared_settings_or_the_next_answer(demo_store, demo_copy):
+    from rms_retrieval.nodes.settings import RetrievalSettings
+
+    settings = RetrievalSettings()
+    snapshot = settings.model_dump_json()
+    question = dict(namespaces=[demo_store.namespace], reference_time=demo_store.reference_time, log=False,
+                    settings=settings, token_budget=300)
+    with MemoryStore.open(demo_copy, create=False) as store:
+        before = retrieve(store, "Where does Tomas work now?", **question).bundle.to_json()
+        optioned = retrieve(store, "Where does Tomas work now?", limit=1, min_score=0.2, max_per_source=1,
+                            retrieval_mode="AUDIT", **question)
+        after = retrieve(store, "Where does Tomas work now?", **question).bundle.to_json()
+    assert len(optioned.bundle.items) == 1
+    assert settings.model_dump_json() == snapshot and after == before
+    with pytest.raises(ValueError, match="frozen"):
+        settings.session.window = 9
+
+
+def test_natural_language_retrieval_never_reaches_the_exact_operations():
+    """RFC: exact aggregation and enumeration are their own entry points; no code a bundle is made
+    by imports them (the modules are those the replay fingerprint hashes)."""
+    from rms_retrieval.dataflows.code_identity import dependency_modules
+    from rms_retrieval.dataflows.pipeline import STAGE_MODULES
+
+    from rms_retrieval.stores.protocols import _RETRIEVAL_STORE_PARTS, RecordReader
+
+    modules = dependency_modules([m.__name__ for m in STAGE_MODULES])
+    assert "rms_retrieval.nodes.packing" in modules and "rms_retrieval.stores.protocols" in modules
+    assert [m for m in modules if m.startswith(("rms_retrieval.stores.exact", "rms_retrieval.dataflows.quantity"))] == []
+    # and the store the nodes are handed offers none of the exact operations' reads
+    offered = set().union(*(part.__abstractmethods__ for part in _RETRIEVAL_STORE_PARTS))
+    assert offered & RecordReader.__abstractmethods__ == {"state_fingerprint"}
+
+
+def test_cross_scope_hints_come_from_the_named_namespaces_alone_with_their_own_pass_floor_and_cap(tmp_path, encoder):
+    """RFC-0005 amendment: hints have their own vector pass (2 x cross_scope_top_n), the same
+    floor and rules, their own cap, are fused within their own pool and stay out of the context."""
+    from datetime import datetime, timezone
+
+    from pydantic import ValidationError
+
+    from rms_retrieval.nodes.settings import RetrievalSettings
+    from rms_retrieval.stores.models import MemoryObject
+
+    when = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+    def memory(namespace, content, **fields):
+        return MemoryObject(namespace=namespace, content=content, created_at=when, updated_at=when, **fields)
+
+    with MemoryStore.open(tmp_path / "store", encoder=encoder) as store:
+        store.add([memory("work", "Tomas works at the bakery on Mill Road."),
+                   memory("home", "Tomas's bakery job starts at five in the morning."),
+                   memory("home", "Tomas used to work at the bakery in York.", epistemic_type="DEPRECATED"),
+                   memory("home", "Tomas bakes bread at the bakery every weekday."),
+                   memory("home", "The cat sleeps on the windowsill."),
+                   memory("private", "Tomas's bakery salary is confidential.")])
+        ask = dict(namespaces=["work"], reference_time=when, log=False)
+        plain = retrieve(store, "Where does Tomas work?", **ask)
+        hinted = retrieve(store, "Where does Tomas work?", cross_scope_namespaces=["home"], cross_scope_top_n=2,
+                          extra_nodes=["cross_scope_candidates"], **ask)
+        floored = retrieve(store, "Where does Tomas work?", cross_scope_namespaces=["home"], min_score=0.3, **ask)
+        weighted = retrieve(store, "Where does Tomas work?", cross_scope_namespaces=["home"],
+                            settings=RetrievalSettings(scoring={"fusion": "weighted"}), **ask)
+        logged = retrieve(store, "Where does Tomas work?", namespaces=["work"], cross_scope_namespaces=["home"],
+                          reference_time=when)
+        # the log shows a request only to a reader of every namespace it read, its hints' included
+        assert str(logged.request_id) not in {r["request_id"] for r in store.retrieval_log(namespaces=["work"])}
+        assert str(logged.request_id) in {r["request_id"] for r in store.retrieval_log(namespaces=["work", "home"])}
+        with pytest.raises(ValidationError, match="cross_scope_namespaces repeats 'work'"):
+            retrieve(store, "Where does Tomas work?", cross_scope_namespaces=["work", "home"], **ask)
+    assert plain.bundle.cross_scope_hints is None and "cross_scope_hints" not in plain.bundle.to_json()
+    hints = hinted.bundle.cross_scope_hints
+    assert len(hints) == 2 and {h.namespace for h in hints} == {"home"}
+    assert all("bakery" in h.content and "York" not in h.content for h in hints)  # the DEPRECATED one is filtered
+    assert [h.score for h in hints] == sorted((h.score for h in hints), reverse=True)
+    assert hinted.nodes["cross_scope_candidates"].result.limit == 4  # 2 x cross_scope_top_n
+    assert hinted.bundle.context == plain.bundle.context and hinted.bundle.items == plain.bundle.items
+    assert "confidential" not in hinted.bundle.to_json()  # a namespace nobody named never appears
+    assert all(h.semantic_relevance >= 0.3 for h in floored.bundle.cross_scope_hints)
+    assert "windowsill" not in {h.content for h in floored.bundle.cross_scope_hints}
+    assert weighted.bundle.cross_scope_hints and all(h.semantic_relevance is None for h in weighted.bundle.cross_scope_hints)

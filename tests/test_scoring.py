@@ -250,3 +250,26 @@ def test_under_the_weighted_formula_the_relevance_floor_caps_the_score_at_the_re
     assert frame.loc[str(faint.object_id), "base_score"] > 0.05  # what the weights alone gave it
     assert frame.loc[str(plain.object_id), "score"] > 0.6 * WeightedScoring().w_semantic
     assert frame.index[0] == str(plain.object_id)
+
+
+def test_a_multiplier_of_one_turns_the_current_update_off_and_the_relevance_floor_gates_it():
+    old = make_candidate(make_object("old", "Tomas works in York.", days=-200), VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    new = make_candidate(make_object("new", "Tomas moved and now works in Leeds.", days=0), VECTOR=(2, 0.8),
+                         LEXICAL=(2, 0.9))
+    current = _analysis(current_state=True)
+    assert _rrf(old, new, analysis=current).loc[str(new.object_id), "current_update_factor"] == 1.3
+    off = RetrievalSettings(scoring=ScoringSettings(current_update_multiplier=1.0))
+    assert set(_rrf(old, new, analysis=current, settings=off)["current_update_factor"]) == {1.0}
+    # the same update, now found by the vector path alone with a faint cosine: below the floor
+    faint = make_candidate(new.object, VECTOR=(2, 0.1))
+    assert _rrf(old, faint, analysis=current).loc[str(faint.object_id), "current_update_factor"] == 1.0
+    lower = RetrievalSettings(scoring=ScoringSettings(relevance_floor=0.05))
+    assert _rrf(old, faint, analysis=current, settings=lower).loc[str(faint.object_id), "current_update_factor"] == 1.3
+
+
+@pytest.mark.parametrize("field, key", [("epistemic_weights", "OBSERVED"), ("node_type_boosts", "TURN")])
+def test_negative_epistemic_weights_and_node_type_boosts_are_rejected(field, key):
+    values = dict(getattr(ScoringSettings(), field))
+    values[key] = -0.5
+    with pytest.raises(ValueError, match=f"{key} must not be negative, got -0.5"):
+        ScoringSettings(**{field: values})

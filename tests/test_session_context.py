@@ -7,7 +7,7 @@ import pytest
 from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.nodes.models import QueryAnalysis
 from rms_retrieval.nodes.pools import FilteredPool, RerankedPool
-from rms_retrieval.nodes.scoring import fused_scores__rrf
+from rms_retrieval.nodes.scoring import fused_scores__rrf, fused_scores__weighted
 from rms_retrieval.nodes.session_context import ranked_candidates, session_context
 from rms_retrieval.nodes.settings import RetrievalSettings, SessionSettings
 from tests.factories import BASE_TIME, FakeStore, make_candidate, make_object, make_request, oid
@@ -320,3 +320,20 @@ def test_evidence_projection_in_the_pipeline_reads_the_source_from_a_real_store(
     assert "EVIDENCE_CONTEXT" in items[turn.id].paths and claim.id not in items
     assert bundle.retrieval_metadata.excluded[claim.id] == "evidence_projected"
     assert claim.id in {item.id for item in plain.items}
+
+
+def test_under_weighted_scoring_a_neighbour_inherits_its_trigger_score_times_session_score_decay():
+    t0, t1 = _turn("t0", 0), _turn("t1", 1)
+    trigger = make_candidate(t1, VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    request = make_request()
+    for decay in (0.85, 0.5):
+        # the rank fusion decay never applies to a weighted trigger
+        settings = RetrievalSettings(scoring={"fusion": "weighted"},
+                                     session=SessionSettings(score_decay=decay, rank_fusion_score_decay=0.6))
+        pool = FilteredPool((trigger,), {})
+        analysis = QueryAnalysis(raw_query="q", namespace_scope=("ns",), reference_time=BASE_TIME)
+        fused = fused_scores__weighted(pool, analysis, request, settings)
+        links = session_context(RerankedPool(fused), FakeStore([t0, t1]), request, settings)
+        frame = scored_frame(ranked_candidates(RerankedPool(fused), links, pool, request, settings, {})).set_index("object_id")
+        assert frame.loc[str(t0.id), "score"] == pytest.approx(frame.loc[str(t1.id), "score"] * decay)
+        assert frame.loc[str(t0.id), "session_decay"] == decay

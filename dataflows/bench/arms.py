@@ -80,6 +80,8 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     # (ArmSettings: the product has no setting for them; bench/arm_nodes.py reads them.)
     "score_order": _variant(lambda s: _with_packing(s, tier_order="score"), kind=ArmSettings),
     "density_0.25": _variant(lambda s: _with_packing(s, density_exponent=0.25), kind=ArmSettings),
+    # packing.order="balanced" (RFC 7.2, PRMEConfig's default): only the multi-path tier by density
+    "balanced_order": _variant(lambda s: _with_packing(s, order="balanced")),
     "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False), kind=ArmSettings),
     # Issue 15's third round (defaults now), adopted in two steps: the first step alone, one part
     # undone, and all of it undone

@@ -7,8 +7,8 @@ rotated from question to question, so all arms see the same machine load:
   without the retrieval log (`log=False`);
 - `pipeline_logged`: the same with the retrieval log on, as an application runs it: the record is
   queued and written by the store's log thread (stores/log/buffer.py), into the store's `log/`;
-- `pipeline_threads`: the same DAG through Hamilton's `FutureAdapter`, the candidate paths on
-  a thread pool;
+- `pipeline_threads`: the same DAG with `execution="threads"` (Hamilton's `FutureAdapter`), the
+  candidate paths on a thread pool;
 - `no_<channel>`: the pipeline with one channel switched off (vector, lexical, graph, pinned,
   session context);
 - `pipeline_after_write`: `pipeline` on a writable copy of the store, each question asked right
@@ -36,9 +36,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from hamilton import driver
-from hamilton.plugins.h_threadpool import FutureAdapter
-
 from rms_retrieval.dataflows.bench.locomo_bench import benchmark_questions, evenly_spaced
 from rms_retrieval.dataflows.bench.arms import arm_settings
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
@@ -48,9 +45,7 @@ from rms_retrieval.dataflows.bench.speed_bench import (
     locomo_bench_queries,
     node_times,
 )
-from rms_retrieval.dataflows.pipeline import FINAL_NODE, STAGE_MODULES, pipeline_inputs
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import QueryEncoder
@@ -74,30 +69,12 @@ def channel_off(channel: PathType) -> RetrievalSettings:
 CHANNELS = (PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED, PathType.SESSION_CONTEXT)
 
 
-def _request(query: BenchQuery) -> RetrievalRequest:
-    return RetrievalRequest(query=query.text, namespaces=query.namespaces, reference_time=query.reference_time,
-                            token_budget=LATENCY_BUDGET, limit=BUNDLE)
-
-
 def pipeline_arm(
     store: Any, encoder: QueryEncoder, settings: RetrievalSettings, *, log: bool = False
 ) -> Callable[[BenchQuery], Any]:
     def run(query: BenchQuery) -> Any:
         return retrieve(store, query.text, namespaces=query.namespaces, reference_time=query.reference_time,
                         token_budget=LATENCY_BUDGET, limit=BUNDLE, settings=settings, encoder=encoder, log=log).bundle
-
-    return run
-
-
-def threaded_arm(store: Any, encoder: QueryEncoder, workers: int = 4) -> Callable[[BenchQuery], Any]:
-    """The pipeline through Hamilton's thread-pool adapter: independent nodes run concurrently."""
-    settings = RetrievalSettings()
-    dag = (driver.Builder().with_modules(*STAGE_MODULES).with_config(settings.hamilton_config())
-           .with_adapters(FutureAdapter(max_workers=workers)).build())
-
-    def run(query: BenchQuery) -> Any:
-        inputs = pipeline_inputs(store, _request(query), settings, encoder)
-        return dag.execute([FINAL_NODE], inputs=inputs)[FINAL_NODE]
 
     return run
 
@@ -216,7 +193,7 @@ def run_latency(
     arms: dict[str, Callable[[BenchQuery], Any]] = {
         "pipeline": pipeline_arm(store, encoder, RetrievalSettings()),
         "pipeline_logged": pipeline_arm(store, encoder, RetrievalSettings(), log=True),
-        "pipeline_threads": threaded_arm(store, encoder),
+        "pipeline_threads": pipeline_arm(store, encoder, RetrievalSettings(execution="threads")),
         **{f"no_{channel.value.lower()}": pipeline_arm(store, encoder, channel_off(channel)) for channel in CHANNELS},
         # the defaults before issue 15's third round (a shallower pool, no speaker lift), for its cost
         "round3_off": pipeline_arm(store, encoder, arm_settings("round3_off")),

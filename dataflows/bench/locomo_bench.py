@@ -49,7 +49,7 @@ DEFAULT_BUDGETS = (4000, 8000)
 BASELINE_ARM = "pipeline"
 # Packing reads these upstream nodes and the request; nothing else depends on the budget.
 REPACK_NODES = ("ranked_candidates", "selected_candidates", "filtered_candidates", "merged_candidates",
-                "query_analysis")
+                "query_analysis", "cross_scope_hints")
 # The stages before scoring read only these settings (checked: no candidate, filtering or query
 # analysis node reads scoring, session or packing), so arms equal in them share a question's
 # pool and query analysis, computed once: the re-packing argument, one stage earlier.

@@ -65,8 +65,10 @@ def _time_reason(obj: MemoryObject, request: RetrievalRequest) -> str | None:
     return None
 
 
-def exclusion_reason(obj: MemoryObject, request: RetrievalRequest, settings: RetrievalSettings) -> str | None:
-    """Why `obj` must not reach scoring for this request, or None. Session context reuses it."""
-    if obj.namespace not in request.namespaces:
+def exclusion_reason(obj: MemoryObject, request: RetrievalRequest, settings: RetrievalSettings,
+                     scope: tuple[str, ...] | None = None) -> str | None:
+    """Why `obj` must not reach scoring for this request, or None. Session context reuses it, and
+    cross-scope hints with `scope` their own namespaces (the request's otherwise)."""
+    if obj.namespace not in (request.namespaces if scope is None else scope):
         return "namespace_out_of_scope"
     return _epistemic_reason(obj, request.retrieval_mode, settings.filtering) or _time_reason(obj, request)
