@@ -43,7 +43,7 @@ class SessionContextLink(BaseModel):
 
 class BundleItem(_WrittenWhenSet):
     model_config = ConfigDict(frozen=True)
-    _WRITTEN_WHEN_SET = ("session_context_link",)  # RFC 4.5, under session context packing only
+    _WRITTEN_WHEN_SET = ("session_context_link", "folded_into")  # opt-in options only
 
     id: UUID
     namespace: str
@@ -59,6 +59,9 @@ class BundleItem(_WrittenWhenSet):
     event_time: AwareDatetime | None = None
     source_ref: str | None = None
     session_context_link: SessionContextLink | None = None
+    folded_into: UUID | None = Field(
+        default=None, description="Under packing.fold_repeated_text: the item whose line this memory's text repeats; "
+                                  "its day joined that line, and `tokens` is what that cost.")
 
 
 class CrossScopeHint(BaseModel):

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.nodes.helpers.formatting import format_item, group_header
-from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
+from rms_retrieval.nodes.helpers.formatting import format_item, group_header, reader_line, stated_day
+from rms_retrieval.stores.analysis.speakers import spoken_text
+from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, RetrievalRequest
 from rms_retrieval.nodes.bundle import (AggregationCoverage, CrossScopeHint, ExclusionScore, HistoricalCoverage, BundleItem, MemoryBundle,
                                         RetrievalMetadata, SessionContextLink)
 from rms_retrieval.nodes.pools import (CandidatePool, CrossScopeScores, FilteredPool, PathType, RankedCandidates, ScoredPool, Selection,
-                                       mask_paths, path_mask, rank_order)
+                                       SessionLink, mask_paths, path_mask, rank_order)
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.tokens import count_context_tokens, count_tokens
 from rms_retrieval.stores.models import MemoryObject
@@ -35,6 +37,13 @@ HISTORICAL_WARNING = (
     "state: later updates, supersessions and deletions are not undone."
 )
 HISTORICAL_LIMITATIONS = ("current_lifecycle_state", "current_derived_indexes", "unreplayed_mutations")
+# RFC 3: temporal intent, or one of these words, selects the temporal context guidance. The text
+# is ours (RFC-0006, which words it, is not among our specifications).
+TEMPORAL_GUIDANCE = (
+    "[time] Each memory is dated by when it was said. Resolve relative times in a memory "
+    "(\"yesterday\", \"last week\") from that date, not from today."
+)
+_TEMPORAL_WORDS = re.compile(r"\b(when|before|after|last)\b", re.IGNORECASE)
 COVERAGE_WARNING = (
     "[coverage] These memories come from a search, not a complete record: a count or list "
     "built from them may miss items or count one thing twice."
@@ -194,7 +203,30 @@ def _balanced(item: _Item) -> tuple:
     return (item.tier, not item.mask & _ROUTED_BITS, -density, -item.score, item.obj.id.int)
 
 
-_ORDERS: dict[str, PackingPriority] = {"score": _tier_then_score, "balanced": _balanced}
+_ORDERS: dict[str, PackingPriority] = {"score": _tier_then_score, "balanced": _balanced, "adjacent": _tier_then_score}
+
+
+def _windows_together(offered: list[_Item], links: Mapping[UUID, SessionLink]) -> list[_Item]:
+    """RFC 4.5 "adjacent": each trigger's linked neighbours that share its tier move to it, and
+    the window is offered as one block in session order (offset), where the trigger stood."""
+    tier_of = {item.obj.id: item.tier for item in offered}
+    window: dict[UUID, list[_Item]] = {}
+    for item in offered:
+        link = links.get(item.obj.id)
+        if link is not None and tier_of.get(link.trigger) == item.tier:
+            window.setdefault(link.trigger, []).append(item)
+    moved = {item.obj.id for members in window.values() for item in members}
+    ordered: list[_Item] = []
+    for item in offered:
+        if item.obj.id in moved:
+            continue
+        members = window.get(item.obj.id)
+        if not members:
+            ordered.append(item)
+            continue
+        block = [(links[m.obj.id].offset, m) for m in members] + [(0, item)]
+        ordered += [member for _, member in sorted(block, key=lambda pair: pair[0])]
+    return ordered
 
 
 def _aggregation_coverage(
@@ -335,16 +367,43 @@ def _packed_bundle(
                 *([COVERAGE_WARNING] if query_analysis.aggregation is not None else [])]
     warning = "\n".join(warnings) if warnings else None
     warning_fits = warning is None or count_tokens(warning) <= budget
+    if warning_fits and settings.packing.temporal_guidance and (
+            query_analysis.intent is QueryIntent.TEMPORAL or _TEMPORAL_WORDS.search(request.query)):
+        guided = "\n".join([*warnings, TEMPORAL_GUIDANCE])  # only where it fits: it qualifies nothing
+        if count_tokens(guided) <= budget:
+            warning = guided
     used = count_tokens(warning) if warning and warning_fits else 0
     headers: set[str] = set()
     packed: list[_Item] = []
     offered = sorted(items, key=priority)
+    if settings.packing.order == "adjacent" and links:
+        offered = _windows_together(offered, links)
+    # packing.fold_repeated_text, "reader" only: a memory whose text a packed line already holds
+    # adds its day to that line instead of a line of its own (folded: (item, owner id, tokens)).
+    fold = settings.packing.fold_repeated_text and item_format == "reader"
+    lines: dict[str, tuple[int, list[str]]] = {}
+    folded: list[tuple[_Item, UUID, int]] = []
     for item in offered if warning_fits else ():
+        if fold and (text := spoken_text(item.obj)) in lines:
+            row, days = lines[text]
+            day = stated_day(item.obj)
+            owner = packed[row]
+            joined = owner if day in days else dataclasses.replace(owner, text=reader_line([*days, day], text))
+            extra = count_tokens(joined.text) - owner.tokens if joined is not owner else 0
+            if used + extra <= budget:
+                packed[row] = dataclasses.replace(joined, tokens=owner.tokens + extra)
+                if joined is not owner:
+                    days.append(day)
+                folded.append((item, owner.obj.id, extra))
+                used += extra
+            continue
         cost = item.tokens + (separator if packed or warning else 0)
         header = group_header(item.obj) if item_format == "dated_groups" else None
         if header is not None and header not in headers:
             cost += count_tokens(header) + separator
         if used + cost <= budget:
+            if fold:
+                lines[spoken_text(item.obj)] = (len(packed), [stated_day(item.obj)])
             packed.append(item)
             used += cost
             if header is not None:
@@ -353,27 +412,32 @@ def _packed_bundle(
     while packed and count_context_tokens(context) > budget:  # BPE merges across lines never add tokens in
         packed.pop()  # practice; this guard keeps the budget a hard limit if they ever do
         context = _assemble_context(packed, item_format, warning)
-    packed_ids = {item.obj.id for item in packed}
+    owners = {item.obj.id: item for item in packed}
+    folded = [(item, into, tokens) for item, into, tokens in folded if into in owners]
+    packed_ids = set(owners) | {item.obj.id for item, _, _ in folded}
     budget_cuts = tuple(item.obj.id for item in offered if item.obj.id not in packed_ids)
+    folded_into = {item.obj.id: (into, tokens) for item, into, tokens in folded}
+    in_order = [item for item in offered if item.obj.id in packed_ids]
     bundle_items = tuple(
         BundleItem(
             id=item.obj.id,
             namespace=item.obj.namespace,
             node_type=str(item.obj.node_type),
             content=item.obj.content,
-            text=item.text,
+            text=owners[folded_into[item.obj.id][0]].text if item.obj.id in folded_into else owners[item.obj.id].text,
             score=item.score,
             semantic_relevance=_finite(item.semantic_relevance) if rank_fused else None,
             paths=mask_paths(item.mask),
             path_count=item.path_count,
             tier=item.tier,
-            tokens=item.tokens,
+            tokens=folded_into[item.obj.id][1] if item.obj.id in folded_into else owners[item.obj.id].tokens,
             event_time=item.obj.event_time,
             source_ref=item.obj.source_ref,
             session_context_link=SessionContextLink(trigger=links[item.obj.id].trigger, offset=links[item.obj.id].offset)
             if item.obj.id in links else None,
+            folded_into=folded_into[item.obj.id][0] if item.obj.id in folded_into else None,
         )
-        for item in packed
+        for item in in_order
     )
     return MemoryBundle(
         query=request.query,
@@ -387,8 +451,8 @@ def _packed_bundle(
             selected_candidates, ranked_candidates, filtered_candidates, merged_candidates, query_analysis,
             settings, budget_cuts=budget_cuts,
             coverage=_aggregation_coverage(
-                selected_candidates, merged_candidates, query_analysis, len(packed),
-                len(items) - len(packed), warning_fits,
+                selected_candidates, merged_candidates, query_analysis, len(packed_ids),
+                len(budget_cuts), warning_fits,
             ),
             historical=None if request.knowledge_at is None else HistoricalCoverage(
                 knowledge_at=request.knowledge_at, exact_snapshot=False, limitations=HISTORICAL_LIMITATIONS,

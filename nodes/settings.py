@@ -276,11 +276,24 @@ class PackingSettings(BaseModel):
     model_config = _FROZEN
 
     item_format: Literal["dated_groups", "reader", "plain"] = "dated_groups"
-    order: Literal["score", "balanced"] = Field(
+    fold_repeated_text: bool = Field(
+        default=False,
+        description="Under the reader format: a memory whose text a packed line already holds adds its day to that "
+                    "line (\"[2025-03-03, 2025-04-19] text\") instead of a line of its own. Other formats ignore it, "
+                    "with a warning.",
+    )
+    temporal_guidance: bool = Field(
+        default=False,
+        description="RFC 3: a temporal question (TEMPORAL intent, or when/before/after/last in it) gets one line "
+                    "of guidance on reading the memories' dates at the head of the context, where it fits.",
+    )
+    order: Literal["score", "balanced", "adjacent"] = Field(
         default="score",
-        description="The order packing offers items in within a tier: score; or balanced (PRMEConfig's default): the "
+        description="The order packing offers items in within a tier: score; balanced (PRMEConfig's default): the "
                     "ordinary multi-path tier by score / tokens ** 0.25, so a short memory can go before a long one "
-                    "of a slightly higher score. Routed episode and evidence records keep score order.",
+                    "of a slightly higher score (routed episode and evidence records keep score order); or adjacent "
+                    "(RFC 4.5, needs session.context_packing): score order, with each trigger's linked neighbours "
+                    "offered with it as one block in session order, so a window is packed and read together.",
     )
     # 50: a vector or lexical hit counts toward tier 2 ("found by two or more paths", RFC 8) only
     # within the first 50 of the pool's hits of that path, so a turn deep in both lists does not
@@ -327,6 +340,15 @@ class PackingSettings(BaseModel):
         description="RFC 4.7: all: a group's strongest candidate routes it; non_entity: ENTITY objects never "
                     "route, and the quota is filled from later groups.",
     )
+
+    @model_validator(mode="after")
+    def _warn_of_ignored_folding(self) -> PackingSettings:
+        # RFC 7.2: packing ignores fold_repeated_text outside the reader format, and the
+        # fingerprint leaves it out there.
+        if self.fold_repeated_text and self.item_format != "reader":
+            warnings.warn(f"packing.item_format={self.item_format!r} ignores packing.fold_repeated_text; remove it "
+                          "or set item_format='reader'", IgnoredSettingWarning, stacklevel=2)
+        return self
 
     @model_validator(mode="after")
     def _one_evidence_mode(self) -> PackingSettings:
@@ -420,6 +442,13 @@ class RetrievalSettings(BaseModel):
                     "of the fingerprint; on two cores threads measured slower (BENCHMARKS.md).",
     )
 
+    @model_validator(mode="after")
+    def _adjacent_needs_links(self) -> RetrievalSettings:
+        if self.packing.order == "adjacent" and not self.session.context_packing:
+            raise ValueError("packing.order='adjacent' keeps session windows together, which needs "
+                             "session.context_packing=True (RFC 4.5): set it, or choose another order")
+        return self
+
     def fingerprint(self) -> str:
         """A short hash of these settings; equal fingerprints retrieve alike. Settings the chosen
         formula never reads do not count, nor do the opt-in policies while they are at their
@@ -429,6 +458,8 @@ class RetrievalSettings(BaseModel):
         effective = self if scoring is self.scoring else self.model_copy(update={"scoring": scoring})
         dumped = effective.model_dump(mode="json")
         del dumped["execution"]  # how the nodes run never changes what they return
+        if dumped["packing"]["item_format"] != "reader":
+            dumped["packing"]["fold_repeated_text"] = False  # ignored there (PackingSettings)
         for name in _OPT_IN_SECTIONS:
             if dumped[name] == _DEFAULT_SECTIONS[name]:
                 del dumped[name]
@@ -456,6 +487,7 @@ _OPT_IN_FIELDS = (("scoring.weighted.recency_time", None), ("session.context_pac
                   ("packing.episode_decay", 0.85), ("packing.evidence_projection_top_k", 0),
                   ("packing.evidence_projection_max_sources", 1), ("packing.evidence_augmentation_top_k", 0),
                   ("packing.evidence_augmentation_max_sources", 1), ("packing.evidence_anchor_policy", "all"),
-                  ("packing.order", "score"))
+                  ("packing.order", "score"), ("packing.temporal_guidance", False),
+                  ("packing.fold_repeated_text", False))
 _DEFAULT_SECTIONS = {"rerank": RerankSettings().model_dump(mode="json"),
                      "reformulation": ReformulationSettings().model_dump(mode="json")}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
@@ -16,7 +17,7 @@ from rms_retrieval.nodes.helpers.formatting import format_item, group_header
 from rms_retrieval.nodes.packing import SEPARATOR, packed_bundle, selected_candidates
 from rms_retrieval.nodes.scoring import fused_scores__rrf, fused_scores__weighted
 from rms_retrieval.nodes.session_context import ranked_candidates
-from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.nodes.settings import IgnoredSettingWarning, RetrievalSettings
 from rms_retrieval.nodes.helpers.tokens import count_tokens
 from rms_retrieval.stores.models import NodeType, is_blank
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request
@@ -343,3 +344,47 @@ def test_the_balanced_order_puts_a_short_multi_path_memory_before_a_slightly_bet
     assert ordered[2:] == by_score[2:]  # tier 3 keeps score order
     assert balanced.fingerprint() != plain.fingerprint()
     assert RetrievalSettings(packing={"order": "score"}).fingerprint() == RetrievalSettings().fingerprint()
+
+
+def test_temporal_guidance_heads_a_temporal_questions_context_when_asked_for_and_where_it_fits():
+    """RFC 3: temporal intent, and the words when/before/after/last, select the temporal context guidance."""
+    from rms_retrieval.nodes.packing import TEMPORAL_GUIDANCE
+
+    memory = make_candidate(make_object("m", "Tomas moved to Leeds."), VECTOR=(1, 0.9))
+    guided = RetrievalSettings(packing={"temporal_guidance": True})
+    asked = _bundle([memory], make_request("When did Tomas move?"), settings=guided)
+    assert asked.context.splitlines()[0] == TEMPORAL_GUIDANCE and asked.tokens_used <= asked.token_budget
+    assert TEMPORAL_GUIDANCE not in _bundle([memory], make_request("When did Tomas move?")).context  # off by default
+    for question in ("Where does Tomas live?", "Tell me about the aftermath", "Was it the lastest?"):
+        assert TEMPORAL_GUIDANCE not in _bundle([memory], make_request(question), settings=guided).context
+    tight = count_tokens(TEMPORAL_GUIDANCE) - 1  # the guidance cannot fit: the memory is packed without it
+    small = _bundle([make_candidate(make_object("s", "ok"), VECTOR=(1, 0.9))],
+                    make_request("What happened before May?", token_budget=tight), settings=guided)
+    assert TEMPORAL_GUIDANCE not in small.context and len(small.items) == 1
+    assert guided.fingerprint() != RetrievalSettings().fingerprint()
+
+
+def test_fold_repeated_text_gives_a_repeated_memory_its_day_on_the_first_line_under_the_reader_format():
+    """RFC 7.2 (fold_repeated_text, reader format only): a repeated text costs its day, not a line."""
+    first = make_candidate(make_object("first", "Tomas works in Leeds.", days=0), VECTOR=(1, 0.9))
+    again = make_candidate(make_object("again", "Tomas works in Leeds.", days=30), VECTOR=(2, 0.85))
+    same_day = make_candidate(make_object("same_day", "Tomas works in Leeds.", days=0.1), VECTOR=(3, 0.8))
+    other = make_candidate(make_object("other", "Priya lives in York.", days=2), VECTOR=(4, 0.7))
+    pool = [first, again, same_day, other]
+    reader = RetrievalSettings(packing={"item_format": "reader"})
+    folding = RetrievalSettings(packing={"item_format": "reader", "fold_repeated_text": True})
+    plain = _bundle(pool, settings=reader)
+    assert plain.context.count("Tomas works in Leeds.") == 3
+    bundle = _bundle(pool, settings=folding)
+    day0, day30 = (f"{(BASE_TIME + timedelta(days=d)):%Y-%m-%d}" for d in (0, 30))
+    assert bundle.context.splitlines() == [f"[{day0}, {day30}] Tomas works in Leeds.",
+                                           format_item(other.object, "reader")]
+    items = {item.id: item for item in bundle.items}
+    assert items[again.object_id].folded_into == items[same_day.object_id].folded_into == first.object_id
+    assert items[same_day.object_id].tokens == 0 and items[again.object_id].tokens > 0
+    assert items[first.object_id].folded_into is None and '"folded_into"' not in plain.to_json()
+    assert bundle.tokens_used < plain.tokens_used and bundle.tokens_used == count_tokens(bundle.context)
+    with pytest.warns(IgnoredSettingWarning, match="ignores packing.fold_repeated_text"):
+        ignored = RetrievalSettings(packing={"fold_repeated_text": True})
+    assert ignored.fingerprint() == RetrievalSettings().fingerprint()
+    assert _bundle(pool, settings=ignored).context == _bundle(pool).context

@@ -337,3 +337,22 @@ def test_under_weighted_scoring_a_neighbour_inherits_its_trigger_score_times_ses
         frame = scored_frame(ranked_candidates(RerankedPool(fused), links, pool, request, settings, {})).set_index("object_id")
         assert frame.loc[str(t0.id), "score"] == pytest.approx(frame.loc[str(t1.id), "score"] * decay)
         assert frame.loc[str(t0.id), "session_decay"] == decay
+
+
+def test_the_adjacent_order_packs_each_window_as_one_block_in_session_order():
+    """RFC 4.5 "adjacent": a linked neighbour is offered with its trigger, in session order, not
+    after every other tier 2 memory that outscores it."""
+    t0, t1, t2 = _turn("t0", 0), _turn("t1", 1), _turn("t2", 2)
+    strong = make_candidate(t1, VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    rival = make_candidate(make_object("rival", "other news"), VECTOR=(2, 0.8), LEXICAL=(2, 0.9))
+    objects = [t0, t1, t2, rival.object]
+    linked = dict(top_triggers=1, context_packing=True)
+    by_score = RetrievalSettings(session=SessionSettings(**linked), packing={"item_format": "plain"})
+    adjacent = RetrievalSettings(session=SessionSettings(**linked), packing={"item_format": "plain", "order": "adjacent"})
+    _, scored = _packed([strong, rival], objects, by_score)
+    assert [i.id for i in scored.items][:2] == [t1.id, rival.object_id]
+    _, together = _packed([strong, rival], objects, adjacent)
+    assert [i.id for i in together.items] == [t0.id, t1.id, t2.id, rival.object_id]
+    assert together.context.splitlines() == ["turn t0", "turn t1", "turn t2", "other news"]
+    with pytest.raises(ValueError, match="needs session.context_packing=True"):
+        RetrievalSettings(packing={"order": "adjacent"})

@@ -82,6 +82,11 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "density_0.25": _variant(lambda s: _with_packing(s, density_exponent=0.25), kind=ArmSettings),
     # packing.order="balanced" (RFC 7.2, PRMEConfig's default): only the multi-path tier by density
     "balanced_order": _variant(lambda s: _with_packing(s, order="balanced")),
+    # RFC 4.5's session context packing, alone and with the adjacent order; RFC 3's temporal guidance
+    "context_packing": _variant(lambda s: _with_session(s, context_packing=True)),
+    "context_packing_adjacent": _variant(lambda s: _with_session(s, context_packing=True),
+                                         lambda s: _with_packing(s, order="adjacent")),
+    "temporal_guidance": _variant(lambda s: _with_packing(s, temporal_guidance=True)),
     "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False), kind=ArmSettings),
     # Issue 15's third round (defaults now), adopted in two steps: the first step alone, one part
     # undone, and all of it undone

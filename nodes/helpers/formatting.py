@@ -11,10 +11,20 @@ def format_item(obj: MemoryObject, item_format: str) -> str:
     the group of lines it heads (see `group_header`), so "when" questions stay answerable. A turn
     whose content does not name its speaker is written "Speaker: content" (stores/analysis/speakers.py)."""
     if item_format == "reader":
-        return f"{group_header(obj)} {spoken_text(obj)}"
+        return reader_line([stated_day(obj)], spoken_text(obj))
     return spoken_text(obj)
+
+
+def stated_day(obj: MemoryObject) -> str:
+    """The day a memory was stated, as the context writes it."""
+    return f"{obj.stated_time:%Y-%m-%d}"
+
+
+def reader_line(days: list[str], text: str) -> str:
+    """A "reader" line: the text after its days; several when repeated text was folded into one line."""
+    return f"[{', '.join(sorted(days))}] {text}"
 
 
 def group_header(obj: MemoryObject) -> str:
     """The date line that heads an item's group under "dated_groups": the day it was stated."""
-    return f"[{obj.stated_time:%Y-%m-%d}]"
+    return f"[{stated_day(obj)}]"
