@@ -114,8 +114,8 @@ class ExclusionScore(BaseModel):
     """How a left-out memory scored (RFC amendment "explicit selection"): `score` is its score in
     the ranked pool, None for a memory removed before scoring (the epistemic and time filters,
     a session neighbour the filter removed, a projected evidence member); `semantic_relevance`
-    is its cosine floored at 0 under rank fusion (None where no vector search found it, and
-    always None under weighted scoring)."""
+    is its cosine floored at 0 under rank fusion (0 where no vector search found it, as for a
+    result) and always None under weighted scoring."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

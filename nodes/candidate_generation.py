@@ -26,7 +26,7 @@ from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.indexes.entity_graph import SPOKEN_BY
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import EntityRef, RetrievalStore
+from rms_retrieval.stores.protocols import EntityRef, RetrievalStore, VectorHit
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,11 @@ def candidate_limits(query_analysis: QueryAnalysis, settings: RetrievalSettings)
     )
 
 
+def _vector_hits(found: list[VectorHit]) -> tuple[ChannelHit, ...]:
+    return tuple(ChannelHit(hit.object_id, PathType.VECTOR, rank, hit.cosine, max(hit.cosine, 0.0))
+                 for rank, hit in enumerate(found, start=1))
+
+
 def vector_candidates(
     query_embedding: QueryEmbedding | None,
     store_snapshot: RetrievalStore,
@@ -91,11 +96,7 @@ def vector_candidates(
 
     def search() -> ChannelResult:
         found = store_snapshot.search_vector(query_embedding.vector, request.namespaces, limit)
-        hits = tuple(
-            ChannelHit(hit.object_id, PathType.VECTOR, rank, hit.cosine, max(hit.cosine, 0.0))
-            for rank, hit in enumerate(found, start=1)
-        )
-        return ChannelResult(path=PathType.VECTOR, hits=hits, limit=limit)
+        return ChannelResult(path=PathType.VECTOR, hits=_vector_hits(found), limit=limit)
 
     return _guarded(PathType.VECTOR, limit, search)
 
@@ -105,7 +106,8 @@ def cross_scope_candidates(
 ) -> CrossScopePass:
     """Cross-scope hints' own vector pass (RFC-0005 amendment): exact cosine top 2 x
     cross_scope_top_n in the request's `cross_scope_namespaces` only, with the objects behind the
-    hits. Empty when the request names none; a model mismatch empties it as it does the vector path."""
+    hits. Empty when the request names none or the vector path is off (no query embedding); a
+    model mismatch empties it as it does the vector path."""
     if not request.cross_scope_namespaces or query_embedding is None:
         return CrossScopePass(ChannelResult(path=PathType.VECTOR))
     limit = 2 * request.cross_scope_top_n
@@ -115,9 +117,7 @@ def cross_scope_candidates(
                                             failure="embedding_mismatch"))
 
     def search() -> ChannelResult:
-        found = store_snapshot.search_vector(query_embedding.vector, request.cross_scope_namespaces, limit)
-        hits = tuple(ChannelHit(hit.object_id, PathType.VECTOR, rank, hit.cosine, max(hit.cosine, 0.0))
-                     for rank, hit in enumerate(found, start=1))
+        hits = _vector_hits(store_snapshot.search_vector(query_embedding.vector, request.cross_scope_namespaces, limit))
         objects = store_snapshot.get_objects([hit.object_id for hit in hits], request.cross_scope_namespaces)
         return ChannelResult(path=PathType.VECTOR, hits=hits, objects=objects, limit=limit)
 

@@ -20,14 +20,14 @@ from uuid import UUID
 import numpy as np
 
 from rms_retrieval.nodes.helpers.formatting import format_item, group_header, reader_line, stated_day
-from rms_retrieval.stores.analysis.speakers import spoken_text
 from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, RetrievalRequest
-from rms_retrieval.nodes.bundle import (AggregationCoverage, CrossScopeHint, ExclusionScore, HistoricalCoverage, BundleItem, MemoryBundle,
-                                        RetrievalMetadata, SessionContextLink)
-from rms_retrieval.nodes.pools import (CandidatePool, CrossScopeScores, FilteredPool, PathType, RankedCandidates, ScoredPool, Selection,
-                                       SessionLink, mask_paths, path_mask, rank_order)
+from rms_retrieval.nodes.bundle import (AggregationCoverage, BundleItem, CrossScopeHint, ExclusionScore,
+                                        HistoricalCoverage, MemoryBundle, RetrievalMetadata, SessionContextLink)
+from rms_retrieval.nodes.pools import (CandidatePool, CrossScopeScores, FilteredPool, PathType, RankedCandidates,
+                                       ScoredPool, Selection, SessionLink, mask_paths, path_mask, rank_order)
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.tokens import count_context_tokens, count_tokens
+from rms_retrieval.stores.analysis.speakers import spoken_text
 from rms_retrieval.stores.models import MemoryObject
 
 SEPARATOR = "\n"
@@ -120,7 +120,9 @@ def selected_candidates(
     return Selection(pool=kept, excluded=excluded, min_score_skipped=skipped, excluded_scores=scores)
 
 
-def cross_scope_hints(cross_scope_scores: CrossScopeScores, request: RetrievalRequest) -> tuple[CrossScopeHint, ...] | None:
+def cross_scope_hints(
+    cross_scope_scores: CrossScopeScores, request: RetrievalRequest
+) -> tuple[CrossScopeHint, ...] | None:
     """The cross-scope hints, best first (RFC-0005 amendment): the request's min_score on their
     semantic_relevance under rank fusion (the score under weighted scoring), skipped only when no
     hint has a cosine, then their own cap, cross_scope_top_n. None when the request names no
@@ -203,6 +205,7 @@ def _balanced(item: _Item) -> tuple:
     return (item.tier, not item.mask & _ROUTED_BITS, -density, -item.score, item.obj.id.int)
 
 
+# packing.order; "adjacent" is score order with each session window then moved together (_windows_together).
 _ORDERS: dict[str, PackingPriority] = {"score": _tier_then_score, "balanced": _balanced, "adjacent": _tier_then_score}
 
 
@@ -323,7 +326,7 @@ def packed_bundle(
     settings: RetrievalSettings,
     cross_scope_hints: tuple[CrossScopeHint, ...] | None = None,
 ) -> MemoryBundle:
-    """The Memory Bundle: tiers, then score (or `packing.order="balanced"`), within the cl100k_base token budget."""
+    """The Memory Bundle: tiers, then `packing.order` inside a tier, within the cl100k_base token budget."""
     return _packed_bundle(selected_candidates, ranked_candidates, filtered_candidates, merged_candidates,
                           query_analysis, request, settings, _ORDERS[settings.packing.order], cross_scope_hints)
 
