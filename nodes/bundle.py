@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
+
+from typing_extensions import TypedDict
 from uuid import UUID
 
 from pydantic import (AwareDatetime, BaseModel, ConfigDict, Field, PlainSerializer, SerializerFunctionWrapHandler,
@@ -110,14 +112,13 @@ class HistoricalCoverage(BaseModel):
     warning_fits: bool
 
 
-class ExclusionScore(BaseModel):
+class ExclusionScore(TypedDict):
     """How a left-out memory scored (RFC amendment "explicit selection"): `score` is its score in
     the ranked pool, None for a memory removed before scoring (the epistemic and time filters,
     a session neighbour the filter removed, a projected evidence member); `semantic_relevance`
     is its cosine floored at 0 under rank fusion (0 where no vector search found it, as for a
-    result) and always None under weighted scoring."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    result) and always None under weighted scoring. A typed dict, not a model: a bundle may
+    carry hundreds, and a dict costs a fraction of a model to make."""
 
     score: float | None
     semantic_relevance: float | None

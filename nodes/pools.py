@@ -355,8 +355,8 @@ class Selection:
     pool: ScoredPool
     excluded: Mapping[UUID, str] = field(default_factory=dict)
     min_score_skipped: bool = False
-    # Each left-out candidate's (score, semantic_relevance) in the ranked pool.
-    excluded_scores: Mapping[UUID, tuple[float, float]] = field(default_factory=dict)
+    # Each left-out candidate's score and semantic_relevance in the ranked pool (bundle.ExclusionScore).
+    excluded_scores: Mapping[UUID, Mapping[str, float | None]] = field(default_factory=dict)
 
 
 # ---- Cross-scope hints (RFC-0005 amendment): their own pass, pool and scores, typed apart from

@@ -274,7 +274,7 @@ def test_selection_exclusions_carry_their_score_and_semantic_relevance():
     assert meta.exclusion_scores == {low.object_id: ExclusionScore(score=low_score, semantic_relevance=0.2)}
     weighted = _bundle([high, low], make_request(limit=1), weighted=True).retrieval_metadata
     (left_out,) = weighted.exclusion_scores.values()
-    assert left_out.score is not None and left_out.semantic_relevance is None  # omitted under weighted
+    assert left_out["score"] is not None and left_out["semantic_relevance"] is None  # omitted under weighted
 
 
 def test_an_object_removed_before_scoring_has_no_score_but_its_cosine():
