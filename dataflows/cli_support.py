@@ -89,17 +89,20 @@ def request_arguments(parser: argparse.ArgumentParser, *, required: bool = True)
 
 def policy_arguments(parser: argparse.ArgumentParser) -> None:
     """The opt-in cross-encoder reranker's options (RFC 7.3; the [rerank] extra)."""
-    parser.add_argument("--rerank", choices=["legacy", "score_envelope", "anchored_score_envelope"],
+    from rms_retrieval.nodes.policy_settings import LEGACY_PRIOR_WEIGHT, RERANKER_POLICIES
+
+    parser.add_argument("--rerank", choices=RERANKER_POLICIES,
                         help="rerank the top of the scored pool with the cross-encoder under this policy")
     parser.add_argument("--rerank-top-k", type=int, default=100, help="candidates reranked (default 100)")
-    parser.add_argument("--rerank-prior-weight", type=float, default=0.3,
-                        help="weight of a candidate's own score in the new order (default 0.3; another value "
+    parser.add_argument("--rerank-prior-weight", type=float, default=LEGACY_PRIOR_WEIGHT,
+                        help=f"weight of a candidate's own score in the new order (default {LEGACY_PRIOR_WEIGHT}; another value "
                              "needs an envelope policy)")
 
 
 def settings_from(args: argparse.Namespace, base: Any = None) -> Any:
     """The retrieval settings the options describe, on top of `base` (the defaults)."""
-    from rms_retrieval.nodes.settings import RerankSettings, RetrievalSettings
+    from rms_retrieval.nodes.policy_settings import RerankSettings
+    from rms_retrieval.nodes.settings import RetrievalSettings
 
     settings = base or RetrievalSettings()
     if getattr(args, "rerank", None) is None:

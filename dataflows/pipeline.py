@@ -14,8 +14,8 @@ from typing import Any
 from hamilton import driver
 from hamilton.plugins.h_threadpool import FutureAdapter
 
-from rms_retrieval.nodes import (candidate_generation, filtering, merging, packing, query_analysis, reformulation,
-                                 reranking, scoring, session_context)
+from rms_retrieval.nodes import (candidate_generation, cross_scope, filtering, merging, packing, query_analysis,
+                                 reformulation, reranking, scoring, session_context)
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.providers.cross_encoder import default_cross_encoder
@@ -29,6 +29,7 @@ STAGE_MODULES = (
     merging,
     filtering,
     scoring,
+    cross_scope,
     reranking,
     session_context,
     packing,

@@ -14,19 +14,19 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable
 from uuid import UUID
 
 from hamilton.function_modifiers import group, inject, source
 
 from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, RetrievalRequest
-from rms_retrieval.nodes.pools import CandidateLimits, ChannelHit, ChannelResult, CrossScopePass, PathType
+from rms_retrieval.nodes.pools import CandidateLimits, ChannelHit, ChannelResult, PathType
+from rms_retrieval.nodes.helpers.channels import guarded, vector_hits
 from rms_retrieval.nodes.helpers.graph_walk import walk
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.indexes.entity_graph import SPOKEN_BY
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import EntityRef, RetrievalStore, VectorHit
+from rms_retrieval.stores.protocols import EntityRef, RetrievalStore
 
 logger = logging.getLogger(__name__)
 
@@ -35,16 +35,6 @@ logger = logging.getLogger(__name__)
 CANDIDATE_CHANNELS = group(*(source(name) for name in (
     "vector_candidates", "lexical_candidates", "graph_candidates", "pinned_candidates", "keyword_scan_candidates",
 )))
-
-
-def _guarded(path: PathType, limit: int, search: Callable[[], ChannelResult]) -> ChannelResult:
-    try:
-        return search()
-    except EmbeddingMismatchError:
-        raise
-    except Exception as error:  # a failing backend must not take the other paths down (RFC 4.2)
-        logger.warning("%s candidate path failed: %s", path, error)
-        return ChannelResult(path=path, limit=limit, failure=f"backend_error: {type(error).__name__}: {error}")
 
 
 def _widened(limit: int, multiplier: float, cap: int) -> int:
@@ -69,11 +59,6 @@ def candidate_limits(query_analysis: QueryAnalysis, settings: RetrievalSettings)
     )
 
 
-def _vector_hits(found: list[VectorHit]) -> tuple[ChannelHit, ...]:
-    return tuple(ChannelHit(hit.object_id, PathType.VECTOR, rank, hit.cosine, max(hit.cosine, 0.0))
-                 for rank, hit in enumerate(found, start=1))
-
-
 def vector_candidates(
     query_embedding: QueryEmbedding | None,
     store_snapshot: RetrievalStore,
@@ -96,32 +81,9 @@ def vector_candidates(
 
     def search() -> ChannelResult:
         found = store_snapshot.search_vector(query_embedding.vector, request.namespaces, limit)
-        return ChannelResult(path=PathType.VECTOR, hits=_vector_hits(found), limit=limit)
+        return ChannelResult(path=PathType.VECTOR, hits=vector_hits(found), limit=limit)
 
-    return _guarded(PathType.VECTOR, limit, search)
-
-
-def cross_scope_candidates(
-    query_embedding: QueryEmbedding | None, store_snapshot: RetrievalStore, request: RetrievalRequest
-) -> CrossScopePass:
-    """Cross-scope hints' own vector pass (RFC-0005 amendment): exact cosine top 2 x
-    cross_scope_top_n in the request's `cross_scope_namespaces` only, with the objects behind the
-    hits. Empty when the request names none or the vector path is off (no query embedding); a
-    model mismatch empties it as it does the vector path."""
-    if not request.cross_scope_namespaces or query_embedding is None:
-        return CrossScopePass(ChannelResult(path=PathType.VECTOR))
-    limit = 2 * request.cross_scope_top_n
-    stored = store_snapshot.embedding_identity
-    if stored is not None and stored != query_embedding.identity:
-        return CrossScopePass(ChannelResult(path=PathType.VECTOR, limit=limit, embedding_mismatch=True,
-                                            failure="embedding_mismatch"))
-
-    def search() -> ChannelResult:
-        hits = _vector_hits(store_snapshot.search_vector(query_embedding.vector, request.cross_scope_namespaces, limit))
-        objects = store_snapshot.get_objects([hit.object_id for hit in hits], request.cross_scope_namespaces)
-        return ChannelResult(path=PathType.VECTOR, hits=hits, objects=objects, limit=limit)
-
-    return CrossScopePass(_guarded(PathType.VECTOR, limit, search))
+    return guarded(PathType.VECTOR, limit, search)
 
 
 def lexical_candidates(
@@ -143,7 +105,7 @@ def lexical_candidates(
         )
         return ChannelResult(path=PathType.LEXICAL, hits=hits, limit=limit)
 
-    return _guarded(PathType.LEXICAL, limit, search)
+    return guarded(PathType.LEXICAL, limit, search)
 
 
 def graph_candidates(
@@ -182,7 +144,7 @@ def graph_candidates(
         )
         return ChannelResult(path=PathType.GRAPH, hits=hits, limit=limit)
 
-    return _guarded(PathType.GRAPH, limit, search)
+    return guarded(PathType.GRAPH, limit, search)
 
 
 def spoken_by_query_entities(
@@ -217,7 +179,7 @@ def pinned_candidates(
         )
         return ChannelResult(path=PathType.PINNED, hits=hits, objects={o.id: o for o in objects})
 
-    return _guarded(PathType.PINNED, 0, search)
+    return guarded(PathType.PINNED, 0, search)
 
 
 @inject(channels=CANDIDATE_CHANNELS)
@@ -291,4 +253,4 @@ def keyword_scan_candidates(
         )
         return ChannelResult(path=PathType.KEYWORD_SCAN, hits=hits)
 
-    return _guarded(PathType.KEYWORD_SCAN, 0, search)
+    return guarded(PathType.KEYWORD_SCAN, 0, search)

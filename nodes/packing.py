@@ -19,12 +19,13 @@ from uuid import UUID
 
 import numpy as np
 
+from rms_retrieval.nodes.helpers.bundle_metadata import aggregation_coverage, retrieval_metadata
 from rms_retrieval.nodes.helpers.formatting import format_item, group_header, reader_line, stated_day
 from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, RetrievalRequest
-from rms_retrieval.nodes.bundle import (AggregationCoverage, BundleItem, CrossScopeHint, ExclusionScore,
-                                        HistoricalCoverage, MemoryBundle, RetrievalMetadata, SessionContextLink)
-from rms_retrieval.nodes.pools import (CandidatePool, CrossScopeScores, FilteredPool, PathType, RankedCandidates,
-                                       ScoredPool, Selection, SessionLink, mask_paths, path_mask, rank_order)
+from rms_retrieval.nodes.bundle import (BundleItem, CrossScopeHint, ExclusionScore,
+                                        HistoricalCoverage, MemoryBundle, SessionContextLink)
+from rms_retrieval.nodes.pools import (CandidatePool, FilteredPool, PathType, RankedCandidates,
+                                       ScoredPool, Selection, SessionLink, mask_paths, path_mask)
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.tokens import count_context_tokens, count_tokens
 from rms_retrieval.stores.analysis.speakers import spoken_text
@@ -122,30 +123,6 @@ def selected_candidates(
     return Selection(pool=kept, excluded=excluded, min_score_skipped=skipped, excluded_scores=scores)
 
 
-def cross_scope_hints(
-    cross_scope_scores: CrossScopeScores, request: RetrievalRequest
-) -> tuple[CrossScopeHint, ...] | None:
-    """The cross-scope hints, best first (RFC-0005 amendment): the request's min_score on their
-    semantic_relevance under rank fusion (the score under weighted scoring), skipped only when no
-    hint has a cosine, then their own cap, cross_scope_top_n. None when the request names no
-    cross_scope_namespaces."""
-    pool = cross_scope_scores.pool
-    if pool is None:
-        return None
-    rank_fused = pool.rank_fused
-    order = rank_order(pool.score, pool.path_count, pool.objects)
-    if request.min_score > 0 and not np.isnan(pool.factors.semantic).all():
-        value = pool.semantic_relevance if rank_fused else pool.score
-        order = order[value[order] >= request.min_score]
-    return tuple(
-        CrossScopeHint(id=obj.id, namespace=obj.namespace, node_type=str(obj.node_type), content=obj.content,
-                       score=float(pool.score[i]),
-                       semantic_relevance=float(pool.semantic_relevance[i]) if rank_fused else None,
-                       event_time=obj.event_time, source_ref=obj.source_ref)
-        for i in order[: request.cross_scope_top_n].tolist() for obj in (pool.objects[i],)
-    )
-
-
 def _context_order(item: _Item) -> tuple:
     obj = item.obj
     return (obj.stated_time, obj.session_id or "", obj.session_seq or 0, obj.id.int)
@@ -232,88 +209,6 @@ def _windows_together(offered: list[_Item], links: Mapping[UUID, SessionLink]) -
         block = [(links[m.obj.id].offset, m) for m in members] + [(0, item)]
         ordered += [member for _, member in sorted(block, key=lambda pair: pair[0])]
     return ordered
-
-
-def _aggregation_coverage(
-    selection: Selection, pool: CandidatePool, analysis: QueryAnalysis, packed: int, budget_cut: int,
-    warning_fits: bool,
-) -> AggregationCoverage | None:
-    """RFC "aggregation coverage": what a count or list question's bundle can and cannot claim."""
-    if analysis.aggregation is None:
-        return None
-    codes = ["semantic_matching"]
-    if pool.paths_at_limit:
-        codes.append("candidate_limit")
-    if pool.backend_failures:
-        codes.append("backend_failure")
-    if selection.excluded:
-        codes.append("score_selection")
-    if budget_cut or not warning_fits:
-        codes.append("token_budget")
-    return AggregationCoverage(
-        kind=analysis.aggregation, unique_candidates=len(pool.candidates), returned=len(selection.pool),
-        packed=packed, limitation_codes=tuple(codes), candidate_limit_paths=pool.paths_at_limit,
-    )
-
-
-def _metadata(
-    selection: Selection,
-    ranked: RankedCandidates,
-    filtered: FilteredPool,
-    pool: CandidatePool,
-    analysis: QueryAnalysis,
-    settings: RetrievalSettings,
-    budget_cuts: tuple[UUID, ...],
-    coverage: AggregationCoverage | None,
-    historical: HistoricalCoverage | None = None,
-) -> RetrievalMetadata:
-    excluded = dict(sorted({**filtered.excluded, **ranked.excluded, **selection.excluded}.items(),
-                           key=lambda kv: kv[0].int))
-    # Every value below is already of its field's type, built by the stages; constructing skips
-    # re-validating hundreds of exclusions per request (the same JSON, a fraction of the time).
-    return RetrievalMetadata.model_construct(
-        intent=analysis.intent,
-        current_state=analysis.current_state,
-        entities=tuple(e.name for e in analysis.entities),
-        temporal_window=analysis.temporal_window,
-        reference_time=analysis.reference_time,
-        retrieval_mode=analysis.retrieval_mode,
-        formula_version=ranked.pool.formula_version,
-        rrf_k=settings.scoring.rank_fusion.rrf_k if ranked.pool.rank_fused else None,
-        configuration_fingerprint=settings.fingerprint(),
-        candidates_generated=len(pool.candidates),
-        candidates_after_filter=len(filtered.candidates),
-        candidates_ranked=len(ranked.pool),
-        candidates_selected=len(selection.pool),
-        cut_by_budget=len(budget_cuts),
-        paths_at_limit=pool.paths_at_limit,
-        embedding_mismatch=pool.embedding_mismatch,
-        backend_failures=dict(sorted(pool.backend_failures.items(), key=lambda kv: str(kv[0]))),
-        min_score_skipped=selection.min_score_skipped,
-        excluded=excluded,
-        exclusion_scores=_exclusion_scores(excluded, selection, filtered, ranked.pool.rank_fused),
-        budget_cuts=budget_cuts,
-        aggregation_coverage=coverage,
-        historical_coverage=historical,
-    )
-
-
-def _exclusion_scores(excluded: Mapping[UUID, str], selection: Selection, filtered: FilteredPool,
-                      rank_fused: bool) -> dict[UUID, ExclusionScore]:
-    """How each left-out id scored, in `excluded`'s order: selection's from the ranked pool; one
-    removed before scoring has no score, and its relevance is its cosine floored at 0 (0 where no
-    vector search found it)."""
-    removed = {c.object_id: c for c in filtered.removed}
-    selected = selection.excluded_scores
-    scores = {}
-    for oid in excluded:
-        found = selected.get(oid)
-        if found is None:
-            vector = removed[oid].hits.get(PathType.VECTOR) if oid in removed else None
-            found = ExclusionScore(score=None, semantic_relevance=(max(vector.raw_score, 0.0) if vector else 0.0)
-                                   if rank_fused else None)
-        scores[oid] = found
-    return scores
 
 
 def _finite(value: float | None) -> float | None:
@@ -460,10 +355,10 @@ def _packed_bundle(
         tokens_used=count_context_tokens(context) if context else 0,
         items=bundle_items,
         context=context,
-        retrieval_metadata=_metadata(
+        retrieval_metadata=retrieval_metadata(
             selected_candidates, ranked_candidates, filtered_candidates, merged_candidates, query_analysis,
             settings, budget_cuts=budget_cuts,
-            coverage=_aggregation_coverage(
+            coverage=aggregation_coverage(
                 selected_candidates, merged_candidates, query_analysis, len(placed),
                 len(budget_cuts), warning_fits,
             ),

@@ -21,7 +21,7 @@ import numpy as np
 from hamilton.function_modifiers import config
 
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
-from rms_retrieval.nodes.pools import (PRIMARY_PATHS, RERANK_COLUMNS, CrossScopePool, CrossScopeScores, FilteredPool, PathType, ScoredPool, ScoreFactors,
+from rms_retrieval.nodes.pools import (PRIMARY_PATHS, RERANK_COLUMNS, FilteredPool, PathType, ScoredPool, ScoreFactors,
                                        path_mask, rank_order)
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity
@@ -295,25 +295,3 @@ def fused_scores__weighted(
         temporal_factor=temporal_factor, speaker_factor=speaker_factor, recency_boost_factor=none, tie_break=none,
         current_update_factor=current, base_score=additive,
     )
-
-
-@config.when(fusion="rrf")
-def cross_scope_scores__rrf(
-    cross_scope_pool: CrossScopePool, query_analysis: QueryAnalysis, request: RetrievalRequest,
-    settings: RetrievalSettings,
-) -> CrossScopeScores:
-    """Cross-scope hints fused within their own pool (RFC 7.2), on the request's clock."""
-    if not request.cross_scope_namespaces:
-        return CrossScopeScores(None)
-    return CrossScopeScores(fused_scores__rrf(cross_scope_pool.pool, query_analysis, settings))
-
-
-@config.when(fusion="weighted")
-def cross_scope_scores__weighted(
-    cross_scope_pool: CrossScopePool, query_analysis: QueryAnalysis, request: RetrievalRequest,
-    settings: RetrievalSettings,
-) -> CrossScopeScores:
-    """Cross-scope hints scored by formula 1 within their own pool, on the request's clock."""
-    if not request.cross_scope_namespaces:
-        return CrossScopeScores(None)
-    return CrossScopeScores(fused_scores__weighted(cross_scope_pool.pool, query_analysis, request, settings))

@@ -12,7 +12,8 @@ from rms_retrieval.dataflows.cli import main
 from rms_retrieval.dataflows.explain import explain
 from rms_retrieval.dataflows.replay import ReplayError, RefusingCrossEncoder, replay
 from rms_retrieval.dataflows.retrieval import retrieve
-from rms_retrieval.nodes.settings import RerankSettings, RetrievalSettings
+from rms_retrieval.nodes.policy_settings import RerankSettings
+from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.providers.cross_encoder import (OnnxCrossEncoder, RerankerUnavailable, default_cross_encoder,
                                                           model_directory)
 from rms_retrieval.stores.memory_store import MemoryStore

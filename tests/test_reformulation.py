@@ -17,7 +17,8 @@ from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.pools import AlternatePasses, CandidatePool, ChannelHit, ChannelResult, PathType
 from rms_retrieval.nodes.reformulation import (ReformulationError, alternate_candidates, distinct_alternatives,
                                                merge_alternates, query_reformulations)
-from rms_retrieval.nodes.settings import ReformulationSettings, RetrievalSettings
+from rms_retrieval.nodes.policy_settings import ReformulationSettings
+from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.providers.chat_reformulator import ChatCompletionsReformulator
 from rms_retrieval.stores.memory_store import MemoryStore
 from tests.factories import FakeEncoder, conversation_store, make_candidate, make_object, make_request

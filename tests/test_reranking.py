@@ -11,7 +11,8 @@ from rms_retrieval.nodes.models import QueryAnalysis
 from rms_retrieval.nodes.pools import CrossEncoderScores, FilteredPool, RerankedPool
 from rms_retrieval.nodes.reranking import cross_encoder_scores, reranked_scores__cross_encoder, reranked_scores__off
 from rms_retrieval.nodes.scoring import fused_scores__rrf
-from rms_retrieval.nodes.settings import RankFusionScoring, RerankSettings, RetrievalSettings, ScoringSettings
+from rms_retrieval.nodes.policy_settings import RerankSettings
+from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings
 from rms_retrieval.stores.models import NodeType
 from rms_retrieval.stores.protocols import CrossEncoder
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request

@@ -5,13 +5,12 @@ import warnings
 
 import pytest
 
+from rms_retrieval.nodes.policy_settings import ReformulationSettings, RerankSettings
 from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import (
     CandidateSettings,
     FilterSettings,
     IgnoredSettingWarning,
-    ReformulationSettings,
-    RerankSettings,
     RetrievalSettings,
     ScoringSettings,
     SessionSettings,
@@ -45,19 +44,6 @@ def test_bad_settings_are_rejected_naming_the_field(build, field):
         build()
 
 
-def test_a_prior_weight_other_than_0_3_needs_an_envelope_policy():
-    with pytest.raises(ValueError, match="needs an envelope policy"):
-        RerankSettings(prior_weight=0.0)
-    with pytest.raises(ValueError, match="needs an envelope policy"):
-        RerankSettings(prior_weight=0.5, policy="legacy")
-    assert RerankSettings(prior_weight=0.0, policy="score_envelope").prior_weight == 0.0
-    assert RerankSettings(prior_weight=0.0, policy="anchored_score_envelope").policy == "anchored_score_envelope"
-    with pytest.raises(ValueError, match="policy"):
-        RerankSettings(policy="calibrated")
-    with pytest.raises(ValueError, match="merge_policy"):
-        ReformulationSettings(merge_policy="everything")
-
-
 def test_the_opt_in_policies_change_the_fingerprint_only_when_set():
     default = RetrievalSettings().fingerprint()
     # The defaults' fingerprint without the policies (it moved once, when the benchmark-only settings
@@ -72,12 +58,6 @@ def test_the_opt_in_policies_change_the_fingerprint_only_when_set():
                 RetrievalSettings(reformulation=ReformulationSettings(enabled=True, merge_policy="max_signals"))]
     fingerprints = {v.fingerprint() for v in variants}
     assert len(fingerprints) == len(variants) and default not in fingerprints
-
-
-def test_an_api_key_is_never_dumped():
-    settings = RetrievalSettings(reformulation=ReformulationSettings(enabled=True, api_key="sk-secret"))
-    assert "sk-secret" not in str(settings.model_dump(mode="json"))
-    assert settings.reformulation.api_key.get_secret_value() == "sk-secret"
 
 
 def test_the_fingerprint_follows_the_values_and_is_the_same_in_every_process():
