@@ -87,4 +87,4 @@ def test_matcher_finds_names_as_whole_words_shortest_first():
     assert matcher.add(UUID(int=2), "Mel") == "mel"
     assert matcher.add(UUID(int=3), "x") is None
     assert matcher.names_in("melanie brown and MEL, not melanies or x") == ["mel", "melanie brown"]
-    assert matcher.ids_in("Mel") == {UUID(int=2)} and matcher.named("MELANIE  brown") == {UUID(int=1)}
+    assert matcher.ids_in_order("Mel") == [UUID(int=2)] and matcher.named("MELANIE  brown") == {UUID(int=1)}

@@ -4,11 +4,13 @@ from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
 from rms_retrieval.stores.indexes.entity_graph import (
+    CO_MENTION_WINDOW,
     CO_MENTIONED,
     MENTIONS,
     SPOKEN_BY,
     GraphEdge,
     co_mention_confidence,
+    co_mentioned_pairs,
     entity_graph,
     entity_id,
 )
@@ -92,3 +94,24 @@ def test_one_id_in_two_namespaces_of_one_batch_gets_each_namespace_s_own_entitie
                      ("b", "Melanie"), ("b", "Oscar"), ("b", "Berlin"), ("b", "Priya")}
     namespace_of = {entity.id: entity.namespace for entity in update.entities}
     assert all(namespace_of[edge.target] == edge.namespace for edge in update.edges)
+
+
+def test_an_object_joins_each_entity_to_the_next_window_in_order_of_first_mention():
+    ids = [UUID(int=n) for n in (9, 3, 7, 1, 5)]
+    assert co_mentioned_pairs(ids, window=2) == {(UUID(int=3), UUID(int=9)), (UUID(int=7), UUID(int=9)),
+                                                 (UUID(int=3), UUID(int=7)), (UUID(int=1), UUID(int=3)),
+                                                 (UUID(int=1), UUID(int=7)), (UUID(int=5), UUID(int=7)),
+                                                 (UUID(int=1), UUID(int=5))}
+    assert len(co_mentioned_pairs(ids, window=4)) == 10  # window + 1 entities or fewer: every pair
+
+
+def test_a_long_turn_adds_co_mentions_linear_in_the_names_it_mentions_not_quadratic():
+    names = [f"Name{chr(65 + i // 26)}{chr(65 + i % 26)}" for i in range(60)]
+    known = [_entity(1000 + i, name) for i, name in enumerate(names)]
+    prose = _turn(1, " and ".join(f"we met {name}" for name in names) + ".")
+    edges = entity_graph([prose], known, {}, ANCHORS).edges
+    co = [(e.source, e.target) for e in edges if e.edge_type == CO_MENTIONED]
+    assert sum(e.edge_type == MENTIONS for e in edges) == 60
+    assert len(co) == sum(min(CO_MENTION_WINDOW, 59 - i) for i in range(60)) < 60 * 59 // 2
+    first, near, far = UUID(int=1000), UUID(int=1000 + CO_MENTION_WINDOW), UUID(int=1000 + CO_MENTION_WINDOW + 1)
+    assert (first, near) in co and (first, far) not in co  # neighbours in the text, not every pair

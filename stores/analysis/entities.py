@@ -159,6 +159,15 @@ class NameMatcher:
                     found.setdefault(key)
         return list(found)
 
-    def ids_in(self, text: str) -> set[UUID]:
-        """The ids of every name occurring in `text`."""
-        return {object_id for key in self.names_in(text) for object_id in self._ids[key]}
+    def ids_in_order(self, text: str) -> list[UUID]:
+        """The ids of every name occurring in `text`, each once, by where its first name starts
+        (ids named at one start by id)."""
+        words = name_words(text)
+        first: dict[UUID, int] = {}
+        for start, word in enumerate(words):
+            if word not in self._first_words:
+                continue
+            for size in range(1, min(self._longest, len(words) - start) + 1):
+                for object_id in self._ids.get(" ".join(words[start : start + size]), ()):
+                    first.setdefault(object_id, start)
+        return sorted(first, key=lambda object_id: (first[object_id], object_id))
