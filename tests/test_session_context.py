@@ -132,7 +132,7 @@ def test_episode_context_marks_the_matching_records_of_the_best_episode_and_pack
     other = make_candidate(make_object("o", "a kiln for sale, in no session"), VECTOR=(31, 0.2))
     pair = make_candidate(make_object("p", "Two paths, another day", session_id="s2", session_seq=0),
                           VECTOR=(2, 0.8), LEXICAL=(2, 0.9))
-    candidates, objects = [strong, kiln, other, pair], [c.object for c in (strong, kiln, other, pair)]
+    candidates = [strong, kiln, other, pair]
     no_session = SessionSettings(window=0)
     routed = RetrievalSettings(session=no_session, packing=PackingSettings(episode_context_top_k=1))
     request = make_request("when did the kiln reach cone six?")
