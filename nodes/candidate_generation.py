@@ -26,7 +26,7 @@ from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.indexes.entity_graph import SPOKEN_BY
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import EntityRef, RetrievalStore
+from rms_retrieval.stores.protocols import EntityRef, FieldWeights, RetrievalStore
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,11 @@ def vector_candidates(
     return guarded(PathType.VECTOR, limit, search)
 
 
+def _field_weights(settings: RetrievalSettings) -> FieldWeights:
+    boost = settings.candidates.boost_fields
+    return FieldWeights(value=boost.value, entity_canonical_name=boost.entity_canonical_name)
+
+
 def lexical_candidates(
     store_snapshot: RetrievalStore,
     candidate_limits: CandidateLimits,
@@ -98,7 +103,7 @@ def lexical_candidates(
         return ChannelResult(path=PathType.LEXICAL)
 
     def search() -> ChannelResult:
-        found = store_snapshot.search_lexical(request.query, request.namespaces, limit)
+        found = store_snapshot.search_lexical(request.query, request.namespaces, limit, _field_weights(settings))
         hits = tuple(
             ChannelHit(hit.object_id, PathType.LEXICAL, rank, hit.bm25, hit.score)
             for rank, hit in enumerate(found, start=1)
@@ -243,7 +248,7 @@ def keyword_scan_candidates(
         for text, limit in scans:
             if limit == 0:
                 continue
-            for hit in store_snapshot.search_lexical(text, request.namespaces, limit):
+            for hit in store_snapshot.search_lexical(text, request.namespaces, limit, _field_weights(settings)):
                 if hit.object_id not in best or hit.score > best[hit.object_id][0]:
                     best[hit.object_id] = (hit.score, text)
         ordered = sorted(best.items(), key=lambda kv: (-kv[1][0], str(kv[0])))

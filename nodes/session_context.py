@@ -30,7 +30,7 @@ from rms_retrieval.nodes.pools import (EvidenceSources, FilteredPool, PathType, 
                                        ScoredPool, SessionLink, path_mask, rank_order)
 from rms_retrieval.nodes.scoring import SCORE_DECIMALS
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.indexes.lexical import indexed_terms
+from rms_retrieval.stores.indexes.postings import indexed_terms
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import RetrievalStore, SessionNeighbour
 

@@ -14,10 +14,10 @@ import math
 import warnings
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rms_retrieval.nodes.candidate_settings import BoostFields, CandidateSettings
 from rms_retrieval.nodes.policy_settings import ReformulationSettings, RerankSettings
-from rms_retrieval.nodes.pools import PRIMARY_PATHS, PathType
 from rms_retrieval.stores.models import EpistemicType, NodeType
 from rms_retrieval.stores.visibility import DEFAULT_UNVERIFIED_THRESHOLD
 
@@ -31,52 +31,6 @@ class IgnoredSettingWarning(UserWarning):
 def _check_finite(name: str, value: float) -> None:
     if not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
-
-
-class CandidateSettings(BaseModel):
-    """Stage 2 limits (RFC 4.1 to 4.4)."""
-
-    model_config = _FROZEN
-
-    # 300, not the RFC reference's 500 nor 150 (the default before issue 15's third round): deeper
-    # lists crowd the ranking unless packing.tier_path_depth keeps deep hits out of tier 2 and
-    # scoring.speaker_boost puts the named person's turns first. Proven on LoCoMo's confirm split in
-    # two steps (BENCHMARKS.md, issue 15, third round): all evidence packed at 8K for 0.919 against
-    # 0.897 (200 lists, boost 1), then 0.931 (300 lists, boost 2); 0.859 against 0.843 at 4K.
-    vector_k: int = Field(default=300, ge=0, le=100_000)
-    lexical_k: int = Field(default=300, ge=0, le=100_000)
-    graph_max_hops: int = Field(default=2, ge=1, le=3, description="RFC 4.1 hard limit: 3.")
-    graph_min_edge_confidence: float = Field(default=0.40, ge=0.0, le=1.0)
-    graph_max_candidates: int = Field(default=50, ge=0, le=10_000)
-    enabled_paths: frozenset[PathType] = frozenset(
-        {PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED}
-    )
-    on_embedding_mismatch: Literal["lexical_only", "error"] = Field(
-        default="lexical_only",
-        description="RFC 4.2: empty the vector path and flag the bundle, or reject the request.",
-    )
-    aggregation_k_multiplier: float = Field(default=3.0, ge=1.0, le=100.0)
-    aggregation_k_max: int = Field(default=2000, ge=1, le=100_000)
-
-    keyword_scan_hits_per_term: int = Field(default=50, ge=0, le=10_000)
-    entity_scan_hits_per_entity: int = Field(default=20, ge=0, le=10_000)
-
-    @field_serializer("enabled_paths")
-    def _paths_in_order(self, value: frozenset[PathType]) -> list[str]:
-        # A frozenset iterates in hash-seed order; serialise sorted so fingerprints, bundles and
-        # logged settings are the same in every process.
-        return sorted(str(p) for p in value)
-
-    @field_validator("enabled_paths")
-    @classmethod
-    def _primary_paths_only(cls, value: frozenset[PathType]) -> frozenset[PathType]:
-        extra = set(value) - PRIMARY_PATHS
-        if extra:
-            raise ValueError(
-                f"{sorted(extra)} are not primary paths; session context is set by session.window, "
-                "keyword scans by keyword_scan_hits_per_term"
-            )
-        return value
 
 
 class WeightedScoring(BaseModel):
@@ -422,7 +376,7 @@ class RetrievalSettings(BaseModel):
 
 _OPT_IN_SECTIONS = ("rerank", "reformulation")
 # Options added after fingerprints were first logged, left out at their defaults for the same reason.
-_OPT_IN_FIELDS = (("scoring.weighted.recency_time", None), ("session.context_packing", False),
+_OPT_IN_FIELDS = (("scoring.weighted.recency_time", None), ("candidates.boost_fields", BoostFields().model_dump(mode="json")), ("session.context_packing", False),
                   ("packing.episode_context_top_k", 0), ("packing.episode_context_local_k", 3),
                   ("packing.episode_decay", 0.85), ("packing.evidence_projection_top_k", 0),
                   ("packing.evidence_projection_max_sources", 1), ("packing.evidence_augmentation_top_k", 0),

@@ -119,10 +119,33 @@ class QueryReformulator(ABC):
         ...
 
 
+@dataclass(frozen=True)
+class FieldWeights:
+    """How much a term in each field of a lexical document counts (RFC-0005 Section 4.3,
+    `boost_fields`): 1 and 1 are match_bm25 over both fields as one text, 0 leaves a field out."""
+
+    value: float = 1.0
+    entity_canonical_name: float = 1.0
+
+    def __post_init__(self) -> None:
+        weights = (self.value, self.entity_canonical_name)
+        if not all(np.isfinite(weights)) or min(weights) < 0 or max(weights) <= 0:
+            raise ValueError(f"field weights must be finite, at least 0 and not all 0, got {weights}")
+
+    @property
+    def plain(self) -> bool:
+        return self.value == 1.0 and self.entity_canonical_name == 1.0
+
+
+PLAIN_FIELDS = FieldWeights()
+
+
 class LexicalIndex(ABC):
     @abstractmethod
-    def search_lexical(self, text: str, namespaces: Sequence[str], limit: int) -> list[LexicalHit]:
-        """BM25 over content and entity names, best first, ties by object id."""
+    def search_lexical(self, text: str, namespaces: Sequence[str], limit: int,
+                       fields: FieldWeights = PLAIN_FIELDS) -> list[LexicalHit]:
+        """BM25 over content and entity names, each field's terms counted times its weight, best
+        first, ties by object id."""
         ...
 
 

@@ -27,7 +27,7 @@ from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotErr
 from rms_retrieval.stores.indexes.lexical import Bm25Index
 from rms_retrieval.stores.engine.manifest import Manifest
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import (AssertionGroupRow, ClaimSelection, Edge, EmbeddingIdentity, EntityRef,
+from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, ClaimSelection, Edge, EmbeddingIdentity, EntityRef, FieldWeights,
                                             GraphIndex, LexicalHit, LexicalIndex, ObjectStore, QuantityRow, RecordReader,
                                             RetrievalLog, ScanSelection, SessionNeighbour, SnapshotSource, VectorHit,
                                             VectorIndex)
@@ -172,11 +172,13 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 self._bm25_base = None
             return self._bm25
 
-    def search_lexical(self, text: str, namespaces: Sequence[str], limit: int) -> list[LexicalHit]:
-        """BM25 over content and entity names, statistics over `namespaces` only, best first, ties by id."""
+    def search_lexical(self, text: str, namespaces: Sequence[str], limit: int,
+                       fields: FieldWeights = PLAIN_FIELDS) -> list[LexicalHit]:
+        """BM25 over content and entity names (each field's terms times its weight), statistics over
+        `namespaces` only, best first, ties by id."""
         if limit <= 0 or not namespaces or not self.segments:
             return []
-        found = self._lexical_index().search(text, list(namespaces), limit)
+        found = self._lexical_index().search(text, list(namespaces), limit, fields)
         if not found:
             return []
         low, high = found[-1][1], found[0][1]

@@ -15,7 +15,7 @@ from rms_retrieval.nodes.pools import Candidate, ChannelHit, PathType
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.analysis.claims import Assertion, Quantity
 from rms_retrieval.stores.models import MemoryObject, NodeType
-from rms_retrieval.stores.protocols import (Edge, EmbeddingIdentity, EntityRef, GraphIndex, LexicalHit, LexicalIndex,
+from rms_retrieval.stores.protocols import (PLAIN_FIELDS, Edge, EmbeddingIdentity, EntityRef, GraphIndex, LexicalHit, LexicalIndex,
                                             ObjectStore, QueryEncoder, RetrievalLog, SessionNeighbour, VectorHit,
                                             VectorIndex)
 
@@ -122,13 +122,17 @@ class FakeStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog
         scored.sort(key=lambda t: (-t[0], str(t[1])))
         return [VectorHit(i, s) for s, i in scored[:limit]]
 
-    def search_lexical(self, text, namespaces, limit):
+    def search_lexical(self, text, namespaces, limit, fields=PLAIN_FIELDS):
         self._check("lexical")
         words = {w.strip("?.,!").lower() for w in text.split()}
+
+        def matches(field):
+            return sum(1 for w in (field or "").lower().split() if w.strip("?.,!:") in words)
+
         scored = []
         for i, o in self.objects.items():
             if o.namespace in namespaces:
-                n = sum(1 for w in o.content.lower().split() if w.strip("?.,!:") in words)
+                n = fields.value * matches(o.content) + fields.entity_canonical_name * matches(o.entity_canonical_name)
                 if n:
                     scored.append((float(n), i))
         scored.sort(key=lambda t: (-t[0], str(t[1])))

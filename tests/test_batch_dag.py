@@ -10,7 +10,8 @@ import pytest
 from rms_retrieval.dataflows import batch_dag
 from rms_retrieval.dataflows.batch_dag import BatchRequest, StoreRouting
 from rms_retrieval.nodes.models import RetrievalRequest
-from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
+from rms_retrieval.nodes.candidate_settings import CandidateSettings
+from rms_retrieval.nodes.settings import RetrievalSettings
 
 WHEN = datetime(2025, 6, 1, tzinfo=timezone.utc)
 

@@ -9,7 +9,8 @@ from rms_retrieval.nodes import candidate_generation as cg
 from rms_retrieval.nodes import query_analysis as qa
 from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, QueryEntity
 from rms_retrieval.nodes.pools import CandidateLimits, PathType
-from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
+from rms_retrieval.nodes.candidate_settings import CandidateSettings
+from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.errors import EmbeddingError, EmbeddingMismatchError
 from rms_retrieval.stores.models import NodeType
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity

@@ -12,7 +12,8 @@ from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes import scoring
 from rms_retrieval.nodes.helpers.graph_walk import walk
 from rms_retrieval.nodes.pools import PathType
-from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings, ScoringSettings, WeightedScoring
+from rms_retrieval.nodes.candidate_settings import CandidateSettings
+from rms_retrieval.nodes.settings import RetrievalSettings, ScoringSettings, WeightedScoring
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import NodeType
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity

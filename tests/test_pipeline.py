@@ -12,8 +12,8 @@ import pytest
 from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
 from rms_retrieval.nodes.pools import PRIMARY_PATHS, PathType
+from rms_retrieval.nodes.candidate_settings import CandidateSettings
 from rms_retrieval.nodes.settings import (
-    CandidateSettings,
     PackingSettings,
     RankFusionScoring,
     RetrievalSettings,
@@ -22,7 +22,7 @@ from rms_retrieval.nodes.settings import (
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import NodeType
-from rms_retrieval.stores.protocols import (Edge, EmbeddingIdentity, GraphIndex, LexicalIndex, ObjectStore, RetrievalLog,
+from rms_retrieval.stores.protocols import (PLAIN_FIELDS, Edge, EmbeddingIdentity, GraphIndex, LexicalIndex, ObjectStore, RetrievalLog,
                                             VectorIndex)
 from tests.factories import FakeEncoder, FakeStore, conversation_store, make_object, make_request, oid
 
@@ -183,8 +183,8 @@ class _ThreadRecordingSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStor
     def embedding_identity(self):
         return self._snapshot.embedding_identity
 
-    def search_lexical(self, text, namespaces, limit):
-        return self._noted("search_lexical")(text, namespaces, limit)
+    def search_lexical(self, text, namespaces, limit, fields=PLAIN_FIELDS):
+        return self._noted("search_lexical")(text, namespaces, limit, fields)
 
     def search_vector(self, vector, namespaces, limit):
         return self._noted("search_vector")(vector, namespaces, limit)

@@ -15,7 +15,8 @@ from rms_retrieval.nodes.models import (AggregationKind, EntityType, QueryAnalys
 from rms_retrieval.nodes.pools import CandidateLimits
 from rms_retrieval.nodes.candidate_generation import candidate_limits
 from rms_retrieval.nodes.query_analysis import query_analysis
-from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
+from rms_retrieval.nodes.candidate_settings import CandidateSettings
+from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import EntityRef
 
 REFERENCE = datetime(2023, 8, 20, 12, 0, tzinfo=UTC)

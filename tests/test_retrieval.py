@@ -204,7 +204,8 @@ def test_the_result_carries_its_validated_request():
 
 def test_a_vector_search_that_runs_and_finds_nothing_is_neither_a_failure_nor_a_mismatch(demo_store, demo_copy):
     """RFC 4.2: an empty successful search reports nothing, so a positive floor keeps applying."""
-    from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
+    from rms_retrieval.nodes.candidate_settings import CandidateSettings
+    from rms_retrieval.nodes.settings import RetrievalSettings
 
     no_vectors = RetrievalSettings(candidates=CandidateSettings(vector_k=0))
     with MemoryStore.open(demo_copy, create=False) as store:

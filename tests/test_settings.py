@@ -8,7 +8,6 @@ import pytest
 from rms_retrieval.nodes.policy_settings import ReformulationSettings, RerankSettings
 from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import (
-    CandidateSettings,
     FilterSettings,
     IgnoredSettingWarning,
     RetrievalSettings,
@@ -28,8 +27,6 @@ def test_defaults_and_the_structural_switch():
 
 
 @pytest.mark.parametrize("build, field", [
-    (lambda: CandidateSettings(graph_max_hops=4), "graph_max_hops"),
-    (lambda: CandidateSettings(enabled_paths={PathType.SESSION_CONTEXT}), "not primary paths"),
     (lambda: SessionSettings(score_decay=0), "score_decay"),
     (lambda: ScoringSettings(fusion="sum"), "fusion"),
     (lambda: ScoringSettings(epistemic_weights={"OBSERVED": 1.0}), "epistemic_weights lacks"),

@@ -15,7 +15,8 @@ from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.dataflows.whatif import logged_records, whatif, whatif_graph, whatif_many, whatif_record
 from rms_retrieval.dataflows.setting_changes import WhatIfError
 from rms_retrieval.nodes.pools import PathType
-from rms_retrieval.nodes.settings import CandidateSettings, RetrievalSettings
+from rms_retrieval.nodes.candidate_settings import CandidateSettings
+from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import MemoryObject
 

@@ -18,7 +18,7 @@ from rms_retrieval.nodes.bundle import MemoryBundle
 from rms_retrieval.nodes.pools import (CandidateLimits, CandidatePool, ChannelResult, FilteredPool, RankedCandidates,
                                        ScoredPool, Selection)
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.protocols import LexicalHit, RetrievalStore
+from rms_retrieval.stores.protocols import PLAIN_FIELDS, FieldWeights, LexicalHit, RetrievalStore
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,9 @@ class _FeedbackIndex:
     docs: int
     weight: float
 
-    def search_lexical(self, query: str, namespaces: Sequence[str], limit: int) -> list[LexicalHit]:
-        found = self.store.search_lexical(query, namespaces, limit)
+    def search_lexical(self, query: str, namespaces: Sequence[str], limit: int,
+                       fields: FieldWeights = PLAIN_FIELDS) -> list[LexicalHit]:
+        found = self.store.search_lexical(query, namespaces, limit, fields)
         if not found:
             return found
         top = found[: self.docs]
@@ -41,7 +42,7 @@ class _FeedbackIndex:
                                        if hit.object_id in contents], self.terms)
         if not terms:
             return found
-        return interpolated_hits(found, self.store.search_lexical(" ".join(terms), namespaces, limit), self.weight, limit)
+        return interpolated_hits(found, self.store.search_lexical(" ".join(terms), namespaces, limit, fields), self.weight, limit)
 
 
 def _arm(settings: RetrievalSettings) -> ArmSettings:

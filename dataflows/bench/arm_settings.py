@@ -12,7 +12,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from rms_retrieval.nodes.settings import CandidateSettings, PackingSettings, RetrievalSettings, ScoringSettings
+from rms_retrieval.nodes.candidate_settings import CandidateSettings
+from rms_retrieval.nodes.settings import PackingSettings, RetrievalSettings, ScoringSettings
 
 
 class ArmCandidates(CandidateSettings):

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rms_retrieval.dataflows.bench.arm_settings import ArmSettings
+from rms_retrieval.nodes.candidate_settings import BoostFields
 from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 
@@ -127,9 +128,16 @@ ROUND3_PART_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]]
     "lists_150": _variant(lambda s: _with_candidates(s, vector_k=150, lexical_k=150)),
     "tier_depth_off": _variant(lambda s: _with_packing(s, tier_path_depth=None)),
 }
+# RFC 4.3 `boost_fields` (BoostFields): the entity name counting twice or four times a content
+# term, and the content alone.
+BOOST_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
+    **{f"name_boost_{weight:g}": _variant(lambda s, w=weight: _with_candidates(
+        s, boost_fields=BoostFields(entity_canonical_name=w))) for weight in (2.0, 4.0)},
+    "content_field_only": _variant(lambda s: _with_candidates(s, boost_fields=BoostFields.model_validate(["value"]))),
+}
 # The arms `rms bench locomo` runs unless told: the reranking ones cost a model run per question.
 DEFAULT_ARMS = tuple(ARMS)
-ARMS = {**ARMS, **RERANK_ARMS, **ROUND3_PART_ARMS}
+ARMS = {**ARMS, **RERANK_ARMS, **ROUND3_PART_ARMS, **BOOST_ARMS}
 
 
 def arm_settings(name: str, base: RetrievalSettings | None = None) -> RetrievalSettings:

@@ -18,7 +18,8 @@ from uuid import UUID, uuid5, NAMESPACE_URL
 import numpy as np
 
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
-from rms_retrieval.stores.indexes.lexical import Bm25Index, query_terms, term_postings
+from rms_retrieval.stores.indexes.lexical import Bm25Index
+from rms_retrieval.stores.indexes.postings import query_terms, term_postings
 
 SEGMENT_ROWS = 100_000
 SEARCH_LIMIT = 200

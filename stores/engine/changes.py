@@ -21,7 +21,7 @@ from rms_retrieval.stores.indexes.entity_graph import MENTIONS, SPOKEN_BY, Graph
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.providers.embedding import encode_many
 from rms_retrieval.stores.analysis.expansion import IndexedTexts, TurnExpansion, indexed_texts
-from rms_retrieval.stores.indexes.lexical import TermPostings, term_postings
+from rms_retrieval.stores.indexes.postings import TermPostings, term_postings
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.snapshot import StoreSnapshot

@@ -33,7 +33,8 @@ OBJECTS_SCHEMA = pa.schema([
     *((name, _TEXT) for name in ASSERTION_NORM_COLUMNS), ("pinned", pa.bool_()), ("record", _TEXT),
 ])
 # What a reader keeps in memory of each row (stores/engine/segments.py LoadedSegment).
-LOADED_COLUMNS = ("id", "namespace", "owner", "scope", "session_id", "node_type", "pinned", "record", "session_seq")
+LOADED_COLUMNS = ("id", "namespace", "owner", "scope", "session_id", "node_type", "pinned", "record", "session_seq",
+                  "entity_canonical_name")
 _COMPRESSION = "zstd"
 
 

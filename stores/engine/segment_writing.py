@@ -23,7 +23,7 @@ from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, INDEX_FILE, 
                                                   TEMPORARY_PREFIX, LoadedSegment, StoredEdge, owned_edges,
                                                   segment_directory)
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.indexes.lexical import TermPostings, term_postings
+from rms_retrieval.stores.indexes.postings import TermPostings, term_postings
 from rms_retrieval.stores.models import MemoryObject
 
 

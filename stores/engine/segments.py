@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from rms_retrieval.stores.engine.codec import memory_object
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.indexes.lexical import TermPostings
+from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge
@@ -175,7 +175,7 @@ class LoadedSegment:
                     edges = _stored_edges(arrays)
         except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile, pa.ArrowException) as error:
             raise StoreError(f"cannot read segment {directory} ({error}); run `rms check --store {store}`") from error
-        self._build(store, vectors, postings, columns, edges)
+        self._build(store, vectors, postings.with_names(columns["entity_canonical_name"]), columns, edges)
 
     def with_deletions(self, entry: SegmentEntry) -> LoadedSegment:
         """This segment read with `entry`'s deletion file (the same segment id): rows, vectors and

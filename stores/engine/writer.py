@@ -26,7 +26,7 @@ from rms_retrieval.stores.providers.embedding import encode_many
 from rms_retrieval.stores.indexes.entity_graph import CO_MENTIONED, GraphEdge, GraphUpdate, entity_graph, entity_id
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.analysis.expansion import TurnExpansion, indexed_texts
-from rms_retrieval.stores.indexes.lexical import TermPostings, term_postings
+from rms_retrieval.stores.indexes.postings import TermPostings, term_postings
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.analysis.positions import placed_turns

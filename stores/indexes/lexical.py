@@ -1,32 +1,27 @@
 """Exact BM25 in memory over immutable segments, scored as DuckDB FTS `match_bm25` scores.
 
-DuckDB analyses the text (its own `tokenize` macro, `english` stopword table and Porter stemmer,
-read from a real FTS index, so the terms are exactly those `create_fts_index` would write);
-numpy scores it. A segment's `TermPostings` never change once written, and `Bm25Index` only
-gains segments, so a write costs what it adds while document count, average length and
-document frequencies stay exact over whichever namespaces a query names: a score never depends
-on how the store happens to be segmented, nor on what other namespaces hold.
+Each segment's `TermPostings` (stores/indexes/postings.py) hold DuckDB's own analysis of its
+text; numpy scores them. `Bm25Index` only gains segments, so a write costs what it adds while
+document count, average length and document frequencies stay exact over whichever namespaces a
+query names: a score never depends on how the store happens to be segmented, nor on what other
+namespaces hold.
+
+A document has two fields, the content (`value`) and the entity name. At their default weights
+of 1 a score is match_bm25's over the two as one text; other weights (RFC-0005 Section 4.3,
+`boost_fields`) count each field's term frequency and length times its weight (BM25F).
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import threading
-import zipfile
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from uuid import UUID
 
-import duckdb
-import duckdb_extension_fts
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from rms_retrieval.stores.engine.duckdb_process import ProcessDatabase
+from rms_retrieval.stores.indexes.postings import TermPostings, query_terms, read_only
+from rms_retrieval.stores.protocols import PLAIN_FIELDS, FieldWeights
 
 # match_bm25's defaults, which the store has always used.
 BM25_K1 = 1.2
@@ -35,213 +30,6 @@ BM25_B = 0.75
 # ties, which the object id then breaks (RFC-0005 Section 11).
 BM25_TIE_DECIMALS = 9
 _ROUNDING_MARGIN = 2 * 10.0**-BM25_TIE_DECIMALS
-
-FTS_EXTENSION = os.path.join(
-    os.path.dirname(duckdb_extension_fts.__file__), "extensions", "v" + duckdb.__version__, "fts.duckdb_extension"
-)
-SINGLE_THREADED = "SET threads = 1"
-# A one-row index whose schema lends us DuckDB's own analyser: the `tokenize` macro and the
-# stopword table that create_fts_index writes, with the stemmer and stopwords named explicitly.
-CREATE_LEXICON = (
-    "CREATE TABLE lexicon (id VARCHAR, content VARCHAR)",
-    "INSERT INTO lexicon VALUES ('0', '')",
-    "PRAGMA create_fts_index('lexicon', 'id', 'content', stemmer='porter', stopwords='english')",
-)
-# Each row's tokens over both fields (one list, so one unnest), with their stems. The rest of
-# create_fts_index's `stemmed_stopped` step (dropping NULL, empty and stopword tokens) and the
-# per-term grouping run in numpy: in SQL they cost a 1-row add about 5 ms of DuckDB's fixed
-# per-operator cost, against 1 ms for this statement.
-DOCUMENT_TERMS = """
-WITH incoming AS (
-    SELECT unnest($rows) AS doc_row, unnest($contents) AS content, unnest($names) AS entity_canonical_name
-), tokenized AS (
-    SELECT doc_row,
-           unnest(list_concat(fts_main_lexicon.tokenize(content), fts_main_lexicon.tokenize(entity_canonical_name))) AS w
-    FROM incoming
-)
-SELECT doc_row, w AS word, stem(w, 'porter') AS term FROM tokenized
-"""
-STOPWORDS = "SELECT sw FROM fts_main_lexicon.stopwords"
-# match_bm25's query side: distinct stems, stopwords not removed (they match nothing indexed).
-QUERY_TERMS = "SELECT DISTINCT stem(unnest(fts_main_lexicon.tokenize($text)), 'porter') AS term"
-_QUERY_CACHE_SIZE = 8192
-
-
-class _Analyzer:
-    """DuckDB's analyser on this process's own database (stores/engine/duckdb_process.py), under a lock."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._database = ProcessDatabase(self._prepared)
-        self._stopwords = pa.array([], type=pa.string())
-
-    def _prepared(self, connection: duckdb.DuckDBPyConnection) -> None:
-        connection.load_extension(FTS_EXTENSION)
-        # Statements here are small and frequent: handing them to a second thread costs more
-        # than it saves (query analysis p50 0.7 ms instead of 2-4 ms on a loaded 2-core box).
-        connection.execute(SINGLE_THREADED)
-        for statement in CREATE_LEXICON:
-            connection.execute(statement)
-        self._stopwords = connection.execute(STOPWORDS).to_arrow_table().column("sw").combine_chunks()
-
-    def _ready(self) -> duckdb.DuckDBPyConnection:
-        return self._database.connection()
-
-    def document_terms(self, contents: list[str], names: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
-        """(doc_row, term) of every indexed token, in no particular order: what create_fts_index's
-        `stemmed_stopped` step keeps (tokens that are not NULL, not empty, not stopwords)."""
-        parameters = {"rows": list(range(len(contents))), "contents": contents, "names": names}
-        with self._lock:
-            tokens = self._ready().execute(DOCUMENT_TERMS, parameters).to_arrow_table()
-            stopwords = self._stopwords
-        word = tokens.column("word")
-        kept = pc.and_(pc.invert(pc.is_in(word, value_set=stopwords)), pc.greater(pc.utf8_length(word), 0))
-        kept = pc.fill_null(kept, False)
-        return (tokens.column("doc_row").filter(kept).to_numpy().astype(np.int64),
-                tokens.column("term").filter(kept).combine_chunks())
-
-    def query_terms(self, text: str) -> list[str]:
-        with self._lock:
-            rows = self._ready().execute(QUERY_TERMS, {"text": text}).fetchall()
-        return [term for (term,) in rows if term]
-
-
-_ANALYZER = _Analyzer()
-
-
-def indexed_terms(texts: Sequence[str]) -> list[tuple[str, ...]]:
-    """Each text's terms as this BM25 indexes a document's content: porter stems of its tokens,
-    stopwords and empty tokens dropped, repeats kept (one DuckDB statement for all the texts)."""
-    if not texts:
-        return []
-    rows, terms = _ANALYZER.document_terms(list(texts), [None] * len(texts))
-    found: list[list[str]] = [[] for _ in texts]
-    for row, term in zip(rows.tolist(), terms.to_pylist()):
-        found[row].append(term)
-    return [tuple(sorted(each)) for each in found]
-
-
-@functools.lru_cache(maxsize=_QUERY_CACHE_SIZE)
-def query_terms(text: str) -> tuple[str, ...]:
-    """The distinct stems match_bm25 looks up for `text`, sorted so that sums add in one order."""
-    return tuple(sorted(_ANALYZER.query_terms(text)))
-
-
-def _frozen(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
-
-
-@dataclass(frozen=True, eq=False)
-class TermPostings:
-    """One segment's lexical statistics: (term, row, tf) postings sorted by term then row, and each
-    row's document length (terms over content and entity name, as FTS `docs.len` counts them)."""
-
-    vocabulary: np.ndarray  # sorted distinct terms (object array of str)
-    term_ids: np.ndarray  # int32 per posting, index into vocabulary
-    rows: np.ndarray  # int32 per posting, row within the segment
-    tfs: np.ndarray  # int32 per posting
-    lengths: np.ndarray  # int32 per row
-
-    def __post_init__(self) -> None:
-        postings = len(self.term_ids)
-        if len(self.rows) != postings or len(self.tfs) != postings:
-            raise ValueError("TermPostings needs term_ids, rows and tfs of one length per posting")
-        if postings and (self.rows.min() < 0 or self.rows.max() >= len(self.lengths)):
-            raise ValueError(f"TermPostings rows must lie in 0..{len(self.lengths) - 1}")
-        if postings and (self.term_ids.min() < 0 or self.term_ids.max() >= len(self.vocabulary)):
-            raise ValueError(f"TermPostings term_ids must lie in 0..{len(self.vocabulary) - 1}")
-        for array in (self.vocabulary, self.term_ids, self.rows, self.tfs, self.lengths):
-            _frozen(array)
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.lengths)
-
-    @property
-    def terms(self) -> np.ndarray:
-        """The term of each posting."""
-        return self.vocabulary[self.term_ids]
-
-    @classmethod
-    def concatenate(cls, segments: Sequence[TermPostings]) -> TermPostings:
-        """One segment holding `segments`' rows in order (for a merge), without re-analysing text."""
-        if not segments:
-            return term_postings([])
-        vocabulary = np.unique(np.concatenate([segment.vocabulary for segment in segments])).astype(object)
-        offsets = np.cumsum([0, *(segment.num_rows for segment in segments)])
-        term_ids = np.concatenate(
-            [np.searchsorted(vocabulary, segment.vocabulary)[segment.term_ids] for segment in segments]
-        ).astype(np.int32)
-        rows = np.concatenate([segment.rows + offset for segment, offset in zip(segments, offsets.tolist())])
-        tfs = np.concatenate([segment.tfs for segment in segments])
-        order = np.lexsort((rows, term_ids))
-        lengths = np.concatenate([segment.lengths for segment in segments])
-        return cls(vocabulary, term_ids[order], rows[order].astype(np.int32), tfs[order], lengths)
-
-    def subset(self, kept: np.ndarray) -> TermPostings:
-        """The postings of rows `kept` (ascending) only, renumbered 0..len(kept)-1: what a segment
-        with deleted rows indexes, and what a merge that drops them writes."""
-        if len(kept) == self.num_rows:
-            return self
-        new_row = np.full(self.num_rows, -1, dtype=np.int64)
-        new_row[kept] = np.arange(len(kept))
-        chosen = np.flatnonzero(new_row[self.rows] >= 0)
-        used, term_ids = np.unique(self.term_ids[chosen], return_inverse=True)
-        return TermPostings(self.vocabulary[used], term_ids.astype(np.int32), new_row[self.rows[chosen]].astype(np.int32),
-                            self.tfs[chosen], self.lengths[kept])
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        """Plain arrays (no pickles) for an `.npz` file; `from_arrays` reads them back."""
-        encoded = [term.encode() for term in self.vocabulary]
-        return {
-            "vocabulary_bytes": np.frombuffer(b"".join(encoded), dtype=np.uint8),
-            "vocabulary_ends": np.cumsum([len(term) for term in encoded], dtype=np.int64),
-            "term_ids": self.term_ids, "rows": self.rows, "tfs": self.tfs, "lengths": self.lengths,
-        }
-
-    @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray], source: str | Path) -> TermPostings:
-        """Read what `to_arrays` gave (e.g. from `np.load`); damage raises ValueError naming `source`."""
-        try:
-            blob = arrays["vocabulary_bytes"].tobytes()
-            ends = arrays["vocabulary_ends"].tolist()
-            starts = [0, *ends[:-1]]
-            vocabulary = np.array([blob[start:end].decode() for start, end in zip(starts, ends)], dtype=object)
-            return cls(vocabulary, arrays["term_ids"].astype(np.int32), arrays["rows"].astype(np.int32),
-                       arrays["tfs"].astype(np.int32), arrays["lengths"].astype(np.int32))
-        except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
-            raise ValueError(f"{source} is not a readable TermPostings file ({error}); rewrite the segment") from error
-
-
-def term_postings(documents: Sequence[tuple[str, str | None]]) -> TermPostings:
-    """The postings of (content, entity_canonical_name) rows: DuckDB tokenises and stems them in one
-    statement, numpy groups them by term (sorted by code point, as DuckDB sorts VARCHAR) and row."""
-    if not documents:
-        empty = np.empty(0, dtype=np.int32)
-        return TermPostings(np.empty(0, dtype=object), empty, empty.copy(), empty.copy(), empty.copy())
-    rows, terms = _ANALYZER.document_terms([content for content, _ in documents], [name for _, name in documents])
-    if not len(terms):
-        empty = np.empty(0, dtype=np.int32)
-        return TermPostings(np.empty(0, dtype=object), empty, empty.copy(), empty.copy(),
-                            np.zeros(len(documents), dtype=np.int32))
-    # Terms sorted by UTF-8 bytes, as DuckDB sorts VARCHAR.
-    encoded = pc.dictionary_encode(terms)
-    order = pc.sort_indices(encoded.dictionary).to_numpy()
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    vocabulary = encoded.dictionary.take(pa.array(order)).to_numpy(zero_copy_only=False).astype(object)
-    term_of_token = rank[encoded.indices.to_numpy()]
-    keys, tfs = np.unique(term_of_token * len(documents) + rows, return_counts=True)
-    posting_rows = (keys % len(documents)).astype(np.int32)
-    tfs = tfs.astype(np.int32)
-    return TermPostings(
-        vocabulary=vocabulary,
-        term_ids=(keys // len(documents)).astype(np.int32),
-        rows=posting_rows,
-        tfs=tfs,
-        lengths=np.bincount(posting_rows, weights=tfs, minlength=len(documents)).astype(np.int32),
-    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -252,6 +40,9 @@ class _Part:
     rows: np.ndarray  # int32 per posting, row within the part
     tfs: np.ndarray  # int32 per posting
     lengths: np.ndarray  # int32 per posting: its row's document length
+    name_tfs: np.ndarray  # int32 per posting: the part of its tf in the entity name
+    name_lengths: np.ndarray  # int32 per posting: its row's entity-name length
+    total_name_length: int
     object_ids: np.ndarray  # object array of UUID per row
     id_keys: np.ndarray  # (rows, 2) uint64: the ids' big-endian halves, for vectorised tie order
     num_docs: int
@@ -267,6 +58,8 @@ def _namespace_parts(
     ids[:] = list(object_ids)
     id_keys = np.frombuffer(b"".join(object_id.bytes for object_id in object_ids), dtype=">u8").reshape(-1, 2)
     posting_namespace = row_namespace[postings.rows]
+    name_tfs = postings.name_counts
+    row_name_lengths = np.bincount(postings.rows, weights=name_tfs, minlength=postings.num_rows).astype(np.int32)
     parts = {}
     for code, name in enumerate(names):
         members = np.flatnonzero(row_namespace == code)
@@ -280,11 +73,14 @@ def _namespace_parts(
         parts[str(name)] = _Part(
             slices=MappingProxyType(dict(zip(postings.vocabulary[term_ids[starts]].tolist(),
                                              zip(starts.tolist(), ends.tolist())))),
-            rows=_frozen(local_row[global_rows]),
-            tfs=_frozen(postings.tfs[chosen]),
-            lengths=_frozen(postings.lengths[global_rows]),
-            object_ids=_frozen(ids[members]),
-            id_keys=_frozen(id_keys[members].astype(np.uint64)),
+            rows=read_only(local_row[global_rows]),
+            tfs=read_only(postings.tfs[chosen]),
+            lengths=read_only(postings.lengths[global_rows]),
+            name_tfs=read_only(name_tfs[chosen]),
+            name_lengths=read_only(row_name_lengths[global_rows]),
+            total_name_length=int(row_name_lengths[members].sum()),
+            object_ids=read_only(ids[members]),
+            id_keys=read_only(id_keys[members].astype(np.uint64)),
             num_docs=len(members),
             total_length=int(postings.lengths[members].sum()),
             segment=segment,
@@ -304,6 +100,18 @@ def _subscores(tf: np.ndarray, length: np.ndarray, idf: float, avgdl: float) -> 
     scores /= norm
     scores *= idf
     return scores
+
+
+def _weighted(tf: np.ndarray, length: np.ndarray, rows: np.ndarray, hits: list, fields: FieldWeights
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One term's postings with each field's tf and length times its weight, those left with no
+    weighted tf dropped."""
+    name_tf = np.concatenate([part.name_tfs[start:end] for (start, end), part, _ in hits]).astype(np.float64)
+    name_length = np.concatenate([part.name_lengths[start:end] for (start, end), part, _ in hits]).astype(np.float64)
+    tf = fields.value * (tf - name_tf) + fields.entity_canonical_name * name_tf
+    length = fields.value * (length - name_length) + fields.entity_canonical_name * name_length
+    kept = tf > 0
+    return tf[kept], length[kept], rows[kept]
 
 
 def _round_half_away(values: np.ndarray, decimals: int) -> np.ndarray:
@@ -376,13 +184,19 @@ class Bm25Index:
     def _scope(self, namespaces: Iterable[str]) -> list[_Part]:
         return [part for namespace in sorted(set(namespaces)) for part in self._parts.get(namespace, ())]
 
-    def search(self, text: str, namespaces: Sequence[str], limit: int) -> list[tuple[UUID, float]]:
+    def search(self, text: str, namespaces: Sequence[str], limit: int,
+               fields: FieldWeights = PLAIN_FIELDS) -> list[tuple[UUID, float]]:
         """match_bm25 scores over the documents of `namespaces` only, rounded to 9 decimals, the best
-        `limit` first, ties by object id."""
+        `limit` first, ties by object id. Under `fields` other than 1 and 1, each field's tf and
+        length count times its weight, and a term's document frequency counts the documents it
+        is in with a positive weight."""
         parts = self._scope(namespaces)
         terms = query_terms(text) if parts and limit > 0 else ()
         num_docs = sum(part.num_docs for part in parts)
         total_length = sum(part.total_length for part in parts)
+        if not fields.plain:
+            names = sum(part.total_name_length for part in parts)
+            total_length = fields.value * (total_length - names) + fields.entity_canonical_name * names
         if not terms or total_length == 0:
             return []
         avgdl = total_length / num_docs
@@ -392,13 +206,18 @@ class Bm25Index:
             hits = [(part.slices[term], part, offset) for part, offset in zip(parts, offsets) if term in part.slices]
             if not hits:
                 continue
-            df = sum(end - start for (start, end), _, _ in hits)
-            idf = np.log10((num_docs - df + 0.5) / (df + 0.5) + 1)
             # Integers are exact in float64, so these equal DuckDB's BIGINT-to-DOUBLE operands.
             tf = np.concatenate([part.tfs[start:end] for (start, end), part, _ in hits]).astype(np.float64)
             length = np.concatenate([part.lengths[start:end] for (start, end), part, _ in hits]).astype(np.float64)
+            rows = np.concatenate([part.rows[start:end].astype(np.int64) + offset for (start, end), part, offset in hits])
+            if not fields.plain:
+                tf, length, rows = _weighted(tf, length, rows, hits, fields)
+                if not len(tf):
+                    continue
+            df = len(tf)
+            idf = np.log10((num_docs - df + 0.5) / (df + 0.5) + 1)
             subscores.append(_subscores(tf, length, idf, avgdl))
-            keys.append(np.concatenate([part.rows[start:end].astype(np.int64) + offset for (start, end), part, offset in hits]))
+            keys.append(rows)
         if not keys:
             return []
         sums = np.bincount(np.concatenate(keys), weights=np.concatenate(subscores), minlength=int(offsets[-1]))
