@@ -9,6 +9,8 @@ cross_scope_namespaces.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from hamilton.function_modifiers import config
 
@@ -18,7 +20,7 @@ from rms_retrieval.nodes.helpers.channels import guarded, vector_hits
 from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
 from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.pools import (Candidate, ChannelResult, CrossScopePass, CrossScopePool, CrossScopeScores,
-                                       FilteredPool, PathType, rank_order)
+                                       FilteredPool, PathType, ScoredPool, rank_order)
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import RetrievalStore
 
@@ -68,15 +70,17 @@ def cross_scope_pool(
                                        excluded=excluded, removed=tuple(removed)))
 
 
+def _scored(request: RetrievalRequest, score: Callable[[], ScoredPool]) -> CrossScopeScores:
+    return CrossScopeScores(score() if request.cross_scope_namespaces else None)
+
+
 @config.when(fusion="rrf")
 def cross_scope_scores__rrf(
     cross_scope_pool: CrossScopePool, query_analysis: QueryAnalysis, request: RetrievalRequest,
     settings: RetrievalSettings,
 ) -> CrossScopeScores:
     """The hints fused within their own pool (RFC 7.2), on the request's clock."""
-    if not request.cross_scope_namespaces:
-        return CrossScopeScores(None)
-    return CrossScopeScores(scoring.fused_scores__rrf(cross_scope_pool.pool, query_analysis, settings))
+    return _scored(request, lambda: scoring.fused_scores__rrf(cross_scope_pool.pool, query_analysis, settings))
 
 
 @config.when(fusion="weighted")
@@ -85,9 +89,7 @@ def cross_scope_scores__weighted(
     settings: RetrievalSettings,
 ) -> CrossScopeScores:
     """The hints scored by formula 1 within their own pool, on the request's clock."""
-    if not request.cross_scope_namespaces:
-        return CrossScopeScores(None)
-    return CrossScopeScores(scoring.fused_scores__weighted(cross_scope_pool.pool, query_analysis, request, settings))
+    return _scored(request, lambda: scoring.fused_scores__weighted(cross_scope_pool.pool, query_analysis, request, settings))
 
 
 def cross_scope_hints(

@@ -23,7 +23,7 @@ from hamilton.function_modifiers import config
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
 from rms_retrieval.nodes.pools import (PRIMARY_PATHS, RERANK_COLUMNS, FilteredPool, PathType, ScoredPool, ScoreFactors,
                                        path_mask, rank_order)
-from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.nodes.settings import RetrievalSettings, WeightedScoring
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity
 from rms_retrieval.stores.models import MemoryObject
 
@@ -32,6 +32,9 @@ TIE_BREAK_SCALE = 1e-11
 # An update-worded candidate ("moved", "now", ...) counts as this many times as recent, capped at 1:
 # under the recency boost a stated change outranks an older statement of the old state.
 UPDATE_WORDING_RECENCY_GAIN = 2.0
+# RFC 7.2: while the weighted formula shifts weight to recency it decays by at least this per day.
+SHIFTED_RECENCY_LAMBDA = 0.05
+ADDITIVE_WEIGHTS = ("w_semantic", "w_lexical", "w_graph", "w_recency", "w_salience", "w_confidence")
 # Pinned objects bypass scoring, so at most three primary paths can agree on a scored candidate;
 # the weighted formula's w_paths term gives full credit when all three do.
 SCORED_PATHS = len(PRIMARY_PATHS - {PathType.PINNED})
@@ -243,6 +246,19 @@ def fused_scores__rrf(
     )
 
 
+def _additive_weights(w: WeightedScoring, current_state: bool) -> tuple[dict[str, float], bool]:
+    """Formula 1's six additive weights, and whether RFC 7.2's current-state shift moved them: with
+    `current_state_recency_weight` set, a current-state question raises a lower w_recency to it and
+    scales the other five to keep the sum 1."""
+    weights = {name: getattr(w, name) for name in ADDITIVE_WEIGHTS}
+    target = w.current_state_recency_weight
+    if not current_state or target is None or weights["w_recency"] >= target:
+        return weights, False
+    rest = 1.0 - weights["w_recency"]
+    scale = (1.0 - target) / rest if rest > 0 else 0.0
+    return {name: target if name == "w_recency" else value * scale for name, value in weights.items()}, True
+
+
 @config.when(fusion="weighted")
 def fused_scores__weighted(
     filtered_candidates: FilteredPool,
@@ -263,7 +279,12 @@ def fused_scores__weighted(
         clock = inputs.stated_us if w.recency_time == "event_time" else inputs.updated_us
     boost = settings.scoring.temporal_boost
     lexical = np.nan_to_num(inputs.lexical, nan=0.0)  # the input formula 1 reads: no lexical hit is zero relevance
-    recency = _exp(-w.recency_lambda_per_day * _days(anchor, clock))
+    weights, shifted = _additive_weights(w, bool(current_state))
+    lam = max(w.recency_lambda_per_day, SHIFTED_RECENCY_LAMBDA) if shifted else w.recency_lambda_per_day
+    recency = _exp(-lam * _days(anchor, clock))
+    if shifted:
+        worded = inputs.update_wording
+        recency[worded] = np.minimum(1.0, UPDATE_WORDING_RECENCY_GAIN * recency[worded])
     if current_state:
         recency[inputs.after_reference] = 0.0  # stated after the reference time: no current-state lift
     temporal_factor = (1.0 + boost * inputs.temporal_affinity) / (1.0 + boost)
@@ -271,12 +292,12 @@ def fused_scores__weighted(
     # was spoken by a person the question names.
     speaker_factor = _pool_relative(inputs.speaker_value, np.ones(len(inputs), dtype=bool))
     additive = (
-        w.w_semantic * inputs.semantic_relevance
-        + w.w_lexical * lexical
-        + w.w_graph * inputs.graph_proximity
-        + w.w_recency * recency
-        + w.w_salience * inputs.salience
-        + w.w_confidence * inputs.confidence
+        weights["w_semantic"] * inputs.semantic_relevance
+        + weights["w_lexical"] * lexical
+        + weights["w_graph"] * inputs.graph_proximity
+        + weights["w_recency"] * recency
+        + weights["w_salience"] * inputs.salience
+        + weights["w_confidence"] * inputs.confidence
     )
     score = _rounded(
         additive * inputs.epistemic_weight * inputs.node_type_boost * temporal_factor * speaker_factor

@@ -60,6 +60,12 @@ class WeightedScoring(BaseModel):
                     "the clock of rank fusion's boost and tie-break (RFC 7). Off by default: on LoCoMo it lost "
                     "4.5 to 4.8 points (RFC 7, issue #83).",
     )
+    current_state_recency_weight: float | None = Field(
+        default=None, gt=0.0, lt=1.0,
+        description="RFC 7.2's weight shift on current-state questions: a w_recency below this is raised to it, the "
+                    "other five additive weights scaled down to keep the sum 1; meanwhile the decay is at least 0.05 "
+                    "per day and update-worded memories count twice as recent, up to 1. Unset: no shift.",
+    )
 
     @model_validator(mode="after")
     def _weights_sum_to_one(self) -> WeightedScoring:
@@ -165,16 +171,23 @@ class ScoringSettings(BaseModel):
                 "fusion dates memories by event time already); remove it or set fusion='weighted'",
                 IgnoredSettingWarning, stacklevel=2,
             )
+        if self.fusion == "rrf" and self.weighted.current_state_recency_weight is not None:
+            warnings.warn(
+                "scoring.fusion='rrf' ignores scoring.weighted.current_state_recency_weight (rank fusion shifts no "
+                "weights; its rrf_recency_boost lifts recent memories instead); remove it or set fusion='weighted'",
+                IgnoredSettingWarning, stacklevel=2,
+            )
         return self
 
     def effective(self) -> ScoringSettings:
         """These settings without what the chosen formula never reads (rank fusion's under weighted,
-        recency_time under rank fusion)."""
+        recency_time and the current-state weight shift under rank fusion)."""
         effective = self
         if self.fusion == "weighted" and self.rank_fusion != RankFusionScoring():
             effective = effective.model_copy(update={"rank_fusion": RankFusionScoring()})
-        if self.fusion == "rrf" and self.weighted.recency_time is not None:
-            effective = effective.model_copy(update={"weighted": self.weighted.model_copy(update={"recency_time": None})})
+        weighted_only = {"recency_time": None, "current_state_recency_weight": None}
+        if self.fusion == "rrf" and any(getattr(self.weighted, name) is not None for name in weighted_only):
+            effective = effective.model_copy(update={"weighted": self.weighted.model_copy(update=weighted_only)})
         return effective
 
 
@@ -376,7 +389,7 @@ class RetrievalSettings(BaseModel):
 
 _OPT_IN_SECTIONS = ("rerank", "reformulation")
 # Options added after fingerprints were first logged, left out at their defaults for the same reason.
-_OPT_IN_FIELDS = (("scoring.weighted.recency_time", None), ("candidates.boost_fields", BoostFields().model_dump(mode="json")), ("session.context_packing", False),
+_OPT_IN_FIELDS = (("scoring.weighted.recency_time", None), ("scoring.weighted.current_state_recency_weight", None), ("candidates.boost_fields", BoostFields().model_dump(mode="json")), ("session.context_packing", False),
                   ("packing.episode_context_top_k", 0), ("packing.episode_context_local_k", 3),
                   ("packing.episode_decay", 0.85), ("packing.evidence_projection_top_k", 0),
                   ("packing.evidence_projection_max_sources", 1), ("packing.evidence_augmentation_top_k", 0),

@@ -273,3 +273,39 @@ def test_negative_epistemic_weights_and_node_type_boosts_are_rejected(field, key
     values[key] = -0.5
     with pytest.raises(ValueError, match=f"{key} must not be negative, got -0.5"):
         ScoringSettings(**{field: values})
+
+
+def _shifted(weight=0.25, **weights) -> RetrievalSettings:
+    return RetrievalSettings(scoring=ScoringSettings(
+        fusion="weighted", weighted=WeightedScoring(current_state_recency_weight=weight, **weights)))
+
+
+def test_the_current_state_shift_raises_w_recency_and_scales_the_other_weights():
+    """RFC 7.2's weight shift, when asked for: on a current-state question w_recency 0.10 becomes
+    0.25 and the other five keep their proportions in the remaining 0.75, so a newer memory the
+    question matches a little less comes first; other questions keep the plain weights."""
+    old = make_candidate(make_object("old", "Tomas works in York.", days=-40), VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    new = make_candidate(make_object("new", "Tomas works in Leeds.", days=0), VECTOR=(2, 0.85))
+    current = _analysis(current_state=True)
+    plain = _weighted(old, new, analysis=current)
+    shifted = _weighted(old, new, analysis=current, settings=_shifted())
+    assert plain.index[0] == str(old.object_id) and shifted.index[0] == str(new.object_id)
+    recency = math.exp(-0.05 * 40)
+    assert shifted.loc[str(old.object_id), "recency"] == plain.loc[str(old.object_id), "recency"] == pytest.approx(recency)
+    others = plain.loc[str(old.object_id), "base_score"] - WeightedScoring().w_recency * recency
+    assert shifted.loc[str(old.object_id), "base_score"] == pytest.approx(others * 0.75 / 0.9 + 0.25 * recency)
+    other = _weighted(old, new, settings=_shifted())
+    assert other["base_score"].tolist() == _weighted(old, new)["base_score"].tolist()
+
+
+def test_while_shifted_update_wording_doubles_recency_and_the_decay_is_at_least_five_hundredths():
+    anchor = make_candidate(make_object("anchor", "Tomas works in Leeds.", days=0), VECTOR=(1, 0.9))
+    moved = make_candidate(make_object("moved", "Tomas moved to Leeds.", days=-20), VECTOR=(2, 0.9))
+    stayed = make_candidate(make_object("stayed", "Tomas works in York.", days=-20), VECTOR=(3, 0.9))
+    slow = _shifted(recency_lambda_per_day=0.01)
+    frame = _weighted(anchor, moved, stayed, analysis=_analysis(current_state=True), settings=slow)
+    assert frame.loc[str(stayed.object_id), "recency"] == pytest.approx(math.exp(-0.05 * 20))
+    assert frame.loc[str(moved.object_id), "recency"] == pytest.approx(2 * math.exp(-0.05 * 20))
+    unshifted = _weighted(anchor, moved, stayed, analysis=_analysis(current_state=True),
+                          settings=_shifted(weight=0.1, recency_lambda_per_day=0.01))
+    assert unshifted.loc[str(moved.object_id), "recency"] == pytest.approx(math.exp(-0.01 * 20))  # w_recency 0.1 is not below 0.1

@@ -85,6 +85,18 @@ def test_rank_fusion_warns_of_recency_time_and_leaves_it_out_of_the_fingerprint(
         RetrievalSettings(scoring={"fusion": "weighted", "weighted": {"recency_time": "updated_at"}})
 
 
+def test_rank_fusion_warns_of_the_current_state_shift_and_leaves_it_out_of_the_fingerprint():
+    with pytest.warns(IgnoredSettingWarning, match=r"fusion='rrf' ignores scoring.weighted.current_state_recency_weight"):
+        ignored = RetrievalSettings(scoring={"weighted": {"current_state_recency_weight": 0.25}})
+    assert ignored.fingerprint() == RetrievalSettings().fingerprint()
+    weighted = RetrievalSettings(scoring={"fusion": "weighted"})
+    shifted = RetrievalSettings(scoring={"fusion": "weighted", "weighted": {"current_state_recency_weight": 0.25}})
+    assert shifted.fingerprint() != weighted.fingerprint()
+    for bad in (0.0, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="current_state_recency_weight"):
+            RetrievalSettings(scoring={"fusion": "weighted", "weighted": {"current_state_recency_weight": bad}})
+
+
 def test_weighted_scoring_warns_of_rank_fusion_settings_and_leaves_them_out_of_the_fingerprint():
     weighted = RetrievalSettings(scoring={"fusion": "weighted"})
     with pytest.warns(IgnoredSettingWarning, match=r"fusion='weighted' ignores scoring.rank_fusion \(rrf_k=30, "

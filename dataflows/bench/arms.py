@@ -135,9 +135,15 @@ BOOST_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
         s, boost_fields=BoostFields(entity_canonical_name=w))) for weight in (2.0, 4.0)},
     "content_field_only": _variant(lambda s: _with_candidates(s, boost_fields=BoostFields.model_validate(["value"]))),
 }
+# Score formula version 1 (weighted), alone and with RFC 7.2's current-state shift to recency.
+WEIGHTED_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
+    "weighted": _variant(lambda s: _with_scoring(s, fusion="weighted")),
+    "weighted_current_state_shift": _variant(lambda s: {"scoring": s.scoring.model_copy(update={
+        "fusion": "weighted", "weighted": s.scoring.weighted.model_copy(update={"current_state_recency_weight": 0.25})})}),
+}
 # The arms `rms bench locomo` runs unless told: the reranking ones cost a model run per question.
 DEFAULT_ARMS = tuple(ARMS)
-ARMS = {**ARMS, **RERANK_ARMS, **ROUND3_PART_ARMS, **BOOST_ARMS}
+ARMS = {**ARMS, **RERANK_ARMS, **ROUND3_PART_ARMS, **BOOST_ARMS, **WEIGHTED_ARMS}
 
 
 def arm_settings(name: str, base: RetrievalSettings | None = None) -> RetrievalSettings:
