@@ -254,8 +254,7 @@ def _additive_weights(w: WeightedScoring, current_state: bool) -> tuple[dict[str
     target = w.current_state_recency_weight
     if not current_state or target is None or weights["w_recency"] >= target:
         return weights, False
-    rest = 1.0 - weights["w_recency"]
-    scale = (1.0 - target) / rest if rest > 0 else 0.0
+    scale = (1.0 - target) / (1.0 - weights["w_recency"])  # w_recency < target < 1 here
     return {name: target if name == "w_recency" else value * scale for name, value in weights.items()}, True
 
 
