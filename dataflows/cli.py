@@ -23,6 +23,8 @@ from rms_retrieval.dataflows.cli_support import EXIT_USAGE, CliError, one_line
 COMMANDS: dict[str, tuple[str, str]] = {
     "query": ("rms_retrieval.dataflows.query_command", "answer a question with a Memory Bundle"),
     "demo": ("rms_retrieval.dataflows.query_command", "build the embedded demo store and answer sample questions"),
+    "assess": ("rms_retrieval.dataflows.assess_command",
+               "check whether a packed bundle answers its question (a chat model cites its memories)"),
     "batch": ("rms_retrieval.dataflows.batch_command", "answer a JSON Lines file of requests into one Parquet file"),
     "ingest": ("rms_retrieval.dataflows.ingest_command", "add MemoryObjects or chat messages from a JSON Lines file (all or nothing)"),
     "ingest-locomo": ("rms_retrieval.dataflows.ingest_command",

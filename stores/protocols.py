@@ -104,6 +104,22 @@ class CrossEncoder(ABC):
         ...
 
 
+class ChatModel(ABC):
+    """A chat model that answers one system and one user message (the answerability evaluator, the
+    answer benchmark's reader, the chat reformulator)."""
+
+    @property
+    @abstractmethod
+    def identity(self) -> str:
+        """The provider, endpoint and model (never a credential)."""
+        ...
+
+    @abstractmethod
+    def reply(self, system: str, user: str) -> str:
+        """The model's text; raises on a provider failure."""
+        ...
+
+
 class QueryReformulator(ABC):
     """Turns a question into alternative questions (experimental policies, query reformulation)."""
 

@@ -4,11 +4,7 @@ failure rules, and the whole pipeline with its log record and replay."""
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -21,49 +17,15 @@ from rms_retrieval.nodes.policy_settings import ReformulationSettings
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.providers.chat_reformulator import ChatCompletionsReformulator
 from rms_retrieval.stores.memory_store import MemoryStore
+from tests.chat_server import running_chat_server
 from tests.factories import FakeEncoder, conversation_store, make_candidate, make_object, make_request
-
-
-class _ChatServer(ThreadingHTTPServer):
-    """An OpenAI-compatible /v1/chat/completions on the loopback address; `reply` says what it answers."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.requests: list[tuple[str, dict, dict]] = []
-        self.reply = "1. Where is Tomas employed these days?\n2. Tomas's current job\n- where does tomas work now?"
-        self.status = 200
-        self.delay = 0.0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        server: _ChatServer = self.server  # type: ignore[assignment]
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        server.requests.append((self.path, dict(self.headers), body))
-        time.sleep(server.delay)
-        payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": server.reply}}]}).encode()
-        self.send_response(server.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args) -> None:
-        pass
 
 
 @pytest.fixture
 def chat():
-    server = _ChatServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with running_chat_server() as server:
+        server.reply = "1. Where is Tomas employed these days?\n2. Tomas's current job\n- where does tomas work now?"
+        yield server
 
 
 def test_the_provider_posts_the_question_and_reads_one_alternative_per_line(chat):

@@ -1,7 +1,9 @@
 """`rms bench lme` (LongMemEval-S) and `rms bench policies` (LoCoMo): arms run question by
 question, interleaved, with all evidence packed by budget and type, P@5, R@10 and latency.
+`rms bench answers` (LoCoMo): the same questions answered by a reader model from each arm's
+bundle, scored by token F1 (`answers_bench.py`).
 
-Both write results.json in --out and print the table. Reranking arms share one cross-encoder
+Each writes results.json in --out and print the table. Reranking arms share one cross-encoder
 whose scores are remembered per (question, record) for the run (`caches.ScoreCache`), so only the
 first reranking arm of a question runs the model: its added latency is the model's cost.
 """
@@ -46,6 +48,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     policies.add_argument("--limit-questions", type=int, help="N evenly spaced questions of categories 1-4")
     _common(policies, ARMS, DEFAULT_LOCOMO_ARMS)
     policies.set_defaults(run=_cmd_policies)
+
+    answers = commands.add_parser("answers", help="LoCoMo: a reader model answers from each arm's bundle; token F1")
+    answers.add_argument("--data", required=True, help="the LoCoMo JSON file (locomo10.json)")
+    answers.add_argument("--store", required=True, help="a LoCoMo store built by `rms ingest-locomo`")
+    answers.add_argument("--split", choices=SPLITS, default="tune")
+    answers.add_argument("--limit-questions", type=int, help="N evenly spaced questions of categories 1-4")
+    answers.add_argument("--out", required=True, help="directory for results.json")
+    answers.add_argument("--arms", nargs="+", choices=list(ARMS), default=["pipeline"], metavar="ARM",
+                         help="arms, interleaved question by question (default pipeline)")
+    answers.add_argument("--budget", type=int, default=4000, metavar="TOKENS", help="the bundle's token budget (4000)")
+    answers.add_argument("--url", help="the reader's chat-completions endpoint (default $RMS_READER_URL)")
+    answers.add_argument("--model", help="the reader model (default $RMS_READER_MODEL; key from $RMS_READER_API_KEY)")
+    answers.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one answer (60)")
+    answers.add_argument("--no-progress", action="store_true")
+    answers.set_defaults(run=_cmd_answers)
 
 
 def _common(parser: argparse.ArgumentParser, arms: Any, default: tuple[str, ...]) -> None:
@@ -141,3 +158,33 @@ def _cmd_policies(args: argparse.Namespace) -> int:
                                                          checkpoint=_checkpoint(args, results))
     results["seconds"] = time.perf_counter() - started
     return _finish(args, results, budgets)
+
+
+def _cmd_answers(args: argparse.Namespace) -> int:
+    from rms_retrieval.dataflows.bench import answers_bench, locomo_bench
+    from rms_retrieval.dataflows.bench.machine import machine_info
+    from rms_retrieval.dataflows.locomo import load_locomo
+    from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.providers.chat_completions import ChatCompletionsModel
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
+
+    if args.budget < 1:
+        raise ValueError(f"--budget must be a positive token count, got {args.budget}")
+    reader = ChatCompletionsModel.from_environment("RMS_READER", url=args.url, model=args.model,
+                                                   timeout_seconds=args.timeout)
+    started = time.perf_counter()
+    dataset = load_locomo(args.data)
+    questions = locomo_bench.benchmark_questions(dataset, args.limit_questions, args.split)["main"]
+    with MemoryStore.open(args.store, read_only=True) as store:
+        bench = locomo_bench.LocomoBench(store, dataset, default_encoder(), [args.budget],
+                                         cross_encoder=_cross_encoder(args.arms))
+        progress = None if args.no_progress else (lambda done: print(f"{done}/{len(questions)}", flush=True))
+        results = answers_bench.provenance(args.data, args.split, questions, reader, args.budget)
+        results["arms"] = answers_bench.run_answers(bench, questions, args.arms, reader, args.budget, progress)
+    results["seconds"] = time.perf_counter() - started
+    results["machine"] = machine_info()
+    _write(args, results)
+    for line in answers_bench.summary_lines(results):
+        print(line)
+    print(f"wrote {Path(args.out) / 'results.json'}")
+    return 0

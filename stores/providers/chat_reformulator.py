@@ -1,6 +1,5 @@
-"""A query reformulation provider over any OpenAI-compatible chat-completions endpoint.
-
-`POST {url}/chat/completions` with the model, a fixed instruction and the question; the reply's
+"""A query reformulation provider over any OpenAI-compatible chat-completions endpoint
+(`chat_completions.ChatCompletionsModel`): a fixed instruction and the question; the reply's
 lines are the alternative questions (list markers and quotes stripped). The URL and model come
 from the settings or `$RMS_REFORMULATION_URL` / `$RMS_REFORMULATION_MODEL`, the key from the
 settings or the environment variable the settings name (default `$RMS_REFORMULATION_API_KEY`),
@@ -11,13 +10,12 @@ turns it into "no alternatives" with the failure recorded.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import urllib.request
 from collections.abc import Mapping
 
 from rms_retrieval.stores.protocols import QueryReformulator
+from rms_retrieval.stores.providers.chat_completions import ChatCompletionsModel
 
 INSTRUCTION = (
     "You rewrite a question about a user's past conversations into other questions that would find the same "
@@ -31,10 +29,7 @@ class ChatCompletionsReformulator(QueryReformulator):
     """Alternative questions from an OpenAI-compatible `/chat/completions` endpoint."""
 
     def __init__(self, url: str, model: str, *, api_key: str | None = None, timeout_seconds: float = 10.0) -> None:
-        self._url = url.rstrip("/") + "/chat/completions"
-        self._model = model
-        self._api_key = api_key
-        self._timeout = timeout_seconds
+        self._chat = ChatCompletionsModel(url, model, api_key=api_key, timeout_seconds=timeout_seconds)
 
     @classmethod
     def from_settings(cls, settings, environ: Mapping[str, str] | None = None) -> ChatCompletionsReformulator:
@@ -50,22 +45,9 @@ class ChatCompletionsReformulator(QueryReformulator):
 
     @property
     def identity(self) -> str:
-        return f"openai_chat:{self._model}@{self._url}"
+        return self._chat.identity
 
     def alternatives(self, question: str, limit: int) -> tuple[str, ...]:
-        body = {"model": self._model, "temperature": 0, "n": 1,
-                "messages": [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": question}]}
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(self._url, data=json.dumps(body).encode(), headers=headers, method="POST")
-        with urllib.request.urlopen(request, timeout=self._timeout) as response:
-            reply = json.loads(response.read().decode("utf-8"))
-        try:
-            content = reply["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise ValueError(f"the chat-completions reply has no choices[0].message.content: {str(reply)[:200]}") from None
-        if not isinstance(content, str):
-            raise ValueError("the chat-completions reply's content is not text")
+        content = self._chat.reply(INSTRUCTION, question)
         lines = (_MARKER.sub("", line).strip().strip('"').strip() for line in content.splitlines())
         return tuple(line for line in lines if line)[:limit]
