@@ -32,7 +32,7 @@ from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, Cla
                                             RetrievalLog, ScanSelection, SessionNeighbour, SnapshotSource, VectorHit,
                                             VectorIndex)
 from rms_retrieval.stores.engine.scope_cache import NamespaceRows, Scope, ScopeValues, namespace_rows
-from rms_retrieval.stores.engine.segments import LoadedSegment
+from rms_retrieval.stores.engine.segments import NO_ROWS, LoadedSegment
 from rms_retrieval.stores.engine.store_sql import ParquetRecords
 from rms_retrieval.stores.indexes.vector_index import exact_top_k
 
@@ -41,7 +41,8 @@ CO_MENTIONED = "CO_MENTIONED"
 
 class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
     """How many live objects mention both entities of a pair, summed over segments on lookup
-    (each segment's count leaves its dead rows out: LoadedSegment.co_mentions)."""
+    (`counter`, dead rows left out). Iterating lists every pair, as the
+    tests need: quadratic in a long turn's names, so no query or write iterates it."""
 
     def __init__(self, segments: Sequence[LoadedSegment], namespaces: Iterable[str]) -> None:
         self._namespaces = frozenset(namespaces)
@@ -49,14 +50,32 @@ class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
         self._segments = {namespace: [segment for segment in segments if namespace in segment.namespace_slices]
                           for namespace in self._namespaces}
 
-    def per_segment(self, namespace: str) -> list[Mapping[tuple[str, UUID, UUID], int]]:
-        """The live counts of each segment holding `namespace` (what a lookup sums)."""
-        return [segment.co_mentions for segment in self._segments[namespace]]
+    def count(self, key: tuple[str, UUID, UUID]) -> int:
+        """The live objects mentioning both entities of `key`, 0 for none (or another namespace)."""
+        return self.counter(key[0])(key[1], key[2])
+
+    def counter(self, namespace: str) -> Callable[[UUID, UUID], int]:
+        """`count` for one namespace's pairs (smaller id, larger id), for a loop over many: in each
+        segment holding the namespace, the rows mentioning both entities (the intersection of
+        their mentioning rows, `_EdgeIndex.mentioners`) less its dead rows. No segment lists every
+        pair its objects mention, which is quadratic in the names of a long turn."""
+        parts = [(segment.edge_index.mentioners, segment.dead_rows) for segment in self._segments.get(namespace, ())]
+
+        def count(first: UUID, second: UUID) -> int:
+            low, high = first.int, second.int
+            if not low < high:
+                return 0
+            total = 0
+            for mentioners, dead in parts:
+                rows = mentioners.get((namespace, low))
+                if rows:
+                    both = rows & mentioners.get((namespace, high), NO_ROWS)
+                    total += len(both - dead) if dead and both else len(both)
+            return total
+        return count
 
     def __getitem__(self, key: tuple[str, UUID, UUID]) -> int:
-        if key[0] not in self._namespaces:
-            raise KeyError(key)
-        total = sum(segment.co_mentions.get(key, 0) for segment in self._segments[key[0]])
+        total = self.count(key)
         if not total:
             raise KeyError(key)
         return total
@@ -225,10 +244,14 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     # ----- GraphIndex ------------------------------------------------------------------------------
 
-    def _split(self) -> list[tuple[LoadedSegment, NamespaceRows]]:
-        """Every live segment with its rows split by namespace (split once per segment, not per generation)."""
+    def _split(self, scope: Iterable[str]) -> list[tuple[LoadedSegment, NamespaceRows]]:
+        """The live segments holding rows or edges of `scope`, each with its rows split by namespace
+        (split once per segment, not per generation; a segment of other namespaces only is never split)."""
+        wanted = frozenset(scope)
         split = []
         for segment in self.segments:
+            if wanted.isdisjoint(segment.namespace_slices) and wanted.isdisjoint(segment.edge_namespaces):
+                continue
             rows = self._namespace_rows.get(segment.entry.key)
             if rows is None:
                 rows = self._namespace_rows[segment.entry.key] = namespace_rows(segment)
@@ -238,13 +261,13 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def _sources(self, scope: Scope, kind: Callable[[NamespaceRows], Mapping[str, tuple]]) -> tuple[str, ...]:
         """The keys of the live segments holding rows of `kind` or deleted rows in `scope`, in segment
         order (a deletion anywhere in the scope can remove an edge stored in another segment)."""
-        return tuple(segment.entry.key for segment, rows in self._split()
+        return tuple(segment.entry.key for segment, rows in self._split(scope)
                      if any(name in kind(rows) or name in rows.dead_rows for name in scope))
 
     def stored_entities(self, namespaces: Iterable[str]) -> list[MemoryObject]:
         """The ENTITY objects of the namespaces, by id (what the entity-graph step of an add needs)."""
         wanted = sorted(set(namespaces))
-        found = [segment.object_at(row) for segment, rows in self._split()
+        found = [segment.object_at(row) for segment, rows in self._split(wanted)
                  for namespace in wanted for row in rows.entity_rows.get(namespace, ())]
         return sorted(found, key=lambda entity: entity.id)
 
@@ -280,20 +303,19 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
         def build() -> Adjacency:
             latest: dict[int, tuple[str, Edge]] = {}
-            for _, rows in self._split():
+            for _, rows in self._split(key):
                 for namespace in key:
                     for edge in rows.edges.get(namespace, ()):
                         latest[edge.edge_id] = (namespace, edge)
             dead = self.dead_ids
             counts = self.co_mention_counts(key)
-            per_segment = {namespace: counts.per_segment(namespace) for namespace in key}
+            counters = {namespace: counts.counter(namespace) for namespace in key}
             edges = []
             for namespace, edge in latest.values():
-                if (namespace, edge.source) in dead or (namespace, edge.target) in dead:
+                if dead and ((namespace, edge.source) in dead or (namespace, edge.target) in dead):
                     continue
                 if edge.edge_type == CO_MENTIONED:
-                    pair = (namespace, edge.source, edge.target)
-                    mentioning = sum(segment.get(pair, 0) for segment in per_segment[namespace])
+                    mentioning = counters[namespace](edge.source, edge.target)
                     if not mentioning:
                         continue
                     confidence = co_mention_confidence(mentioning)
@@ -331,7 +353,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         key = tuple(sorted(set(namespaces)))
 
         def build() -> list[MemoryObject]:
-            pinned = [segment.object_at(row) for segment, rows in self._split()
+            pinned = [segment.object_at(row) for segment, rows in self._split(key)
                       for namespace in key for row in rows.pinned_rows.get(namespace, ())]
             return sorted(pinned, key=lambda memory: memory.id)
 

@@ -164,3 +164,21 @@ def test_erasing_an_owner_across_namespaces_removes_and_re_dates_the_entities_as
         assert entities[0] == entities[1] and any('"owner":"default"' in entity for entity in entities[0])
         assert [store.snapshot().adjacency([namespace]).edges.__len__() for store in (changed, never) for namespace in namespaces] \
             == [len(never.snapshot().adjacency([namespace]).edges) for _ in (0, 1) for namespace in namespaces]
+
+
+def test_one_pair_is_counted_as_the_full_listing_counts_it_with_deleted_rows_left_out(tmp_path):
+    turns = _turns(30)
+    with _open(tmp_path / "store") as store:
+        for turn in turns:
+            store.add([turn])
+        store.delete(NAMESPACE, [turns[number].id for number in DELETED])
+        snapshot = store.snapshot()
+        counts = snapshot.co_mention_counts([NAMESPACE])
+        listed: dict = {}
+        for segment in snapshot.segments:  # every pair of every live object, as a deletion subtracts them
+            for key, count in segment.co_mentions.items():
+                listed[key] = listed.get(key, 0) + count
+        assert any(segment.dead_rows for segment in snapshot.segments) and listed
+        assert {key: counts.count(key) for key in listed} == listed
+        assert all(counts.count((namespace, second, first)) == 0 for namespace, first, second in listed)  # (smaller, larger)
+        assert counts.count(("another-namespace", *sorted(turn.id for turn in turns[:2]))) == 0

@@ -60,3 +60,16 @@ def test_a_write_rebuilds_only_the_scopes_it_touched(tmp_path, encoder):
             assert reopened.snapshot().adjacency(scope).edges == after.snapshot().adjacency(scope).edges
             assert reopened.snapshot().entity_catalog(scope) == after.snapshot().entity_catalog(scope)
             assert reopened.snapshot().pinned_objects(scope) == after.snapshot().pinned_objects(scope)
+
+
+def test_a_scope_splits_only_the_segments_that_hold_its_rows_or_edges(tmp_path, encoder):
+    with MemoryStore.open(tmp_path / "store", encoder) as store:
+        store.add([_memory(1, "Caroline met Melanie", "a")])
+        store.add([_memory(2, "Jon met Caroline", "b")])
+        store.add([_memory(3, "Melanie and Caroline again", "a")])
+        snapshot = store.snapshot()
+        assert len(snapshot.segments) == 3
+        holding_a = {segment.entry.key for segment in snapshot.segments if "a" in segment.edge_namespaces}
+        assert len(holding_a) == 2
+        assert snapshot.adjacency(["a"]).edges
+        assert set(snapshot._namespace_rows) == holding_a  # the segment of b alone was never split

@@ -11,13 +11,13 @@ scopes the write touched, at the cost of that scope and not of the store.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from rms_retrieval.stores.protocols import Edge
-from rms_retrieval.stores.engine.segments import LoadedSegment
+from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 
 Scope = tuple[str, ...]
 Value = TypeVar("Value")
@@ -41,11 +41,18 @@ def _grouped(pairs: list[tuple[str, object]]) -> Mapping[str, tuple]:
     return MappingProxyType({namespace: tuple(items) for namespace, items in groups.items()})
 
 
+def _edges_by_namespace(edges: Iterable[StoredEdge]) -> Mapping[str, tuple[Edge, ...]]:
+    groups: dict[str, list[Edge]] = defaultdict(list)
+    for stored in edges:
+        groups[stored.namespace].append(stored.edge)
+    return MappingProxyType({namespace: tuple(found) for namespace, found in groups.items()})
+
+
 def namespace_rows(segment: LoadedSegment) -> NamespaceRows:
     """Split `segment`'s edges, entity rows, pinned rows and deleted rows by namespace (edges never cross one)."""
     namespace_of = segment.namespace_of_row
     return NamespaceRows(
-        edges=_grouped([(stored.namespace, stored.edge) for stored in segment.live_edges()]),
+        edges=_edges_by_namespace(segment.live_edges()),
         entity_rows=_grouped([(namespace_of[row], row) for row in segment.entity_rows]),
         pinned_rows=_grouped([(namespace_of[row], row) for row in segment.pinned_rows]),
         dead_rows=_grouped([(namespace_of[row], row) for row in sorted(segment.dead_rows)]),

@@ -62,6 +62,7 @@ SEPARATE_FILES = (OBJECTS_FILE, VECTORS_FILE, EDGES_FILE, POSTINGS_FILE)
 TEMPORARY_PREFIX = ".tmp-"
 DELETIONS_PREFIX = "deleted-"
 _DECODED_CACHE_LIMIT = 50_000
+NO_ROWS: frozenset[int] = frozenset()
 MENTIONS = "MENTIONS"
 SPOKEN_BY = "SPOKEN_BY"
 CO_MENTIONED = "CO_MENTIONED"
@@ -249,6 +250,8 @@ class LoadedSegment:
             if key[3] is not None and session_seq is not None and position not in self.dead_rows:
                 self.sessions[key].append((session_seq, position))
         self.edges = edges if owned else owned_edges(edges, self.row_of, entry.rows)
+        # The namespaces of the edges: a compacted segment may hold edges of a namespace without its rows.
+        self.edge_namespaces: frozenset[str] = frozenset(stored.namespace for stored in self.edges)
         self._edge_index: _EdgeIndex | None = None
         self._decoded: dict[int, MemoryObject] = {}
         self._checked: pa.Table | None = None
@@ -340,7 +343,9 @@ class LoadedSegment:
     @cached_property
     def co_mentions(self) -> Mapping[tuple[str, UUID, UUID], int]:
         """Per (namespace, smaller id, larger id): how many of this segment's live objects mention
-        both: the count over every row less the dead rows' pairs, so a deletion costs its rows."""
+        both: the count over every row less the dead rows' pairs, so a deletion costs its rows.
+        Every pair of every object: a full listing; one pair is counted by
+        `CoMentionCounts.counter` from `_EdgeIndex.mentioners` instead."""
         if not self.dead_rows:
             return self.edge_index.co_mentions
         dead: Counter[tuple[str, UUID, UUID]] = Counter()
@@ -382,6 +387,17 @@ class _EdgeIndex:
                 self.by_owner[stored.row].append(position)
                 if stored.edge.edge_type in (MENTIONS, SPOKEN_BY):
                     self.owners_into[(stored.namespace, stored.edge.target)].append((stored.row, stored.edge.edge_type))
+
+    @cached_property
+    def mentioners(self) -> dict[tuple[str, int], frozenset[int]]:
+        """(namespace, entity id's integer) -> the owner rows with a MENTIONS edge into it (keyed by
+        the integer, which hashes in C)."""
+        rows: dict[tuple[str, int], set[int]] = defaultdict(set)
+        for (namespace, entity), owners in self.owners_into.items():
+            for row, edge_type in owners:
+                if edge_type == MENTIONS:
+                    rows[(namespace, entity.int)].add(row)
+        return {key: frozenset(found) for key, found in rows.items()}
 
     @cached_property
     def co_mentions(self) -> Counter[tuple[str, UUID, UUID]]:

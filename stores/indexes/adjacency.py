@@ -21,10 +21,13 @@ class Adjacency:
     `edge_id`), the node ids in UUID order, and each node's incident edges as CSR."""
 
     def __init__(self, edges: Sequence[Edge]) -> None:
-        self.edges: tuple[Edge, ...] = tuple(sorted(edges, key=lambda e: e.edge_id))
-        self.nodes: tuple[UUID, ...] = tuple(sorted({e.source for e in self.edges} | {e.target for e in self.edges}))
-        # Keyed by the UUID's integer: an int hashes in C, a UUID through Python code.
-        self._number = {node.int: i for i, node in enumerate(self.nodes)}
+        self.edges: tuple[Edge, ...] = tuple(sorted(edges, key=_edge_id))
+        # By the UUID's integer throughout: an int hashes and compares in C, a UUID through Python code.
+        ends = {e.source.int for e in self.edges}
+        ends.update(e.target.int for e in self.edges)
+        ordered = sorted(ends)
+        self.nodes: tuple[UUID, ...] = tuple(UUID(int=node) for node in ordered)
+        self._number = {node: i for i, node in enumerate(ordered)}
         count = len(self.edges)
         self.source = np.fromiter((self._number[e.source.int] for e in self.edges), dtype=np.int64, count=count)
         self.target = np.fromiter((self._number[e.target.int] for e in self.edges), dtype=np.int64, count=count)
@@ -74,6 +77,10 @@ class Adjacency:
     def touching(self, nodes: Iterable[UUID], min_confidence: float) -> list[Edge]:
         """Edges with an endpoint in `nodes` and at least `min_confidence`, by edge id, once each."""
         return [self.edges[i] for i in self.incident_edges(self.numbers(nodes), min_confidence).tolist()]
+
+
+def _edge_id(edge: Edge) -> int:
+    return edge.edge_id
 
 
 def _ascending_once(positions: np.ndarray, size: int) -> np.ndarray:
