@@ -8,6 +8,7 @@ request body. `status` and `delay` break it; `requests` holds what it was sent.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +47,27 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
+
+
+FAILURES = ("timeout", "http_error", "refused", "shape")
+
+
+def broken(server: ChatServer, failure: str) -> str:
+    """Break `server` the way `failure` (one of FAILURES) names; the URL to call: the server's,
+    or one where nothing listens ("refused")."""
+    if failure == "timeout":
+        server.delay = 1.0
+    elif failure == "http_error":
+        server.status = 500
+    elif failure == "shape":
+        server.reply = None
+    elif failure == "refused":
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            return f"http://127.0.0.1:{free.getsockname()[1]}/v1"
+    else:
+        raise ValueError(f"unknown failure {failure!r}; choose from {', '.join(FAILURES)}")
+    return server.url
 
 
 @contextmanager

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import sys
-import time
-from datetime import datetime, timezone
 
 import pytest
 
 from rms_retrieval.dataflows.bench import latency_bench
-from rms_retrieval.dataflows.bench.latency_bench import (CHANNELS, PEER_MISSING, channel_off, interleaved, run_latency,
-                                                         warming_queries)
-from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
+from rms_retrieval.dataflows.bench.latency_bench import CHANNELS, PEER_MISSING, channel_off, run_latency
 from rms_retrieval.nodes.pools import PathType
 from tests.factories import FakeEncoder
 from tests.test_bench_identical import _dataset
@@ -32,38 +28,6 @@ def test_each_channel_switched_off_differs_from_the_defaults_in_that_channel_onl
     assert channel_off(PathType.SESSION_CONTEXT).session.window == 0
     assert channel_off(PathType.VECTOR).session == channel_off(PathType.LEXICAL).session
     assert len(CHANNELS) == 5
-
-
-def test_interleaving_runs_every_arm_once_per_query_in_rotated_order():
-    calls = []
-    arms = {name: (lambda q, name=name: calls.append((name, q))) for name in "abc"}
-    seconds = interleaved(arms, [1, 2, 3])
-    assert {name: len(v) for name, v in seconds.items()} == {"a": 3, "b": 3, "c": 3}
-    assert [name for name, _ in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
-
-
-def test_an_arms_prepare_runs_before_each_timed_query_and_not_in_the_warm_up():
-    class Slow:
-        def __init__(self):
-            self.prepared = []
-
-        def prepare(self, query):
-            self.prepared.append(query)
-            time.sleep(0.05)
-
-        def __call__(self, query):
-            return query
-
-    arm = Slow()
-    seconds = interleaved({"slow": arm}, [1, 2], warmup=[0])
-    assert arm.prepared == [1, 2] and max(seconds["slow"]) < 0.05
-
-
-def test_warming_covers_the_first_queries_and_every_namespace_once():
-    queries = [BenchQuery(f"q{i}", (namespace,), datetime(2023, 1, 1, tzinfo=timezone.utc))
-               for i, namespace in enumerate("aabbcab")]
-    assert [q.text for q in warming_queries(queries, first=1)] == ["q0", "q2", "q4"]
-    assert [q.text for q in warming_queries(queries)] == ["q0", "q1", "q2", "q4"]
 
 
 def test_a_run_reports_every_arm_with_ratios_and_the_node_table(store, tmp_path):
@@ -112,3 +76,4 @@ def test_the_command_times_questions_after_writes_on_a_copy_and_leaves_the_store
     assert "a question right after a one-turn write over the same on a quiet store: p50" in capsys.readouterr().out
     with MemoryStore.open(demo_copy, create=False, read_only=True) as store:
         assert store.snapshot().state_fingerprint() == before
+

@@ -32,15 +32,19 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture
-def folder(tmp_path):
-    root = tmp_path / "longmemeval_s"
+def write_folder(root):
+    """A small LongMemEval-S folder in its own format at `root`."""
     root.mkdir()
     (root / lme_bench.QUESTIONS_FILE).write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     with gzip.open(root / lme_bench.SESSIONS_FILE, "wt") as out:
         for session_id, turns in SESSIONS.items():
             out.write(json.dumps({"session_id": session_id, "turns": turns}) + "\n")
     return root
+
+
+@pytest.fixture
+def folder(tmp_path):
+    return write_folder(tmp_path / "longmemeval_s")
 
 
 def test_questions_read_with_their_dated_haystacks(folder):

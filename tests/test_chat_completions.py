@@ -3,13 +3,12 @@ key goes, what it reads, and that every failure raises."""
 
 from __future__ import annotations
 
-import socket
 import urllib.error
 
 import pytest
 
 from rms_retrieval.stores.providers.chat_completions import ChatCompletionsModel
-from tests.chat_server import running_chat_server
+from tests.chat_server import broken, running_chat_server
 
 
 @pytest.fixture
@@ -56,16 +55,6 @@ def test_bad_arguments_are_one_clear_error(url, model, timeout, message):
 @pytest.mark.parametrize(("break_it", "error"), [("http_error", urllib.error.HTTPError), ("timeout", TimeoutError),
                                                  ("refused", urllib.error.URLError), ("shape", ValueError)])
 def test_every_failure_raises(chat, break_it, error):
-    url = chat.url
-    if break_it == "http_error":
-        chat.status = 500
-    elif break_it == "timeout":
-        chat.delay = 1.0
-    elif break_it == "shape":
-        chat.reply = None
-    else:
-        with socket.socket() as free:
-            free.bind(("127.0.0.1", 0))
-            url = f"http://127.0.0.1:{free.getsockname()[1]}/v1"
+    url = broken(chat, break_it)
     with pytest.raises(error):
         ChatCompletionsModel(url, "m", timeout_seconds=0.3).reply("s", "u")

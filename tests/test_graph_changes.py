@@ -182,3 +182,28 @@ def test_one_pair_is_counted_as_the_full_listing_counts_it_with_deleted_rows_lef
         assert {key: counts.count(key) for key in listed} == listed
         assert all(counts.count((namespace, second, first)) == 0 for namespace, first, second in listed)  # (smaller, larger)
         assert counts.count(("another-namespace", *sorted(turn.id for turn in turns[:2]))) == 0
+
+
+def test_a_pair_first_joined_after_objects_named_it_far_apart_is_a_new_edge_weighed_by_all_of_them(tmp_path):
+    """A long turn names Alice and Kiri further apart than the co-mention window: they are counted
+    as co-mentioned but not joined. A later turn that names them together makes their first edge,
+    weighed by both turns, as if both had been written at once."""
+    from rms_retrieval.stores.indexes.entity_graph import CO_MENTION_WINDOW, co_mention_confidence
+
+    names = ["Alice", "Bruno", "Chen", "Dara", "Elif", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kiri"]
+    assert len(names) > CO_MENTION_WINDOW + 1
+    long_turn = MemoryObject(id=UUID(int=1), namespace=NAMESPACE, content=" met ".join(names) + ".", created_at=T0)
+    short_turn = MemoryObject(id=UUID(int=2), namespace=NAMESPACE, content="Alice met Kiri.",
+                              created_at=T0 + timedelta(minutes=1))
+    with _open(tmp_path / "apart") as apart, _open(tmp_path / "together") as together:
+        apart.add([long_turn])
+        catalog = {ref.alias: ref.object_id for ref in apart.snapshot().entity_catalog([NAMESPACE])}
+        pair = tuple(sorted((catalog["Alice"], catalog["Kiri"])))
+        assert not [e for e in apart.snapshot().adjacency([NAMESPACE]).edges if (e.source, e.target) == pair]
+        apart.add([short_turn])
+        together.add([long_turn, short_turn])
+        joined = [e for e in apart.snapshot().adjacency([NAMESPACE]).edges
+                  if e.edge_type == "CO_MENTIONED" and (e.source, e.target) == pair]
+        assert [e.confidence for e in joined] == [co_mention_confidence(2)]
+        assert _graph(apart)["edges"] == _graph(together)["edges"]
+        assert check_store(tmp_path / "apart").problems == []

@@ -4,7 +4,6 @@ failure rules, and the whole pipeline with its log record and replay."""
 
 from __future__ import annotations
 
-import socket
 
 import pytest
 
@@ -17,7 +16,7 @@ from rms_retrieval.nodes.policy_settings import ReformulationSettings
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.providers.chat_reformulator import ChatCompletionsReformulator
 from rms_retrieval.stores.memory_store import MemoryStore
-from tests.chat_server import running_chat_server
+from tests.chat_server import FAILURES, broken, running_chat_server
 from tests.factories import FakeEncoder, conversation_store, make_candidate, make_object, make_request
 
 
@@ -48,19 +47,9 @@ def test_settings_or_the_environment_name_the_endpoint_and_the_key(chat):
         ChatCompletionsReformulator.from_settings(ReformulationSettings(), {})
 
 
-@pytest.mark.parametrize("break_it", ["timeout", "http_error", "refused", "shape"])
+@pytest.mark.parametrize("break_it", FAILURES)
 def test_a_provider_failure_gives_no_alternatives_and_is_recorded(chat, break_it):
-    url = chat.url
-    if break_it == "timeout":
-        chat.delay = 1.0
-    elif break_it == "http_error":
-        chat.status = 500
-    elif break_it == "shape":
-        chat.reply = None
-    else:
-        with socket.socket() as free:
-            free.bind(("127.0.0.1", 0))
-            url = f"http://127.0.0.1:{free.getsockname()[1]}/v1"
+    url = broken(chat, break_it)
     provider = ChatCompletionsReformulator(url, "m", timeout_seconds=0.2)
     settings = RetrievalSettings(reformulation=ReformulationSettings(enabled=True))
     made = query_reformulations(make_request("Where does Tomas work?"), provider, FakeEncoder(), None, settings)

@@ -22,6 +22,9 @@ rotated from question to question, so all arms see the same machine load:
   with k = 30 and k = 200 per retriever. Its packages are the optional `[peers]` extra; without
   them those arms are skipped with a message.
 
+With `--lme-data` and `--lme-store`, a second block times LongMemEval-S beside LoCoMo, warm and
+right after a write (`lme_latency.py`).
+
 Before timing, every arm answers the first questions and one question of each conversation:
 "warm" means the per-namespace structures a store builds on first use (the adjacency lists, the
 BM25 statistics of the scope, decoded objects) exist, as they do in a process that has served
@@ -32,25 +35,22 @@ that namespace once. The per-node table comes from the same questions through a 
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rms_retrieval.dataflows.bench.interleaving import BUNDLE, AfterWriteArm, interleaved, pipeline_arm, warming_queries
 from rms_retrieval.dataflows.bench.locomo_bench import benchmark_questions, evenly_spaced
 from rms_retrieval.dataflows.bench.arms import arm_settings
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
 from rms_retrieval.dataflows.bench.speed_bench import (
-    LATENCY_BUDGET,
     BenchQuery,
     locomo_bench_queries,
     node_times,
 )
-from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import QueryEncoder
 
-BUNDLE = 50
 PEER_KS = (30, 200)
 DEFAULT_QUESTIONS = 300
 PEER_MISSING = ("the LangChain peer arms are skipped: install the optional extra with "
@@ -67,38 +67,6 @@ def channel_off(channel: PathType) -> RetrievalSettings:
 
 
 CHANNELS = (PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED, PathType.SESSION_CONTEXT)
-
-
-def pipeline_arm(
-    store: Any, encoder: QueryEncoder, settings: RetrievalSettings, *, log: bool = False
-) -> Callable[[BenchQuery], Any]:
-    def run(query: BenchQuery) -> Any:
-        return retrieve(store, query.text, namespaces=query.namespaces, reference_time=query.reference_time,
-                        token_budget=LATENCY_BUDGET, limit=BUNDLE, settings=settings, encoder=encoder, log=log).bundle
-
-    return run
-
-
-class AfterWriteArm:
-    """`pipeline` on `store` (writable), each query after a one-turn add to its namespace; the
-    add is `prepare`, which `interleaved` runs before it starts the clock."""
-
-    def __init__(self, store: Any, encoder: QueryEncoder) -> None:
-        self._run = pipeline_arm(store, encoder, RetrievalSettings())
-        self._store = store
-        self.writes = 0
-
-    def prepare(self, query: BenchQuery) -> None:
-        from rms_retrieval.stores.models import MemoryObject, NodeType
-
-        self.writes += 1
-        self._store.add([MemoryObject(
-            namespace=query.namespaces[0], node_type=NodeType.TURN, session_id="bench-after-write",
-            session_seq=self.writes, content=f"note {self.writes} of the benchmark: the kettle was descaled today.",
-            created_at=query.reference_time, updated_at=query.reference_time, event_time=query.reference_time)])
-
-    def __call__(self, query: BenchQuery) -> Any:
-        return self._run(query)
 
 
 def floor_arm(store: Any, encoder: QueryEncoder) -> Callable[[BenchQuery], Any]:
@@ -148,39 +116,6 @@ def peer_arms(dataset: Any, encoder: QueryEncoder, namespaces: Sequence[str]) ->
         return run
 
     return {f"peer_k{k}": arm(k) for k in PEER_KS}
-
-
-def warming_queries(queries: Sequence[BenchQuery], first: int = 3) -> list[BenchQuery]:
-    """The first `first` queries and the first query of every other namespace."""
-    chosen = list(queries[:first])
-    seen = {query.namespaces for query in chosen}
-    for query in queries[first:]:
-        if query.namespaces not in seen:
-            seen.add(query.namespaces)
-            chosen.append(query)
-    return chosen
-
-
-def interleaved(
-    arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: Sequence[BenchQuery] = ()
-) -> dict[str, list[float]]:
-    """Seconds per arm and query, after every arm ran the `warmup` queries; each query runs every
-    arm, the order rotated per query, after the arm's untimed `prepare(query)` if it has one."""
-    names = list(arms)
-    for query in warmup:
-        for name in names:
-            arms[name](query)
-    seconds: dict[str, list[float]] = {name: [] for name in names}
-    for position, query in enumerate(queries):
-        shift = position % len(names)
-        for name in names[shift:] + names[:shift]:
-            prepare = getattr(arms[name], "prepare", None)
-            if prepare is not None:  # untimed: what the arm needs done just before the query
-                prepare(query)
-            started = time.perf_counter()
-            arms[name](query)
-            seconds[name].append(time.perf_counter() - started)
-    return seconds
 
 
 def run_latency(
@@ -252,6 +187,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-peers", action="store_true", help="skip the LangChain peer arms")
     parser.add_argument("--no-after-write", action="store_true",
                         help="skip the after-write arm (it writes to a temporary copy of --store)")
+    parser.add_argument("--lme-data", help="also time LongMemEval-S: its folder (dataflows/bench/lme_latency.py)")
+    parser.add_argument("--lme-store", help="the LongMemEval-S store `rms bench lme` built (with --lme-data)")
+    parser.add_argument("--lme-per-type", type=int, default=4, help="LongMemEval-S questions of each type (default 4)")
     parser.add_argument("--out", help="also write the report as JSON to this file")
     parser.set_defaults(run=_cmd_latency)
 
@@ -267,9 +205,11 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
-    for name in ("questions", "node_queries"):
+    for name in ("questions", "node_queries", "lme_per_type"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if (args.lme_data is None) != (args.lme_store is None):
+        raise ValueError("--lme-data and --lme-store go together: the folder and the store `rms bench lme` built from it")
     dataset = load_locomo(args.data)
     with MemoryStore.open(args.store, read_only=True) as store, tempfile.TemporaryDirectory() as scratch, \
             contextlib.ExitStack() as stack:
@@ -279,8 +219,34 @@ def _cmd_latency(args: argparse.Namespace) -> int:
             after_write = stack.enter_context(MemoryStore.open(copied, create=False))
         report = run_latency(store, dataset, default_encoder(), questions=args.questions, peers=not args.no_peers,
                              node_queries=args.node_queries, after_write_store=after_write)
+        if args.lme_data is not None:
+            report["lme"] = _lme_block(args, store, dataset, stack, Path(scratch))
     for line in summary_lines(report):
         print(line)
+    if "lme" in report:
+        from rms_retrieval.dataflows.bench.lme_latency import lme_summary_lines
+
+        for line in lme_summary_lines(report["lme"]):
+            print(line)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def _lme_block(args: argparse.Namespace, locomo_store: Any, dataset: Any, stack: Any, scratch: Any) -> dict[str, Any]:
+    """The LongMemEval-S arms (lme_latency.py) on --lme-store, its after-write arm on a copy in `scratch`."""
+    import shutil
+
+    from rms_retrieval.dataflows.bench.lme_latency import lme_queries, run_lme_latency
+    from rms_retrieval.dataflows.bench.speed_bench import locomo_bench_queries
+    from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
+
+    store = stack.enter_context(MemoryStore.open(args.lme_store, create=False, read_only=True))
+    queries = lme_queries(args.lme_data, store.snapshot().namespaces(), args.lme_per_type)
+    after_write = None
+    if not args.no_after_write:
+        copied = shutil.copytree(args.lme_store, scratch / "lme-store", ignore=shutil.ignore_patterns("log", "*.lock"))
+        after_write = stack.enter_context(MemoryStore.open(copied, create=False))
+    locomo = locomo_bench_queries(dataset, evenly_spaced(benchmark_questions(dataset)["main"], args.questions))
+    return run_lme_latency(store, after_write, queries, locomo_store, locomo, default_encoder())

@@ -85,17 +85,13 @@ def prepare_write(
     next_id = snapshot.max_edge_id + 1
     owner = {(memory.namespace, memory.id): row for row, memory in enumerate(rows)}
     edges: list[StoredEdge] = []
-    for edge in graph.edges:
+    for edge in (*graph.edges, *graph.reweighted):
         # A pair whose earlier co-mentions were all deleted still has its edge: it is re-weighted.
+        # A re-weighted pair may have none: objects that mention both but further apart than
+        # CO_MENTION_WINDOW counted without joining them; this write's edge is its first.
         existing = snapshot.co_mentioned_edge_id(edge.source, edge.target) if edge.edge_type == CO_MENTIONED else None
         if existing is None:
             existing, next_id = next_id, next_id + 1
-        edges.append(_stored(edge, existing, owner))
-    for edge in graph.reweighted:
-        existing = snapshot.co_mentioned_edge_id(edge.source, edge.target)
-        if existing is None:
-            raise StoreError(f"the store lost the CO_MENTIONED edge {edge.source} - {edge.target}; "
-                             "run `rms check` on it")
         edges.append(_stored(edge, existing, owner))
     edges.sort(key=lambda stored: stored.edge.edge_id)
     return PreparedWrite(rows, vectors, tuple(edges), graph, embedding_seconds, term_postings(texts.lexical), expansion)

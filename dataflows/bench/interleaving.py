@@ -1,0 +1,82 @@
+"""What the latency benchmarks' arms share: the pipeline as an arm, the arm that writes before
+each query, and interleaving, which runs every arm on each query in a rotated order after the
+warm-up, so that all arms see the same machine load (`latency_bench.py`, `lme_latency.py`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rms_retrieval.dataflows.bench.speed_bench import LATENCY_BUDGET, BenchQuery
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.protocols import QueryEncoder
+
+BUNDLE = 50
+
+
+def pipeline_arm(
+    store: Any, encoder: QueryEncoder, settings: RetrievalSettings, *, log: bool = False
+) -> Callable[[BenchQuery], Any]:
+    def run(query: BenchQuery) -> Any:
+        return retrieve(store, query.text, namespaces=query.namespaces, reference_time=query.reference_time,
+                        token_budget=LATENCY_BUDGET, limit=BUNDLE, settings=settings, encoder=encoder, log=log).bundle
+
+    return run
+
+
+class AfterWriteArm:
+    """`pipeline` on `store` (writable), each query after a one-turn add to its namespace; the
+    add is `prepare`, which `interleaved` runs before it starts the clock."""
+
+    def __init__(self, store: Any, encoder: QueryEncoder) -> None:
+        self._run = pipeline_arm(store, encoder, RetrievalSettings())
+        self._store = store
+        self.writes = 0
+
+    def prepare(self, query: BenchQuery) -> None:
+        from rms_retrieval.stores.models import MemoryObject, NodeType
+
+        self.writes += 1
+        self._store.add([MemoryObject(
+            namespace=query.namespaces[0], node_type=NodeType.TURN, session_id="bench-after-write",
+            session_seq=self.writes, content=f"note {self.writes} of the benchmark: the kettle was descaled today.",
+            created_at=query.reference_time, updated_at=query.reference_time, event_time=query.reference_time)])
+
+    def __call__(self, query: BenchQuery) -> Any:
+        return self._run(query)
+
+
+def warming_queries(queries: Sequence[BenchQuery], first: int = 3) -> list[BenchQuery]:
+    """The first `first` queries and the first query of every other namespace."""
+    chosen = list(queries[:first])
+    seen = {query.namespaces for query in chosen}
+    for query in queries[first:]:
+        if query.namespaces not in seen:
+            seen.add(query.namespaces)
+            chosen.append(query)
+    return chosen
+
+
+def interleaved(
+    arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: Sequence[BenchQuery] = ()
+) -> dict[str, list[float]]:
+    """Seconds per arm and query, after every arm ran the `warmup` queries; each query runs every
+    arm, the order rotated per query, after the arm's untimed `prepare(query)` if it has one."""
+    names = list(arms)
+    for query in warmup:
+        for name in names:
+            arms[name](query)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for position, query in enumerate(queries):
+        shift = position % len(names)
+        for name in names[shift:] + names[:shift]:
+            prepare = getattr(arms[name], "prepare", None)
+            if prepare is not None:  # untimed: what the arm needs done just before the query
+                prepare(query)
+            started = time.perf_counter()
+            arms[name](query)
+            seconds[name].append(time.perf_counter() - started)
+    return seconds
