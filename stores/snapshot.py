@@ -31,7 +31,7 @@ from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, Cla
                                             GraphIndex, LexicalHit, LexicalIndex, ObjectStore, QuantityRow, RecordReader,
                                             RetrievalLog, ScanSelection, SessionNeighbour, SnapshotSource, VectorHit,
                                             VectorIndex)
-from rms_retrieval.stores.engine.scope_cache import NamespaceRows, Scope, ScopeValues, namespace_rows
+from rms_retrieval.stores.engine.scope_cache import NamespaceRows, Scope, ScopeValues, extended_adjacency, namespace_rows
 from rms_retrieval.stores.engine.segments import NO_ROWS, LoadedSegment
 from rms_retrieval.stores.engine.store_sql import ParquetRecords
 from rms_retrieval.stores.indexes.vector_index import exact_top_k
@@ -324,7 +324,12 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 edges.append(edge)
             return Adjacency(edges)
 
-        return self._adjacency.get(key, self._sources(key, lambda rows: rows.edges), build)
+        def extend(previous: Adjacency, added: tuple[str, ...]) -> Adjacency | None:
+            counts = self.co_mention_counts(key)
+            return extended_adjacency(previous, self._split(key), frozenset(added), key,
+                                      {namespace: counts.counter(namespace) for namespace in key})
+
+        return self._adjacency.get(key, self._sources(key, lambda rows: rows.edges), build, extend)
 
     # ----- ObjectStore -----------------------------------------------------------------------------
 

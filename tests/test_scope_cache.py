@@ -73,3 +73,47 @@ def test_a_scope_splits_only_the_segments_that_hold_its_rows_or_edges(tmp_path, 
         assert len(holding_a) == 2
         assert snapshot.adjacency(["a"]).edges
         assert set(snapshot._namespace_rows) == holding_a  # the segment of b alone was never split
+
+
+def _graph_edges(store) -> list:
+    return list(store.snapshot().adjacency(["a"]).edges)
+
+
+def test_a_graph_extended_by_a_write_is_the_graph_a_fresh_reader_builds(tmp_path, encoder):
+    from rms_retrieval.stores.engine.scope_cache import extended_adjacency
+
+    names = ["Alice", "Bruno", "Chen", "Dara", "Elif", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kiri"]
+    turns = [" met ".join(names) + ".", "Alice met Kiri.", "Bruno and Chen went to Lisbon.", "Kiri, Dara and Alice.",
+             "Lisbon again with Chen.", "Greta met Hugo and Ines.", "Alice met Kiri once more.",
+             " met ".join(reversed(names)) + "."]  # Alice and Kiri far apart: counted, their edge not rewritten
+    path = tmp_path / "store"
+    extended = 0
+    with MemoryStore.open(path, encoder) as store:
+        for number, text in enumerate(turns, start=1):
+            before = store.snapshot()
+            previous = before.adjacency(["a"])
+            batch = [_memory(number, text, "a"), _memory(100 + number, f"{names[number]} elsewhere", "b")]
+            if number == 3:  # two turns of the scope in one write: the writer counts only the window
+                batch.append(_memory(200, " and ".join(names[::-1]) + " again.", "a"))
+            store.add(batch)
+            after = store.snapshot()
+            added = {segment.entry.key for segment in after.segments} - {segment.entry.key for segment in before.segments}
+            counts = after.co_mention_counts(["a"])
+            grown = extended_adjacency(previous, after._split(("a",)), added, ("a",), {"a": counts.counter("a")}) \
+                if {segment.entry.key for segment in before.segments} <= {segment.entry.key for segment in after.segments} else None
+            with MemoryStore.open(path, encoder, read_only=True) as fresh:
+                built = _graph_edges(fresh)
+            assert _graph_edges(store) == built  # what the store's own snapshot gives, extended or built
+            if grown is not None:
+                extended += 1
+                assert list(grown.edges) == built
+        assert extended >= 3  # writes that merged nothing were extended, not rebuilt
+        store.delete("a", [UUID(int=2)])  # a deleted row: the graph is built again, never extended
+        deleted = store.snapshot()
+        counts = deleted.co_mention_counts(["a"])
+        assert extended_adjacency(deleted.adjacency(["a"]), deleted._split(("a",)), set(), ("a",),
+                                  {"a": counts.counter("a")}) is None
+        store.compact()
+        store.add([_memory(50, "Alice met Kiri after the compaction.", "a")])
+        with MemoryStore.open(path, encoder, read_only=True) as fresh:
+            assert _graph_edges(store) == _graph_edges(fresh)

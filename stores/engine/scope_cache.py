@@ -5,7 +5,9 @@ and pinned rows of that scope's namespaces only, so a segment's rows are split b
 (`NamespaceRows`, kept for as long as the segment is live) and a scope never scans another
 tenant's rows. A write adds a segment to a few namespaces; a new generation keeps every scope value
 whose source segments are unchanged (`ScopeValues`), so a query after a write rebuilds only the
-scopes the write touched, at the cost of that scope and not of the store.
+scopes the write touched, at the cost of that scope and not of the store. A graph the write only
+added to (no merge, no deleted row in the scope) is extended by the write's segments instead
+(`extended_adjacency`): their edges, and the weights of the entity pairs their rows mention.
 """
 
 from __future__ import annotations
@@ -15,12 +17,18 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
+from uuid import UUID
 
+from rms_retrieval.stores.indexes.adjacency import Adjacency
+from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 from rms_retrieval.stores.protocols import Edge
-from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
+from rms_retrieval.stores.engine.segments import CO_MENTIONED, LoadedSegment, StoredEdge
 
 Scope = tuple[str, ...]
 Value = TypeVar("Value")
+# At most this many entity pairs are weighed again to extend a graph by a write's segments; a
+# larger write (a bulk add of long turns) rebuilds the graph instead.
+MAX_EXTENDED_PAIRS = 20_000
 
 
 @dataclass(frozen=True)
@@ -71,14 +79,60 @@ class ScopeValues(Generic[Value]):
             scope: entry for scope, entry in kept.items() if alive.issuperset(entry[0])
         }
 
-    def get(self, scope: Scope, sources: tuple[str, ...], build: Callable[[], Value]) -> Value:
-        """The value of `scope` built from the segments `sources` (in order), built now if unknown."""
+    def get(self, scope: Scope, sources: tuple[str, ...], build: Callable[[], Value],
+            extend: Callable[[Value, tuple[str, ...]], Value | None] | None = None) -> Value:
+        """The value of `scope` built from the segments `sources` (in order), built now if unknown.
+        With `extend`, a value built from a prefix of `sources` (what a write that merged and
+        deleted nothing leaves) is extended by the segments that follow it; `extend` returns None
+        where it cannot, and the value is built."""
         found = self._values.get(scope)
         if found is not None and found[0] == sources:
             return found[1]
-        value = build()
+        value = None
+        if extend is not None and found is not None and len(found[0]) < len(sources) \
+                and sources[:len(found[0])] == found[0]:
+            value = extend(found[1], sources[len(found[0]):])
+        if value is None:
+            value = build()
         self._values[scope] = (sources, value)
         return value
 
     def __len__(self) -> int:
         return len(self._values)
+
+
+def extended_adjacency(previous: Adjacency, split: list[tuple[LoadedSegment, NamespaceRows]], added: Collection[str],
+                       scope: Scope, counters: Mapping[str, Callable[[UUID, UUID], int]]) -> Adjacency | None:
+    """`previous`, the graph of `scope` over the segments of `split` before those in `added`,
+    extended by the edges of `added` (a later edge replaces one with its id), with the weight of
+    every entity pair a row of `added` mentions counted again (`counters`, per namespace), as the
+    full build would give it. None where that cannot be exact: a deleted row in the scope (an
+    edge or a count may have gone), or more than MAX_EXTENDED_PAIRS pairs to weigh."""
+    if any(name in rows.dead_rows for _, rows in split for name in scope):
+        return None
+    new = [(segment, rows) for segment, rows in split if segment.entry.key in added]
+    pairs: set[tuple[str, UUID, UUID]] = set()
+    edges = {edge.edge_id: edge for edge in previous.edges}
+    for segment, rows in new:
+        for namespace in scope:
+            for edge in rows.edges.get(namespace, ()):
+                edges[edge.edge_id] = edge
+                if edge.edge_type == CO_MENTIONED:
+                    pairs.add((namespace, edge.source, edge.target))
+        for row in segment.edge_index.by_owner:
+            if segment.namespace_of_row[row] in scope:
+                pairs.update(segment.edge_index.pairs_of(row))
+            if len(pairs) > MAX_EXTENDED_PAIRS:
+                return None
+    for namespace, first, second in pairs:
+        key = (namespace, first.int, second.int)
+        edge_id = next((found for segment, _ in reversed(split)
+                        if (found := segment.co_mentioned_ids.get(key)) is not None), None)
+        if edge_id is None:
+            continue
+        count = counters[namespace](first, second)
+        if count:
+            edges[edge_id] = Edge(edge_id, first, second, CO_MENTIONED, co_mention_confidence(count))
+        else:
+            edges.pop(edge_id, None)
+    return Adjacency(list(edges.values()))

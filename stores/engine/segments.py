@@ -318,6 +318,12 @@ class LoadedSegment:
         """Edge id by (edge type, source, target): how a re-weight finds the edge it replaces."""
         return {(stored.edge.edge_type, stored.edge.source, stored.edge.target): stored.edge.edge_id for stored in self.edges}
 
+    @cached_property
+    def co_mentioned_ids(self) -> dict[tuple[str, int, int], int]:
+        """Edge id by (namespace, smaller entity id's integer, larger's) of this segment's CO_MENTIONED edges."""
+        return {(stored.namespace, stored.edge.source.int, stored.edge.target.int): stored.edge.edge_id
+                for stored in self.edges if stored.edge.edge_type == CO_MENTIONED}
+
     @property
     def edge_index(self) -> _EdgeIndex:
         """This segment's edges by owner row and by target, over every row (built once, shared
