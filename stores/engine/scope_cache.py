@@ -50,6 +50,7 @@ def _grouped(pairs: list[tuple[str, object]]) -> Mapping[str, tuple]:
 
 
 def _edges_by_namespace(edges: Iterable[StoredEdge]) -> Mapping[str, tuple[Edge, ...]]:
+    """`_grouped` for edges, without a (namespace, edge) pair per edge: a segment holds millions."""
     groups: dict[str, list[Edge]] = defaultdict(list)
     for stored in edges:
         groups[stored.namespace].append(stored.edge)
