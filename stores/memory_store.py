@@ -4,7 +4,8 @@
 at a time. Every request reads one immutable `StoreSnapshot` (`snapshot()`), and a reader picks
 up a newly committed generation on its next request (one `stat` of `manifest.json` tells),
 loading only the segments it has not seen. A write takes the write lock, refreshes, writes one
-segment (and a merge when due) and switches the manifest. The retrieval log is separate,
+segment and switches the manifest; a merge it makes due runs after it, on the store's merge
+thread (stores/engine/merging.py). The retrieval log is separate,
 per-process, append-only files under `log/` that never need the write lock.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -24,10 +26,9 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores.engine import changes, compaction, writer
-from rms_retrieval.stores.providers.embedding import validated_vectors
+from rms_retrieval.stores.engine import changes, compaction, merging, writer
 from rms_retrieval.stores.providers.onnx_encoder import default_encoder
-from rms_retrieval.stores.errors import EmbeddingError, EmbeddingMismatchError, StoreError
+from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.analysis.expansion import TurnExpansion, resolved_expansion
 from rms_retrieval.stores.engine.manifest import (LEGACY_DATABASE_FILE, MANIFEST_FILE, Manifest, holds_segments,
                                                   missing_manifest_message, read_manifest, write_manifest)
@@ -41,12 +42,11 @@ from rms_retrieval.stores.log.compaction import forget
 from rms_retrieval.stores.log.retrieval_log import entries_newest_first, flush_queued, read_records
 from rms_retrieval.stores.engine.segments import LoadedSegment
 from rms_retrieval.stores.snapshot import StoreSnapshot
-from rms_retrieval.stores.analysis.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules, speaker_of, spoken_text
+from rms_retrieval.stores.analysis.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
 from rms_retrieval.stores.engine.write_lock import DEFAULT_WRITE_TIMEOUT_SECONDS, WriteLock
 
 LOG_DIRECTORY = "log"
 _RELOAD_ATTEMPTS = 5
-_MISMATCH_HINT = "use that model, or rebuild the store with `rms ingest` into an empty directory"
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
         self._log_writer: BufferedLogWriter | None = None
         self._manifest_key: tuple[int, int, int] | None = None
         self._snapshot = StoreSnapshot(Manifest(0, None), (), self.log_retrieval)
+        self._merger = merging.BackgroundMerger(path, self._merge_once)
         self._refresh()
 
     @classmethod
@@ -114,10 +115,21 @@ class MemoryStore(RetrievalLog, SnapshotSource):
                    expansion=expansion, speakers=speakers)
 
     def close(self) -> None:
-        with self._log_lock:
-            if self._log_writer is not None:
-                self._log_writer.close()
-                self._log_writer = None
+        """Finish the merges this process's writes made due, and flush the retrieval log."""
+        try:
+            self._merger.wait()
+        finally:
+            with self._log_lock:
+                if self._log_writer is not None:
+                    self._log_writer.close()
+                    self._log_writer = None
+
+    def wait_for_merges(self) -> int:
+        """Block until the merges this process's writes made due are done (a bulk load, say, before
+        it is timed or copied); the live generation after them. Raises the error of a merge that
+        failed (the store is then as it was before that merge)."""
+        self._merger.wait()
+        return self.snapshot().generation
 
     def __enter__(self) -> MemoryStore:
         return self
@@ -189,7 +201,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
         if not objects:
             return IngestReport(0, 0, 0, time.perf_counter() - started, {"generation": self.snapshot().generation})
         encoder = self._checked_encoder(self.snapshot().embedding_identity)
-        given = _given_vectors(objects, vectors, vector_identity, encoder.identity)
+        given = writer.given_vectors(objects, vectors, vector_identity, encoder.identity)
         with self._add_lock, WriteLock(self.path, self._write_timeout) as lock:
             self._refresh()
             snapshot = self._snapshot
@@ -211,6 +223,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
                 with contextlib.suppress(OSError):  # committed already; the next write tries again
                     write_store_facts(self.path, manifest)
             self._install(manifest, segments, self._stat_key())
+        self._merge_if_due(manifest)
         return IngestReport(
             objects_added=len(objects),
             entities_added=len(prepared.graph.entities),
@@ -241,6 +254,27 @@ class MemoryStore(RetrievalLog, SnapshotSource):
     def _committed(self, manifest: Manifest, segments: Sequence[LoadedSegment]) -> None:
         self._garbage.committed(manifest, time.time())
         self._install(manifest, segments, self._stat_key())
+        self._merge_if_due(manifest)
+
+    def _merge_if_due(self, manifest: Manifest) -> None:
+        if merging.merge_run(manifest.segments):
+            self._merger.wanted()
+
+    def _merge_once(self) -> bool:
+        """Plan, build (no lock held) and commit (under the write lock) one due merge; whether one was due."""
+        sources = merging.due_sources(self.snapshot().segments)
+        if not sources:
+            return False
+        staged = merging.staged_merge(self.path, sources)
+        try:
+            with self._add_lock, WriteLock(self.path, self._write_timeout):
+                self._refresh()
+                committed = merging.committed_merge(self.path, self._snapshot, staged)
+                if committed is not None:
+                    self._committed(*committed)
+        finally:
+            shutil.rmtree(staged.staging, ignore_errors=True)  # dropped, or not renamed: nothing names it
+        return True
 
     def update(self, namespace: str, object_id: UUID, changes_: Mapping[str, Any] | None = None,
                **fields: Any) -> ChangeReport:
@@ -255,7 +289,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
             version = changes.new_version(old, wanted, datetime.now(timezone.utc))
             expansion = snapshot.manifest.expansion
             again: list[changes.Located] = []
-            if _analysed_again(old, version, self._speakers):
+            if changes.analysed_again(old, version, self._speakers):
                 encoder = self._checked_encoder(snapshot.embedding_identity)
                 prepared = writer.prepare_write(snapshot, [version], encoder, progress=False, expansion=expansion,
                                                 versions={object_id}, speakers=self._speakers)
@@ -265,7 +299,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
                                                                                present=[version]))
             else:
                 prepared = changes.copied_write([(where, version)], expansion)
-            prepared, gone = _with_entity_changes(snapshot, [where, *again], prepared)
+            prepared, gone = changes.with_entity_changes(snapshot, [where, *again], prepared)
             manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
                                                changes.deleted_rows(gone))
             self._committed(manifest, segments)
@@ -287,7 +321,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
                                          progress=False, expansion=snapshot.manifest.expansion, extra_edges=[edge],
                                          speakers=self._speakers)
             copied = changes.copied_write([(where, retired)], snapshot.manifest.expansion, edges=False)
-            prepared, gone = _with_entity_changes(snapshot, [where], writer.joined(fresh, copied))
+            prepared, gone = changes.with_entity_changes(snapshot, [where], writer.joined(fresh, copied))
             manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
                                                changes.deleted_rows(gone))
             self._committed(manifest, segments)
@@ -340,7 +374,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
         if again:
             prepared = changes.reindexed_write(snapshot, rows, again, self._checked_encoder(snapshot.embedding_identity),
                                                expansion)
-        prepared, gone = _with_entity_changes(snapshot, [*rows, *again], prepared)
+        prepared, gone = changes.with_entity_changes(snapshot, [*rows, *again], prepared)
         manifest, segments = writer.commit(self.path, snapshot, prepared, self._identity(snapshot),
                                            changes.deleted_rows(gone))
         self._committed(manifest, segments)
@@ -380,7 +414,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
             self._encoder = default_encoder()
         identity = self._encoder.identity
         if stored is not None and identity != stored:
-            raise EmbeddingMismatchError(f"the encoder is {identity} but {self.path} holds vectors from {stored}; {_MISMATCH_HINT}")
+            raise EmbeddingMismatchError(f"the encoder is {identity} but {self.path} holds vectors from {stored}; {writer.MISMATCH_HINT}")
         return self._encoder
 
     # ----- RetrievalLog (stores/log/retrieval_log.py) ---------------------------------------------------
@@ -404,47 +438,3 @@ class MemoryStore(RetrievalLog, SnapshotSource):
         what was logged after it."""
         flush_queued(self.path / LOG_DIRECTORY)
         return entries_newest_first(self.path / LOG_DIRECTORY, namespaces)
-
-
-def _analysed_again(old: MemoryObject, version: MemoryObject, speakers: SpeakerRules) -> bool:
-    """Whether a new version is embedded, indexed and put in the graph again: its content changed,
-    or its speaker (a `metadata["speaker"]` change), who is part of the text it is indexed by and
-    the source of its SPOKEN_BY edge."""
-    return (version.content, spoken_text(version), speaker_of(version, speakers)) != \
-        (old.content, spoken_text(old), speaker_of(old, speakers))
-
-
-def _with_entity_changes(snapshot: StoreSnapshot, gone: Sequence[changes.Located], prepared: writer.PreparedWrite | None
-                         ) -> tuple[writer.PreparedWrite | None, list[changes.Located]]:
-    """A change's write and the rows it deletes, completed by what removing `gone` does to the
-    entities the store made (changes.entity_changes): orphans deleted, re-dated ones rewritten."""
-    entities = changes.entity_changes(snapshot, gone, prepared)
-    deleted = [*gone, *entities.orphans, *(where for where, _ in entities.redated)]
-    if not entities.redated:
-        return prepared, deleted
-    for namespace in sorted({version.namespace for _, version in entities.redated}):
-        redated = changes.copied_write([(where, version) for where, version in entities.redated if version.namespace == namespace],
-                                       snapshot.manifest.expansion, edges=False)
-        prepared = redated if prepared is None else writer.joined(prepared, redated)
-    return prepared, deleted
-
-
-def _given_vectors(
-    objects: Sequence[MemoryObject], vectors: np.ndarray | None, identity: EmbeddingIdentity | None,
-    expected: EmbeddingIdentity,
-) -> dict[UUID, np.ndarray] | None:
-    """Precomputed vectors by object id, checked: their model, their shape, finite unit rows."""
-    if vectors is None:
-        if identity is not None:
-            raise StoreError("vector_identity was given without vectors; pass both or neither")
-        return None
-    if identity is None:
-        raise StoreError("precomputed vectors need vector_identity=EmbeddingIdentity(...) naming the model that made them")
-    if identity != expected:
-        raise EmbeddingMismatchError(f"the precomputed vectors come from {identity} but this store embeds with "
-                                     f"{expected}; {_MISMATCH_HINT}")
-    try:
-        checked = validated_vectors(vectors, len(objects), expected.dimension)
-    except EmbeddingError as error:
-        raise StoreError(f"precomputed vectors: {error}") from None
-    return {memory.id: row for memory, row in zip(objects, checked)}

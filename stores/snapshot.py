@@ -31,7 +31,8 @@ from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, Cla
                                             GraphIndex, LexicalHit, LexicalIndex, ObjectStore, QuantityRow, RecordReader,
                                             RetrievalLog, ScanSelection, SessionNeighbour, SnapshotSource, VectorHit,
                                             VectorIndex)
-from rms_retrieval.stores.engine.scope_cache import NamespaceRows, Scope, ScopeValues, extended_adjacency, namespace_rows
+from rms_retrieval.stores.engine.scope_cache import (NamespaceRows, Scope, ScopeValues, extended_adjacency, merged_keys,
+                                                     namespace_rows)
 from rms_retrieval.stores.engine.segments import NO_ROWS, LoadedSegment
 from rms_retrieval.stores.engine.store_sql import ParquetRecords
 from rms_retrieval.stores.indexes.vector_index import exact_top_k
@@ -109,9 +110,10 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         self.dead_ids: frozenset[tuple[str, UUID]] = self._dead_ids()
         handed = previous._namespace_rows if previous is not None else {}
         self._namespace_rows: dict[str, NamespaceRows] = {key: handed[key] for key in live if key in handed}
-        self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, live)
-        self._catalogs = ScopeValues[list[EntityRef]](None if previous is None else previous._catalogs, live)
-        self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, live)
+        merged = {} if previous is None else merged_keys(previous.segments, self.segments)
+        self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, live, merged)
+        self._catalogs = ScopeValues[list[EntityRef]](None if previous is None else previous._catalogs, live, merged)
+        self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, live, merged)
         self._rows_table: pa.Table | None = None
         self._records = ParquetRecords(self._checked_rows, self.state_fingerprint())
 

@@ -43,3 +43,35 @@ def test_sources_into_follows_one_edge_type_into_the_targets_only():
     first.append(UUID(int=99))  # an answer is the caller's own list: changing it changes no later answer
     assert adjacency.sources_into([A], "SPOKEN_BY", 0.0) == [C, D]
     assert adjacency.sources_into([A], "SPOKEN_BY", 0.4) == [C]  # the confidence is part of the question
+
+
+def _same_arrays(updated: Adjacency, built: Adjacency) -> None:
+    assert updated.edges == built.edges and updated.nodes == built.nodes and updated.edge_type == built.edge_type
+    for name in ("source", "target", "confidence", "edge_id", "incident", "indptr"):
+        np.testing.assert_array_equal(getattr(updated, name), getattr(built, name), err_msg=name)
+    assert updated.numbers(built.nodes).tolist() == list(range(len(built.nodes)))
+
+
+def test_an_updated_graph_is_the_graph_of_its_edges_array_for_array():
+    rng = np.random.default_rng(5)
+    nodes = [UUID(int=int(value)) for value in rng.integers(1, 2**62, 40)]
+    kinds = ["MENTIONS", "CO_MENTIONED", "SPOKEN_BY"]
+
+    def edge(edge_id: int) -> Edge:
+        source, target = rng.choice(len(nodes), 2)
+        return Edge(edge_id, nodes[source], nodes[target], kinds[edge_id % 3], float(rng.random()))
+
+    edges = {edge_id: edge(edge_id) for edge_id in range(1, 300)}
+    graph = Adjacency(list(edges.values()))
+    for round_ in range(20):
+        upserts = [edge(int(edge_id)) for edge_id in rng.choice(400, 15, replace=False) + 1]  # new ids and re-weighted ones
+        if round_ % 4 == 0:  # ends never seen before
+            upserts.append(Edge(1000 + round_, UUID(int=round_ + 1), UUID(int=2**100 + round_), "MENTIONS", 0.5))
+        removed = {int(edge_id) for edge_id in rng.choice(400, 10, replace=False) + 1} - {e.edge_id for e in upserts}
+        for found in upserts:
+            edges[found.edge_id] = found
+        for edge_id in removed:
+            edges.pop(edge_id, None)
+        graph = graph.updated(upserts, removed)
+        _same_arrays(graph, Adjacency(list(edges.values())))
+    _same_arrays(graph.updated([], set(edges)), Adjacency([]))  # every edge removed: no nodes either

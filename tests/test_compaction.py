@@ -6,7 +6,7 @@ from tests import store_workers
 from rms_retrieval.stores.engine import compaction
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.engine.writer import MERGE_FACTOR
+from rms_retrieval.stores.engine.merging import MERGE_FACTOR
 
 NAMESPACE = store_workers.NAMESPACE
 
@@ -15,6 +15,7 @@ def _store(path, turns: int) -> MemoryStore:
     store = MemoryStore.open(path, store_workers.encoder(), retired_grace=3600)
     for number in range(turns):
         store.add([store_workers.turn(number)])
+        store.wait_for_merges()  # each merge as soon as it is due, so the segments are known
     return store
 
 
@@ -43,6 +44,7 @@ def test_a_merge_keeps_deleted_rows_deleted(tmp_path):
     with _store(tmp_path / "store", MERGE_FACTOR - 1) as store:
         store.delete(NAMESPACE, [store_workers.turn(MERGE_FACTOR - 2).id])  # the last turn: none is indexed with it
         store.add([store_workers.turn(MERGE_FACTOR - 1)])  # the tenth segment: the tail merges
+        store.wait_for_merges()
         merged = store.snapshot().manifest.segments
         assert len(merged) == 1 and merged[0].rows == MERGE_FACTOR and merged[0].deletions.rows == 1
         wanted = {store_workers.turn(n).id for n in range(MERGE_FACTOR) if n != MERGE_FACTOR - 2}

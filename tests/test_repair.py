@@ -16,7 +16,7 @@ from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.engine.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.engine.repair import STORE_FACTS_FILE, repair_store
-from rms_retrieval.stores.engine.writer import MERGE_FACTOR
+from rms_retrieval.stores.engine.merging import MERGE_FACTOR
 
 TURNS = MERGE_FACTOR + 5  # one merge of the first ten segments, five segments after it
 
@@ -27,6 +27,7 @@ def _grown(path: Path, turns: int = TURNS) -> list[str]:
     with MemoryStore.open(path, store_workers.encoder(), retired_grace=3600) as store:
         for number in range(turns):
             store.add([store_workers.turn(number)])
+            store.wait_for_merges()
     return sorted(segment.id for segment in read_manifest(path).segments)
 
 
@@ -73,8 +74,8 @@ def test_repair_rebuilds_a_lost_manifest_from_the_segments_without_counting_merg
     generation = read_manifest(path).generation
     (path / "manifest.json").unlink()
     report = repair_store(path, _identity)
-    # the merge's tenth source was written by the merging write itself and never outlived it
-    assert report.manifest_was == "missing" and report.objects == TURNS and len(report.replaced) == MERGE_FACTOR - 1
+    # all ten of the merge's sources are still on disk, in their grace
+    assert report.manifest_was == "missing" and report.objects == TURNS and len(report.replaced) == MERGE_FACTOR
     assert read_manifest(path).generation > generation
     assert _contents(path) == expected and check_store(path).problems == []
     with MemoryStore.open(path, store_workers.encoder()) as store:  # and it takes writes again
@@ -111,10 +112,10 @@ def test_repair_brings_a_damaged_merge_back_from_its_sources_in_their_grace(tmp_
     merged = next(entry for entry in read_manifest(path).segments if entry.sources)
     (path / "segments" / merged.id / "index.npz").write_bytes(b"damaged")
     report = repair_store(path, _identity)
-    # nine of its ten sources are still there; the tenth was the merging write's own segment
-    assert report.objects == TURNS - 1 and "back from 9 of the 10 segments it merged" in report.to_text()
-    assert [rows for _, _, rows in report.set_aside] == [{store_workers.NAMESPACE: 1}]
-    assert len(_contents(path)) == TURNS - 1 and check_store(path).problems == []
+    # its ten sources are all still there (a merge commits after the write that made it due)
+    assert report.objects == TURNS and "back from 10 of the 10 segments it merged" in report.to_text()
+    assert [rows for _, _, rows in report.set_aside] == [{}]
+    assert len(_contents(path)) == TURNS and check_store(path).problems == []
 
 
 def test_repair_of_a_lost_segment_directory_and_of_a_sound_store(tmp_path):

@@ -117,3 +117,39 @@ def test_a_graph_extended_by_a_write_is_the_graph_a_fresh_reader_builds(tmp_path
         store.add([_memory(50, "Alice met Kiri after the compaction.", "a")])
         with MemoryStore.open(path, encoder, read_only=True) as fresh:
             assert _graph_edges(store) == _graph_edges(fresh)
+
+
+def test_a_merge_keeps_every_scope_value_and_a_reader_that_missed_a_delete_builds_again(tmp_path, encoder):
+    from rms_retrieval.stores.engine.merging import MERGE_FACTOR, MergeLock
+
+    names = ["Alice", "Bruno", "Chen", "Dara", "Elif", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kiri"]
+    path = tmp_path / "store"
+    with MemoryStore.open(path, encoder) as store:
+        with MergeLock(path):  # the merge waits until the values are cached
+            for number in range(MERGE_FACTOR):
+                store.add([_memory(number + 1, f"{names[number]} met {names[number + 1]} and Alice.", "a"),
+                           _memory(100 + number, f"{names[number]} went home.", "b", salience=1.0 if number == 3 else 0.5)])
+            before = store.snapshot()
+            values = (before.adjacency(["a"]), before.entity_catalog(["a", "b"]), before.pinned_objects(["b"]))
+        store.wait_for_merges()
+        after = store.snapshot()
+        assert [entry.rows for entry in after.manifest.segments] != [entry.rows for entry in before.manifest.segments]
+        assert after.adjacency(["a"]) is values[0]  # kept through the merge, not built again
+        assert after.entity_catalog(["a", "b"]) == values[1] and after.pinned_objects(["b"]) == values[2]
+        with MemoryStore.open(path, encoder, read_only=True) as fresh:
+            assert list(fresh.snapshot().adjacency(["a"]).edges) == list(values[0].edges)
+            assert fresh.snapshot().entity_catalog(["a", "b"]) == values[1]
+        with MemoryStore.open(path, encoder, read_only=True) as reader:
+            with MergeLock(path):
+                for number in range(MERGE_FACTOR, 2 * MERGE_FACTOR):
+                    store.add([_memory(number + 1, f"{names[number % 11]} met Kiri and Alice.", "a")])
+                seen = reader.snapshot()
+                old = seen.adjacency(["a"])
+                store.delete("a", [UUID(int=2 * MERGE_FACTOR)])  # the last turn: only a deletion file
+            store.wait_for_merges()  # the merge carries the delete the reader has not seen
+            merged = store.snapshot().manifest.segments[-1]
+            assert set(merged.sources) <= {segment.entry.id for segment in seen.segments} and merged.deletions.rows == 1
+            rebuilt = reader.snapshot().adjacency(["a"])
+            assert rebuilt is not old and list(rebuilt.edges) == _graph_edges(store)
+        with MemoryStore.open(path, encoder, read_only=True) as fresh:
+            assert list(rebuilt.edges) == list(fresh.snapshot().adjacency(["a"]).edges)

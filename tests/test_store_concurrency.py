@@ -15,7 +15,7 @@ from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.stores.engine.manifest import read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.engine.write_lock import StoreBusyError, WriteLock
-from rms_retrieval.stores.engine.writer import MERGE_FACTOR
+from rms_retrieval.stores.engine.merging import MERGE_FACTOR
 
 QUESTIONS = ("What did Caroline research?", "When did Melanie paint a sunrise?", "Where does Tomas work?",
              "What is Caroline's identity?", "Who went camping?")

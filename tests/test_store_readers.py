@@ -29,6 +29,7 @@ def _built(path, turns: int = 12):
     with MemoryStore.open(path, store_workers.encoder()) as store:
         for number in range(turns):
             store.add([store_workers.turn(number)])
+            store.wait_for_merges()
 
 
 def _ask(store: MemoryStore):
@@ -78,7 +79,7 @@ def test_a_store_on_a_read_only_mount_answers_and_logging_fails_open(read_only_m
 def test_rms_check_names_a_damaged_file_and_exits_1(tmp_path, capsys):
     _built(tmp_path / "store")
     assert main(["check", "--store", str(tmp_path / "store")]) == 0
-    assert "ok: generation 12, 3 segments, 12 objects" in capsys.readouterr().out
+    assert "ok: generation 13, 3 segments, 12 objects" in capsys.readouterr().out
     vectors = _live_file(tmp_path / "store", "index.npz")
     data = bytearray(vectors.read_bytes())
     data[len(data) // 2] ^= 0x01  # one bit of one float (vectors are most of the file): a different answer if unnoticed
@@ -137,7 +138,7 @@ def test_an_open_process_never_scans_a_file_swapped_under_it(tmp_path):
 def test_a_snapshot_older_than_the_retired_grace_says_so(tmp_path):
     """Issue 21 #10: a raw DuckDB IOException 'No files found'."""
     from rms_retrieval.stores.errors import StoreError
-    from rms_retrieval.stores.engine.writer import MERGE_FACTOR
+    from rms_retrieval.stores.engine.merging import MERGE_FACTOR
 
     path = tmp_path / "store"
     with MemoryStore.open(path, store_workers.encoder(), retired_grace=0) as store:
@@ -145,6 +146,7 @@ def test_a_snapshot_older_than_the_retired_grace_says_so(tmp_path):
         old = store.snapshot()
         for number in range(1, MERGE_FACTOR + 2):  # a merge retires the first segment, the next write removes it
             store.add([store_workers.turn(number)])
+            store.wait_for_merges()
         with pytest.raises(StoreError, match="older than the store's retired grace.*take a new snapshot"):
             _scanned(old)
         assert len(_scanned(store.snapshot())) == MERGE_FACTOR + 2

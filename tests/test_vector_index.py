@@ -94,6 +94,7 @@ def test_one_segment_and_many_give_bit_identical_hits(tmp_path, rows, layout):
         one.add(turns)
         for start in range(0, len(turns), batch):
             many.add(turns[start:start + batch])
+            many.wait_for_merges()
         assert [entry.rows for entry in many.snapshot().manifest.segments] == layout
         for query in _unit_vectors(4, 384, 7):
             whole = one.snapshot().search_vector(query, ["synthetic-0"], rows)

@@ -14,7 +14,7 @@ from rms_retrieval.stores.engine.manifest import SegmentEntry
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.engine.writer import MERGE_FACTOR, merge_run
+from rms_retrieval.stores.engine.merging import MERGE_FACTOR, merge_run
 
 QUESTIONS = ("which turn was about the river?", "guitar and pottery", "turn 17", "museum violin hiking")
 
@@ -23,20 +23,25 @@ def _entries(*rows: int) -> list[SegmentEntry]:
     return [SegmentEntry(f"s{position}", count, {}) for position, count in enumerate(rows)]
 
 
-def test_merge_run_takes_a_full_tier_at_the_tail_only():
-    assert merge_run(_entries(*[1] * (MERGE_FACTOR - 1))) == 0
-    assert merge_run(_entries(*[1] * MERGE_FACTOR)) == MERGE_FACTOR
-    assert merge_run(_entries(500, *[3] * MERGE_FACTOR)) == MERGE_FACTOR
-    assert merge_run(_entries(*[10] * 9, 5)) == 0  # 5 is tier 0, the tens before it are tier 1
-    assert merge_run(_entries()) == 0
+def test_merge_run_takes_the_last_full_run_of_one_tier():
+    assert merge_run(_entries(*[1] * (MERGE_FACTOR - 1))) is None
+    assert merge_run(_entries(*[1] * MERGE_FACTOR)) == (0, MERGE_FACTOR)
+    assert merge_run(_entries(500, *[3] * MERGE_FACTOR)) == (1, MERGE_FACTOR + 1)
+    assert merge_run(_entries(*[10] * 9, 5)) is None  # 5 is tier 0, the tens before it are tier 1
+    assert merge_run(_entries()) is None
+    # merges behind the writes: a full run of tens before a few single rows still merges, in place
+    assert merge_run(_entries(500, *[10] * MERGE_FACTOR, 1, 1)) == (1, MERGE_FACTOR + 1)
+    assert merge_run(_entries(*[10] * MERGE_FACTOR, *[1] * MERGE_FACTOR)) == (MERGE_FACTOR, 2 * MERGE_FACTOR)
 
 
 def test_one_add_is_one_small_segment_and_merges_keep_few(tmp_path):
     with MemoryStore.open(tmp_path / "store", store_workers.encoder(), retired_grace=0) as store:
         for number in range(120):
             store.add([store_workers.turn(number)])
+        store.wait_for_merges()
         sizes = [entry.rows for entry in store.snapshot().manifest.segments]
-        assert sizes == [100, 10, 10]
+        assert sum(sizes) == 120 and merge_run(store.snapshot().manifest.segments) is None
+        assert len(sizes) <= 2 * (MERGE_FACTOR - 1)  # at most nine of each tier, give or take a run merged late
         assert store_workers.snapshot_problems(store.snapshot()) == []
         directories = sorted(path.name for path in (tmp_path / "store" / "segments").iterdir())
         manifest = store.snapshot().manifest
@@ -57,7 +62,8 @@ def test_one_batch_and_many_small_batches_give_byte_identical_bundles(tmp_path, 
         one.add(turns)
         for turn in turns:
             many.add([turn])
-        assert many.snapshot().generation == count and len(many.snapshot().segments) > 1
+        many.wait_for_merges()
+        assert many.snapshot().generation > count and len(many.snapshot().segments) > 1  # merges committed too
         assert _bundles(one) == _bundles(many)
 
 

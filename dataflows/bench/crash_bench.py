@@ -1,10 +1,10 @@
 """Kill a writing process with SIGKILL at random moments and check what it leaves.
 
-Each round starts a writer process (`store_workers write`) adding turns one at a time (merges
-run every tenth write), waits for a random number of commits plus a random delay, kills it, then
+Each round starts a writer process (`store_workers write`) adding turns one at a time (a merge
+falls due every tenth write and runs on the writer's merge thread), waits for a random number of commits plus a random delay, kills it, then
 opens the store: it must open to a committed generation whose rows, postings and vectors agree,
 holding every turn the writer reported committed (and at most the one in flight). The next write
-must then remove the dead write's leftovers. `rms bench crash --kills 50` prints the figures.
+must then remove the dead write's (or dead merge's) leftovers. `rms bench crash --kills 50` prints the figures.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 import rms_retrieval.dataflows.bench  # noqa: F401  (makes the checkout's tests/ importable)
 from rms_retrieval.stores.engine.manifest import read_manifest
+from rms_retrieval.stores.engine.merging import dead_merges
 from rms_retrieval.stores.engine.writer import never_named
 from tests import store_workers
 
@@ -50,10 +51,10 @@ def kill_round(path: Path, rng: random.Random, *, max_commits: int = 12, max_del
         held = snapshot.count_objects()
     if not committed <= held <= committed + 1:
         problems.append(f"the writer reported {committed} commits but the store holds {held} turns")
-    leftovers = never_named(path, read_manifest(path))
+    leftovers = [*never_named(path, read_manifest(path)), *dead_merges(path)]
     with MemoryStore.open(path, store_workers.encoder()) as store:
         store.add([store_workers.turn(held)])
-    left_after_write = never_named(path, read_manifest(path))
+    left_after_write = [*never_named(path, read_manifest(path)), *(child.name for child in dead_merges(path))]
     if left_after_write:
         problems.append(f"the next write left {left_after_write}")
     return {"held": held + 1, "committed_before_kill": committed, "leftovers_found": len(leftovers), "problems": problems}

@@ -25,7 +25,8 @@ from rms_retrieval.stores.indexes.postings import TermPostings, term_postings
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.snapshot import StoreSnapshot
-from rms_retrieval.stores.engine.writer import PreparedWrite
+from rms_retrieval.stores.engine.writer import PreparedWrite, joined
+from rms_retrieval.stores.analysis.speakers import SpeakerRules, speaker_of, spoken_text
 
 # What `update` may change in place; `content` too, as a new version that is embedded and indexed again.
 UPDATABLE_FIELDS = ("lifecycle_state", "epistemic_type", "confidence", "salience", "valid_to", "metadata", "content")
@@ -258,3 +259,26 @@ def reindexed_write(snapshot: StoreSnapshot, gone: Sequence[Located], again: Seq
     vectors = encode_many(encoder, texts.vector, progress=False)
     return PreparedWrite(rows, vectors, moved_edges(ordered), GraphUpdate((), (), ()), 0.0, term_postings(texts.lexical),
                          expansion)
+
+
+def analysed_again(old: MemoryObject, version: MemoryObject, speakers: SpeakerRules) -> bool:
+    """Whether a new version is embedded, indexed and put in the graph again: its content changed,
+    or its speaker (a `metadata["speaker"]` change), who is part of the text it is indexed by and
+    the source of its SPOKEN_BY edge."""
+    return (version.content, spoken_text(version), speaker_of(version, speakers)) != \
+        (old.content, spoken_text(old), speaker_of(old, speakers))
+
+
+def with_entity_changes(snapshot: StoreSnapshot, gone: Sequence[Located], prepared: PreparedWrite | None
+                        ) -> tuple[PreparedWrite | None, list[Located]]:
+    """A change's write and the rows it deletes, completed by what removing `gone` does to the
+    entities the store made (entity_changes): orphans deleted, re-dated ones rewritten."""
+    entities = entity_changes(snapshot, gone, prepared)
+    deleted = [*gone, *entities.orphans, *(where for where, _ in entities.redated)]
+    if not entities.redated:
+        return prepared, deleted
+    for namespace in sorted({version.namespace for _, version in entities.redated}):
+        redated = copied_write([(where, version) for where, version in entities.redated if version.namespace == namespace],
+                               snapshot.manifest.expansion, edges=False)
+        prepared = redated if prepared is None else joined(prepared, redated)
+    return prepared, deleted

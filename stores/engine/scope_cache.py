@@ -4,10 +4,11 @@ A scope's graph adjacency, entity catalog and pinned objects are built from the 
 and pinned rows of that scope's namespaces only, so a segment's rows are split by namespace once
 (`NamespaceRows`, kept for as long as the segment is live) and a scope never scans another
 tenant's rows. A write adds a segment to a few namespaces; a new generation keeps every scope value
-whose source segments are unchanged (`ScopeValues`), so a query after a write rebuilds only the
-scopes the write touched, at the cost of that scope and not of the store. A graph the write only
-added to (no merge, no deleted row in the scope) is extended by the write's segments instead
-(`extended_adjacency`): their edges, and the weights of the entity pairs their rows mention.
+whose source segments are unchanged (`ScopeValues`), or were merged into one segment that holds
+exactly their live rows (`merged_keys`), so a query after a write rebuilds only the scopes the
+write touched, at the cost of that scope and not of the store. A graph the write only added to (no
+deleted row in the scope) is updated by the write's segments instead (`extended_adjacency`):
+their edges, and the weights of the entity pairs their rows mention.
 """
 
 from __future__ import annotations
@@ -73,12 +74,19 @@ class ScopeValues(Generic[Value]):
     the next generation, which keeps those whose segments are all still live. Racing builds of one
     scope give equal values, so the last to be stored wins harmlessly."""
 
-    def __init__(self, previous: ScopeValues[Value] | None = None, live: Collection[str] = ()) -> None:
+    def __init__(self, previous: ScopeValues[Value] | None = None, live: Collection[str] = (),
+                 merged: Mapping[str, str] | None = None) -> None:
+        """`merged` maps the keys of segments a merge replaced to the merged segment's key (when it
+        holds exactly their live rows, `merged_keys`): a value built from them is kept, as built
+        from the merged segment."""
         kept = {} if previous is None else previous._values
         alive = frozenset(live)
-        self._values: dict[Scope, tuple[tuple[str, ...], Value]] = {
-            scope: entry for scope, entry in kept.items() if alive.issuperset(entry[0])
-        }
+        self._values: dict[Scope, tuple[tuple[str, ...], Value]] = {}
+        for scope, (sources, value) in kept.items():
+            if merged:
+                sources = _renamed(sources, merged)
+            if alive.issuperset(sources):
+                self._values[scope] = (sources, value)
 
     def get(self, scope: Scope, sources: tuple[str, ...], build: Callable[[], Value],
             extend: Callable[[Value, tuple[str, ...]], Value | None] | None = None) -> Value:
@@ -102,6 +110,32 @@ class ScopeValues(Generic[Value]):
         return len(self._values)
 
 
+def _renamed(sources: tuple[str, ...], merged: Mapping[str, str]) -> tuple[str, ...]:
+    """`sources` with each run of one merge's sources (neighbours in segment order) as its merged key."""
+    renamed: list[str] = []
+    for key in sources:
+        key = merged.get(key, key)
+        if not renamed or renamed[-1] != key:
+            renamed.append(key)
+    return tuple(renamed)
+
+
+def merged_keys(previous: Collection[LoadedSegment], segments: Collection[LoadedSegment]) -> dict[str, str]:
+    """Source key -> merged key, for each segment of `segments` that a merge made from segments
+    of `previous` and that holds exactly their live rows: as many deleted rows as they had
+    together (deletions only grow, so the same ones). A merged segment answers every scope as its
+    sources did, so a value built from them still holds."""
+    before = {segment.entry.id: segment for segment in previous}
+    merged: dict[str, str] = {}
+    for segment in segments:
+        sources = segment.entry.sources
+        if not sources or segment.entry.id in before or not all(source in before for source in sources):
+            continue
+        if sum(len(before[source].dead_rows) for source in sources) == len(segment.dead_rows):
+            merged.update({before[source].entry.key: segment.entry.key for source in sources})
+    return merged
+
+
 def extended_adjacency(previous: Adjacency, split: list[tuple[LoadedSegment, NamespaceRows]], added: Collection[str],
                        scope: Scope, counters: Mapping[str, Callable[[UUID, UUID], int]]) -> Adjacency | None:
     """`previous`, the graph of `scope` over the segments of `split` before those in `added`,
@@ -113,7 +147,8 @@ def extended_adjacency(previous: Adjacency, split: list[tuple[LoadedSegment, Nam
         return None
     new = [(segment, rows) for segment, rows in split if segment.entry.key in added]
     pairs: set[tuple[str, UUID, UUID]] = set()
-    edges = {edge.edge_id: edge for edge in previous.edges}
+    edges: dict[int, Edge] = {}  # added or re-weighted
+    removed: set[int] = set()
     for segment, rows in new:
         for namespace in scope:
             for edge in rows.edges.get(namespace, ()):
@@ -134,6 +169,8 @@ def extended_adjacency(previous: Adjacency, split: list[tuple[LoadedSegment, Nam
         count = counters[namespace](first, second)
         if count:
             edges[edge_id] = Edge(edge_id, first, second, CO_MENTIONED, co_mention_confidence(count))
+            removed.discard(edge_id)
         else:
             edges.pop(edge_id, None)
-    return Adjacency(list(edges.values()))
+            removed.add(edge_id)
+    return previous.updated(list(edges.values()), removed)

@@ -61,12 +61,15 @@ def write_table_segment(
     edges: Sequence[StoredEdge],
     postings: TermPostings,
     sources: tuple[str, ...] = (),
+    staging_prefix: str = TEMPORARY_PREFIX,
+    publish: bool = True,
 ) -> LoadedSegment:
     """Write one segment from its objects table (OBJECTS_SCHEMA, rows grouped by namespace, `row`
     counting from 0), vectors, edges and postings; a merge passes its sources' ids as `sources`.
 
     Each file is serialised in memory, hashed, written and fsynced once, with the staging
-    directory; then that is renamed into place. Nothing names the segment until a manifest does,
+    directory `segments/<staging_prefix><id>/`; then (with `publish`) that is renamed into place:
+    a merge renames it itself when it commits. Nothing names the segment until a manifest does,
     and `write_manifest` fsyncs `segments/` before it switches to one that does.
     """
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -85,7 +88,7 @@ def write_table_segment(
                             vectors.shape[1] if vectors.ndim == 2 else 0)
     parent = store / SEGMENTS_DIR
     parent.mkdir(exist_ok=True)
-    staging = parent / f"{TEMPORARY_PREFIX}{segment_id}"
+    staging = parent / f"{staging_prefix}{segment_id}"
     staging.mkdir()
     try:
         files = {**blobs, SIDECAR_FILE: sidecar}
@@ -95,7 +98,8 @@ def write_table_segment(
         # run at once (the journal commits them together); all must finish before the rename.
         with ThreadPoolExecutor(len(files) + 1, thread_name_prefix="segment-fsync") as pool:
             list(pool.map(fsync_path, [*(staging / name for name in files), staging]))
-        os.rename(staging, parent / segment_id)  # made durable by the manifest switch that names it
+        if publish:
+            os.rename(staging, parent / segment_id)  # made durable by the manifest switch that names it
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -1,4 +1,5 @@
-"""The write path: one add becomes one new segment, a merge when the tail has grown, one manifest.
+"""The write path: one add becomes one new segment and one manifest (merges follow it, off the
+write path: stores/engine/merging.py).
 
 Everything here runs under the write lock (stores/engine/write_lock.py) on the writer's snapshot, which
 was refreshed after the lock was taken, so the entity graph sees every committed entity and
@@ -10,8 +11,6 @@ previous generation live and some unnamed files, which `GarbageCollector` remove
 from __future__ import annotations
 
 import errno
-import math
-import os
 import shutil
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -20,29 +19,26 @@ from pathlib import Path
 from uuid import UUID
 
 import numpy as np
-import pyarrow as pa
 
-from rms_retrieval.stores.providers.embedding import encode_many
+from rms_retrieval.stores.providers.embedding import encode_many, validated_vectors
 from rms_retrieval.stores.indexes.entity_graph import CO_MENTIONED, GraphEdge, GraphUpdate, entity_graph, entity_id
-from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.errors import EmbeddingError, EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.analysis.expansion import TurnExpansion, indexed_texts
 from rms_retrieval.stores.indexes.postings import TermPostings, term_postings
-from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, read_manifest, write_manifest
+from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, read_manifest, write_manifest
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.analysis.positions import placed_turns
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
 from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, SEGMENT_NAME, TEMPORARY_PREFIX, LoadedSegment,
                                                   StoredEdge, new_segment_id, segment_generation)
-from rms_retrieval.stores.engine.segment_writing import write_deletions, write_segment, write_table_segment
+from rms_retrieval.stores.engine.merging import remove_dead_merges
+from rms_retrieval.stores.engine.segment_writing import write_deletions, write_segment
 from rms_retrieval.stores.snapshot import StoreSnapshot
 from rms_retrieval.stores.analysis.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
 
 # How long a retired segment's files outlive the write that retired it (GarbageCollector).
 RETIRED_GRACE_SECONDS = 60.0
-# Tiered merging: once this many segments of one size tier (a power of ten of rows) end the
-# list, they become one segment of the next tier. Each row is rewritten once per tier, so a write
-# costs amortised O(size of the write x number of tiers), and a store keeps few segments.
-MERGE_FACTOR = 10
+MISMATCH_HINT = "use that model, or rebuild the store with `rms ingest` into an empty directory"
 
 
 @dataclass(frozen=True)
@@ -219,57 +215,6 @@ def _without_id_clashes(graph: GraphUpdate, snapshot: StoreSnapshot, batch_keys:
     )
 
 
-def _tier(rows: int) -> int:
-    return int(math.log10(max(rows, 1)))
-
-
-def merge_run(entries: Sequence[SegmentEntry]) -> int:
-    """How many trailing segments to merge now (0: none): MERGE_FACTOR or more of the last one's tier."""
-    if not entries:
-        return 0
-    tier = _tier(entries[-1].rows)
-    run = 0
-    for entry in reversed(entries):
-        if _tier(entry.rows) != tier:
-            break
-        run += 1
-    return run if run >= MERGE_FACTOR else 0
-
-
-def write_merged(store: Path, segments: Sequence[LoadedSegment], generation: int) -> LoadedSegment:
-    """One segment holding `segments`' rows, vectors, latest edges and postings, regrouped by namespace.
-    Rows move as Arrow columns (nothing is decoded and encoded again) and postings as arrays."""
-    namespaces = [namespace for segment in segments for namespace in segment.namespace_of_row]
-    order = np.asarray(sorted(range(len(namespaces)), key=namespaces.__getitem__), dtype=np.int64)
-    new_row = np.empty(len(order), dtype=np.int64)
-    new_row[order] = np.arange(len(order))
-    joined = TermPostings.concatenate([segment.postings for segment in segments])
-    posting_rows = new_row[joined.rows].astype(np.int32)
-    by_term = np.lexsort((posting_rows, joined.term_ids))
-    lengths = np.empty_like(joined.lengths)
-    lengths[new_row] = joined.lengths
-    postings = TermPostings(joined.vocabulary, joined.term_ids[by_term], posting_rows[by_term], joined.tfs[by_term], lengths)
-    vectors = np.concatenate([segment.vectors for segment in segments])[order]
-    objects = pa.concat_tables([segment.objects_table() for segment in segments]).take(pa.array(order))
-    objects = objects.set_column(0, "row", pa.array(np.arange(len(order), dtype=np.int64)))
-    latest: dict[int, StoredEdge] = {}
-    offsets = np.cumsum([0, *(segment.entry.rows for segment in segments)]).tolist()
-    for segment, offset in zip(segments, offsets):
-        for stored in segment.edges:
-            row = -1 if stored.row is None or stored.row < 0 else int(new_row[offset + stored.row])
-            latest[stored.edge.edge_id] = StoredEdge(stored.edge, stored.namespace, row)
-    merged = write_table_segment(
-        store, new_segment_id(generation), objects, vectors, [latest[edge_id] for edge_id in sorted(latest)],
-        postings, sources=tuple(segment.entry.id for segment in segments),
-    )
-    # Deleted rows stay deleted (only compaction drops them, with the edges that name them).
-    dead = sorted(new_row[offset + row] for segment, offset in zip(segments, offsets) for row in segment.dead_rows)
-    if not dead:
-        return merged
-    deletions = write_deletions(store, merged.entry.id, generation, [int(row) for row in dead])
-    return merged.with_deletions(replace(merged.entry, deletions=deletions))
-
-
 def store_made(name: str) -> bool:
     """Whether a name under `segments/` is one the store makes: a segment or its staging directory."""
     return SEGMENT_NAME.fullmatch(name.removeprefix(TEMPORARY_PREFIX)) is not None
@@ -279,8 +224,8 @@ class GarbageCollector:
     """Removes the segment directories no generation needs any more; runs under the write lock.
 
     Never-named directories (a staging `.tmp-*` directory, or a segment of a generation at or after
-    the live one that the live manifest does not name: a dead write's, or one merged away within
-    the write that committed) go on the next write. A retired segment (named by an older
+    the live one that the live manifest does not name: a dead write's) go on the next write, as
+    does a killed merge's `.merge-*` staging when no merge is running (stores/engine/merging.py). A retired segment (named by an older
     generation) stays `grace` seconds after the write that retired it stamped its directory's
     mtime, because a reader may still be answering from an older snapshot: aggregation and
     enumeration read its Parquet files as they go. The open writer remembers what is waiting, so a
@@ -297,6 +242,7 @@ class GarbageCollector:
         """Remove what `live` (the committed generation this write builds on) no longer needs;
         `writer_died`: the write lock's last holder died holding it."""
         (self._store / (MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
+        remove_dead_merges(self._store)
         if writer_died or live.generation != self._known_generation:
             self._waiting = self._listed(live)
         now = time.time()
@@ -356,12 +302,11 @@ def commit(
     store: Path, snapshot: StoreSnapshot, prepared: PreparedWrite | None, identity: EmbeddingIdentity,
     deleted: Mapping[str, Collection[int]] | None = None,
 ) -> tuple[Manifest, list[LoadedSegment]]:
-    """Write the prepared segment (if any), the deletion files of the segments whose rows
-    `deleted` names (segment id -> rows), and merges if due; switch the manifest, and return it
-    with the segments of the new generation, in manifest order."""
+    """Write the prepared segment (if any) and the deletion files of the segments whose rows
+    `deleted` names (segment id -> rows); switch the manifest, and return it with the segments of
+    the new generation, in manifest order. Merges run after it (stores/engine/merging.py)."""
     previous = snapshot.manifest
     generation = previous.generation + 1
-    live = {segment.entry.id: segment for segment in snapshot.segments}
     written: list[LoadedSegment] = []
     deletion_files: list[Path] = []
     try:
@@ -377,15 +322,7 @@ def commit(
             written.append(write_segment(store, new_segment_id(generation), prepared.rows, prepared.vectors, prepared.edges,
                                          postings=prepared.postings))
             segments.append(written[-1])
-        retired: list[str] = []
-        while run := merge_run([segment.entry for segment in segments]):
-            sources = segments[-run:]
-            written.append(write_merged(store, sources, generation))
-            retired += [segment.entry.id for segment in sources if segment.entry.id in live]
-            segments = [*segments[:-run], written[-1]]
-        for segment_id in retired:  # the retirement time GarbageCollector counts the grace from
-            os.utime(store / SEGMENTS_DIR / segment_id)
-        manifest = Manifest(generation, identity, tuple(segment.entry for segment in segments), tuple(retired),
+        manifest = Manifest(generation, identity, tuple(segment.entry for segment in segments), (),
                             previous.expansion if prepared is None else prepared.expansion)
         write_manifest(store, manifest)
     except BaseException:
@@ -395,9 +332,6 @@ def commit(
             for path in deletion_files:
                 path.unlink(missing_ok=True)
         raise
-    for segment in written:
-        if segment not in segments:  # merged away before any manifest named it
-            shutil.rmtree(segment.directory, ignore_errors=True)
     for segment in snapshot.segments:  # a deletion file the new generation replaced
         if segment.entry.deletions is not None and (deleted or {}).get(segment.entry.id):
             (segment.directory / segment.entry.deletions.file).unlink(missing_ok=True)
@@ -422,3 +356,24 @@ def committed_generation(store: Path) -> int | None:
         return read_manifest(store).generation
     except StoreError:
         return None
+
+
+def given_vectors(
+    objects: Sequence[MemoryObject], vectors: np.ndarray | None, identity: EmbeddingIdentity | None,
+    expected: EmbeddingIdentity,
+) -> dict[UUID, np.ndarray] | None:
+    """Precomputed vectors by object id, checked: their model, their shape, finite unit rows."""
+    if vectors is None:
+        if identity is not None:
+            raise StoreError("vector_identity was given without vectors; pass both or neither")
+        return None
+    if identity is None:
+        raise StoreError("precomputed vectors need vector_identity=EmbeddingIdentity(...) naming the model that made them")
+    if identity != expected:
+        raise EmbeddingMismatchError(f"the precomputed vectors come from {identity} but this store embeds with "
+                                     f"{expected}; {MISMATCH_HINT}")
+    try:
+        checked = validated_vectors(vectors, len(objects), expected.dimension)
+    except EmbeddingError as error:
+        raise StoreError(f"precomputed vectors: {error}") from None
+    return {memory.id: row for memory, row in zip(objects, checked)}

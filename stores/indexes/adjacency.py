@@ -2,13 +2,14 @@
 
 The graph walk asks for the edges around a frontier once per hop. Nodes are numbered in UUID
 order and edges in edge-id order, so sorting numbers sorts ids; node i's incident edges are
-`incident[indptr[i]:indptr[i + 1]]`, ascending. A store builds one per namespace scope and
-generation (from a list of `Edge`) and drops them on every write.
+`incident[indptr[i]:indptr[i + 1]]`, ascending. A store builds one per namespace scope (from a
+list of `Edge`) and, after a write that only added to the scope, updates it (`updated`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from uuid import UUID
 
 import numpy as np
@@ -21,28 +22,71 @@ class Adjacency:
     `edge_id`), the node ids in UUID order, and each node's incident edges as CSR."""
 
     def __init__(self, edges: Sequence[Edge]) -> None:
-        self.edges: tuple[Edge, ...] = tuple(sorted(edges, key=_edge_id))
+        ordered_edges = tuple(sorted(edges, key=_edge_id))
         # By the UUID's integer throughout: an int hashes and compares in C, a UUID through Python code.
-        ends = {e.source.int for e in self.edges}
-        ends.update(e.target.int for e in self.edges)
+        ends = {e.source.int for e in ordered_edges}
+        ends.update(e.target.int for e in ordered_edges)
         ordered = sorted(ends)
-        self.nodes: tuple[UUID, ...] = tuple(UUID(int=node) for node in ordered)
-        self._number = {node: i for i, node in enumerate(ordered)}
-        count = len(self.edges)
-        self.source = np.fromiter((self._number[e.source.int] for e in self.edges), dtype=np.int64, count=count)
-        self.target = np.fromiter((self._number[e.target.int] for e in self.edges), dtype=np.int64, count=count)
-        self.confidence = np.fromiter((e.confidence for e in self.edges), dtype=float, count=count)
-        self.edge_id = np.fromiter((e.edge_id for e in self.edges), dtype=np.int64, count=count)
-        self.edge_type: tuple[str, ...] = tuple(e.edge_type for e in self.edges)
-        self._edge_types = np.array(self.edge_type, dtype=object)
+        number = {node: i for i, node in enumerate(ordered)}
+        count = len(ordered_edges)
+        self._install(
+            ordered_edges, tuple(UUID(int=node) for node in ordered), number,
+            np.fromiter((number[e.source.int] for e in ordered_edges), dtype=np.int64, count=count),
+            np.fromiter((number[e.target.int] for e in ordered_edges), dtype=np.int64, count=count),
+            np.fromiter((e.confidence for e in ordered_edges), dtype=float, count=count),
+            np.fromiter((e.edge_id for e in ordered_edges), dtype=np.int64, count=count),
+            np.array([e.edge_type for e in ordered_edges], dtype=object).reshape(count),
+        )
+
+    def _install(self, edges: tuple[Edge, ...], nodes: tuple[UUID, ...], number: dict[int, int], source: np.ndarray,
+                 target: np.ndarray, confidence: np.ndarray, edge_id: np.ndarray, edge_types: np.ndarray) -> None:
+        self.edges, self.nodes, self._number = edges, nodes, number
+        self.source, self.target, self.confidence, self.edge_id = source, target, confidence, edge_id
+        self._edge_types = edge_types
+        self.edge_type: tuple[str, ...] = tuple(edge_types.tolist())
         self._sources: dict[tuple, list[UUID]] = {}  # sources_into's answers: this graph never changes
-        positions = np.arange(count)
-        loop = self.source == self.target  # a self-loop is incident to its node once
-        ends = np.concatenate([self.source, self.target[~loop]])
+        positions = np.arange(len(edges))
+        loop = source == target  # a self-loop is incident to its node once
+        ends = np.concatenate([source, target[~loop]])
         owners = np.concatenate([positions, positions[~loop]])
-        order = np.lexsort((owners, ends))
+        order = np.argsort(ends * max(len(edges), 1) + owners)  # by node, then edge: lexsort's order, one key
         self.incident = owners[order]
-        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=len(self.nodes)))])
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=len(nodes)))])
+
+    def updated(self, upserts: Sequence[Edge], removed: Iterable[int] = ()) -> Adjacency:
+        """This graph with `upserts` added (an edge replaces the one with its id) and the edges with
+        ids in `removed` taken out: what `Adjacency` of the resulting edge list gives, array for
+        array, with per-edge Python work only for the changed edges (a write changes few of a
+        namespace's edges)."""
+        gone = np.fromiter({*removed, *(edge.edge_id for edge in upserts)}, dtype=np.int64)
+        keep = np.flatnonzero(~np.isin(self.edge_id, gone))
+        added = sorted(upserts, key=_edge_id)
+        new_ends = ({e.source.int for e in added} | {e.target.int for e in added}) - self._number.keys()
+        kept_nodes = np.flatnonzero(np.bincount(np.concatenate([self.source[keep], self.target[keep]]),
+                                                minlength=len(self.nodes)))
+        if new_ends or len(kept_nodes) < len(self.nodes):
+            old_ints = list(self._number)  # ascending: the dict was built in node order
+            ordered = sorted({old_ints[i] for i in kept_nodes.tolist()} | new_ends)
+            number = {node: i for i, node in enumerate(ordered)}
+            remap = np.fromiter((number.get(node, -1) for node in old_ints), dtype=np.int64, count=len(old_ints))
+            known = {node.int: node for node in self.nodes}
+            nodes = tuple(known.get(node) or UUID(int=node) for node in ordered)
+        else:
+            number, remap, nodes = self._number, np.arange(len(self.nodes)), self.nodes
+        count = len(added)
+        edge_id = np.concatenate([self.edge_id[keep], np.fromiter((e.edge_id for e in added), dtype=np.int64, count=count)])
+        order = np.argsort(edge_id, kind="stable")
+        every = (*_picked(self.edges, keep), *added)
+        updated = Adjacency.__new__(Adjacency)
+        updated._install(
+            _picked(every, order), nodes, number,
+            np.concatenate([remap[self.source[keep]], np.fromiter((number[e.source.int] for e in added), np.int64, count)])[order],
+            np.concatenate([remap[self.target[keep]], np.fromiter((number[e.target.int] for e in added), np.int64, count)])[order],
+            np.concatenate([self.confidence[keep], np.fromiter((e.confidence for e in added), float, count)])[order],
+            edge_id[order],
+            np.concatenate([self._edge_types[keep], np.array([e.edge_type for e in added], dtype=object).reshape(count)])[order],
+        )
+        return updated
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -81,6 +125,13 @@ class Adjacency:
 
 def _edge_id(edge: Edge) -> int:
     return edge.edge_id
+
+
+def _picked(items: Sequence[Edge], positions: np.ndarray) -> tuple[Edge, ...]:
+    """`tuple(items[i] for i in positions)`, in C (`itemgetter`)."""
+    if len(positions) < 2:
+        return tuple(items[i] for i in positions.tolist())
+    return itemgetter(*positions.tolist())(items)
 
 
 def _ascending_once(positions: np.ndarray, size: int) -> np.ndarray:

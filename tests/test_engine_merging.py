@@ -1,0 +1,201 @@
+"""Merges off the write path: adds return while a merge waits or runs, a merge carries over what
+changed while it was built, drops itself when its sources were rewritten, and a killed or failed
+merge leaves the store as it was."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from rms_retrieval.dataflows.retrieval import retrieve
+from rms_retrieval.stores.engine import merging
+from rms_retrieval.stores.engine.check import check_store
+from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, read_manifest
+from rms_retrieval.stores.engine.merging import MERGE_FACTOR, MERGE_PREFIX, MergeLock
+from rms_retrieval.stores.engine.write_lock import WriteLock
+from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.memory_store import MemoryStore
+from tests import store_workers
+
+NAMESPACE = store_workers.NAMESPACE
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _turn_ids(numbers) -> set:
+    return {store_workers.turn(number).id for number in numbers}
+
+
+def _staging(path: Path) -> list[str]:
+    return sorted(child.name for child in (path / SEGMENTS_DIR).glob(f"{MERGE_PREFIX}*"))
+
+
+def test_adds_return_while_a_merge_waits_and_the_merge_follows(tmp_path):
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        with MergeLock(path):  # another merge is running: this process's merge thread waits for it
+            for number in range(MERGE_FACTOR + 2):
+                store.add([store_workers.turn(number)])
+            assert [entry.rows for entry in store.snapshot().manifest.segments] == [1] * (MERGE_FACTOR + 2)
+            answer = retrieve(store, "which turn?", namespaces=[NAMESPACE], encoder=store_workers.encoder(),
+                              reference_time=store_workers.turn(99).created_at, log=False)
+            assert answer.bundle.items
+        assert store.wait_for_merges() == MERGE_FACTOR + 3  # the twelve adds, then one merge
+        merged = store.snapshot().manifest
+        assert [entry.rows for entry in merged.segments] == [MERGE_FACTOR + 2] and len(merged.retired) == MERGE_FACTOR + 2
+        assert store_workers.snapshot_problems(store.snapshot()) == []
+    assert _staging(path) == [] and check_store(path).problems == []
+
+
+def test_a_merge_carries_over_the_deletes_and_updates_committed_while_it_was_built(tmp_path):
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder(), retired_grace=3600) as store:
+        with MergeLock(path):
+            for number in range(MERGE_FACTOR):
+                store.add([store_workers.turn(number)])
+            staged = merging.staged_merge(path, merging.due_sources(store.snapshot().segments))
+            store.delete(NAMESPACE, [store_workers.turn(3).id])
+            store.update(NAMESPACE, store_workers.turn(5).id, metadata={"checked": True})
+            store.add([store_workers.turn(MERGE_FACTOR)])
+            with WriteLock(path):
+                manifest, segments = merging.committed_merge(path, store.snapshot(), staged)
+        assert not staged.staging.exists() and read_manifest(path) == manifest
+        # the merged segment stands where its sources stood; what was written after it stays after it
+        # (turn 4, indexed with turn 3 before it, was indexed again without it)
+        assert [entry.rows for entry in manifest.segments] == [MERGE_FACTOR, 1, 1, 1]
+        assert manifest.segments[0].deletions.rows == 3  # turn 3, and the old versions of turns 4 and 5
+        wanted = _turn_ids(number for number in range(MERGE_FACTOR + 1) if number != 3)
+        assert store_workers.live_problems(store.snapshot(), wanted) == []
+        assert store.snapshot().get_objects([store_workers.turn(5).id], [NAMESPACE])[store_workers.turn(5).id].metadata == \
+            {"checked": True}
+        store.wait_for_merges()
+    with MemoryStore.open(path, create=False, read_only=True) as reader:
+        assert store_workers.live_problems(reader.snapshot(), wanted) == []
+    assert check_store(path).problems == []
+
+
+def test_a_merge_whose_sources_were_rewritten_meanwhile_is_dropped(tmp_path):
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        with MergeLock(path):
+            for number in range(MERGE_FACTOR):
+                store.add([store_workers.turn(number)])
+            staged = merging.staged_merge(path, merging.due_sources(store.snapshot().segments))
+            store.delete(NAMESPACE, [store_workers.turn(MERGE_FACTOR - 1).id])
+            store.compact()  # the last source held only the deleted turn: it is gone
+            before = read_manifest(path)
+            with WriteLock(path):
+                assert merging.committed_merge(path, store.snapshot(), staged) is None
+            assert read_manifest(path) == before and staged.staging.exists()
+        store.wait_for_merges()  # nine segments: nothing is due; the thread removed the dropped staging
+        assert _staging(path) == [] and len(read_manifest(path).segments) == MERGE_FACTOR - 1
+        assert store_workers.live_problems(store.snapshot(), _turn_ids(range(MERGE_FACTOR - 1))) == []
+
+
+def test_a_merge_killed_while_it_builds_leaves_the_store_as_it_was_and_the_next_merge_cleans_up(tmp_path):
+    path = tmp_path / "store"
+    child = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from rms_retrieval.stores.engine import merging
+        from rms_retrieval.stores.memory_store import MemoryStore
+        from tests import store_workers
+        path = Path({str(path)!r})
+        store = MemoryStore.open(path, store_workers.encoder())
+        with merging.MergeLock(path):  # its own merge thread waits; this thread builds the merge
+            for number in range({MERGE_FACTOR}):
+                store.add([store_workers.turn(number)])
+            merging.staged_merge(path, merging.due_sources(store.snapshot().segments))
+            print("staged", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    killed = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL and killed.stdout == "staged\n", killed.stderr
+    before = read_manifest(path)
+    assert len(_staging(path)) == 1 and len(before.segments) == MERGE_FACTOR and check_store(path).problems == []
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        assert store_workers.snapshot_problems(store.snapshot()) == []
+        store.add([store_workers.turn(MERGE_FACTOR)])
+        store.wait_for_merges()
+        assert _staging(path) == [] and [entry.rows for entry in store.snapshot().manifest.segments] == [MERGE_FACTOR + 1]
+        assert store_workers.snapshot_problems(store.snapshot()) == []
+
+
+def test_a_failed_merge_warns_and_wait_raises_and_the_store_is_as_it_was(tmp_path):
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        with MergeLock(path):
+            for number in range(MERGE_FACTOR):
+                store.add([store_workers.turn(number)])
+            before = read_manifest(path)
+            (path / SEGMENTS_DIR / before.segments[4].id / "objects.parquet").write_bytes(b"damaged")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(StoreError, match="background merge of store .* failed: .*objects.parquet.*rms check"):
+                store.wait_for_merges()
+        assert [warning.category for warning in caught] == [RuntimeWarning]
+        assert read_manifest(path) == before and _staging(path) == []
+        store.wait_for_merges()  # raised once: the next wait has nothing to say
+
+
+def test_one_merge_thread_of_all_processes_runs_at_a_time(tmp_path):
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder()):
+        pass
+    held = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from rms_retrieval.stores.engine.merging import MergeLock
+        with MergeLock(Path({str(path)!r})):
+            print("held", flush=True)
+            sys.stdin.readline()
+    """)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout.readline() == "held\n"
+        with MemoryStore.open(path, store_workers.encoder()) as store:
+            for number in range(MERGE_FACTOR):
+                store.add([store_workers.turn(number)])
+            assert len(read_manifest(path).segments) == MERGE_FACTOR  # the other process's merge runs
+            held.stdin.write("\n")
+            held.stdin.flush()
+            assert held.wait(timeout=60) == 0
+            store.wait_for_merges()
+            assert [entry.rows for entry in read_manifest(path).segments] == [MERGE_FACTOR]
+    finally:
+        if held.poll() is None:
+            os.kill(held.pid, signal.SIGKILL)
+
+
+def test_the_next_write_removes_a_killed_merge_when_no_merge_is_due(tmp_path):
+    path = tmp_path / "store"
+    child = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from rms_retrieval.stores.engine import merging
+        from rms_retrieval.stores.memory_store import MemoryStore
+        from tests import store_workers
+        path = Path({str(path)!r})
+        store = MemoryStore.open(path, store_workers.encoder())
+        for number in range(3):
+            store.add([store_workers.turn(number)])
+        with merging.MergeLock(path):
+            merging.staged_merge(path, store.snapshot().segments)
+            print("staged", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    killed = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL and killed.stdout == "staged\n", killed.stderr
+    assert len(_staging(path)) == 1
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        with MergeLock(path):  # a merge is running: its staging is not the write's to remove
+            store.add([store_workers.turn(3)])
+            assert len(_staging(path)) == 1
+        store.add([store_workers.turn(4)])
+        assert _staging(path) == [] and len(store.snapshot().segments) == 5
+        assert store_workers.snapshot_problems(store.snapshot()) == []
