@@ -267,8 +267,9 @@ class MemoryStore(RetrievalLog, SnapshotSource):
             return False
         staged = merging.staged_merge(self.path, sources)
         try:
-            with self._add_lock, WriteLock(self.path, self._write_timeout):
+            with self._add_lock, WriteLock(self.path, self._write_timeout) as lock:
                 self._refresh()
+                self._garbage.collect(self._snapshot.manifest, writer_died=lock.holder_died)
                 committed = merging.committed_merge(self.path, self._snapshot, staged)
                 if committed is not None:
                     self._committed(*committed)

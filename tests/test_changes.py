@@ -40,6 +40,7 @@ def test_deleted_turns_leave_bundles_byte_identical_to_a_store_that_never_held_t
     with _open(tmp_path / "changed") as changed, _open(tmp_path / "never") as never:
         for turn in turns:  # one add each, so deletions land in merged and in small segments
             changed.add([turn])
+        changed.wait_for_merges()
         never.add([turn for turn in turns if turn.id not in gone])
         changed.delete(NAMESPACE, sorted(gone)[:4])
         changed.delete(NAMESPACE, sorted(gone)[4:])

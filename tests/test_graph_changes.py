@@ -93,6 +93,7 @@ def test_deleted_turns_leave_the_graph_and_the_speaker_lift_as_in_a_store_that_n
     with _open(tmp_path / "changed") as changed, _open(tmp_path / "never") as never:
         for turn in turns:  # one add each, so deletions land in merged and in small segments
             changed.add([turn])
+        changed.wait_for_merges()
         never.add([turn for turn in turns if turn.id not in gone])
         changed.delete(NAMESPACE, gone[:5])
         changed.delete(NAMESPACE, gone[5:])
@@ -114,6 +115,7 @@ def test_an_update_leaves_the_graph_of_a_store_that_only_held_the_new_versions(t
     with _open(tmp_path / "changed") as changed, _open(tmp_path / "never") as never:
         for turn in turns:
             changed.add([turn])
+        changed.wait_for_merges()
         changed.update(NAMESPACE, turns[7].id, content="I went sailing with Zoe in Lisbon")  # new mentions, old gone
         changed.update(NAMESPACE, turns[12].id, content="nothing much happened today")  # no mention left
         changed.update(NAMESPACE, turns[13].id, metadata={"speaker": "Priya", "role": "user"})  # a new speaker
@@ -142,6 +144,7 @@ def test_a_superseded_turn_leaves_the_graph_of_a_store_that_only_held_its_succes
     with _open(tmp_path / "changed") as changed, _open(tmp_path / "never") as never:
         for turn in turns:
             changed.add([turn])
+        changed.wait_for_merges()
         changed.supersede(NAMESPACE, old.id, successor)
         never.add([successor if turn.id == old.id else turn for turn in turns])
         assert _graph(changed) == _graph(never)

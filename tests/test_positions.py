@@ -53,7 +53,8 @@ def test_one_add_and_one_turn_per_add_give_the_same_positions(tmp_path):
         once = _positions(loaded)
     with MemoryStore.open(tmp_path / "grown", encoder=FakeEncoder()) as grown:
         for turn in turns:
-            grown.add([turn])  # twelve adds also merge ten segments into one
+            grown.add([turn])  # twelve adds make a merge of ten segments due
+        grown.wait_for_merges()
         assert len(grown.snapshot().segments) < len(turns)
         one_by_one = _positions(grown)
     assert once == one_by_one

@@ -133,7 +133,9 @@ def test_retired_segments_go_once_their_grace_has_passed(tmp_path):
     with MemoryStore.open(path, store_workers.encoder(), retired_grace=0.5) as store:
         for number in range(MERGE_FACTOR):
             store.add([store_workers.turn(number)])
+        store.wait_for_merges()
         retired = set(store.snapshot().manifest.retired)
+        assert len(retired) == MERGE_FACTOR
         store.add([store_workers.turn(MERGE_FACTOR)])
         assert retired <= {child.name for child in (path / "segments").iterdir()}  # within the grace
         time.sleep(0.6)
