@@ -4,12 +4,14 @@ merge leaves the store as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,12 +38,20 @@ def _staging(path: Path) -> list[str]:
     return sorted(child.name for child in (path / SEGMENTS_DIR).glob(f"{MERGE_PREFIX}*"))
 
 
+@contextlib.contextmanager
+def _merges_held_back(store: MemoryStore, turns: int = MERGE_FACTOR) -> Iterator[None]:
+    """`turns` one-turn adds while another merge holds the merge lock, so this process's merge
+    thread waits until the block ends."""
+    with MergeLock(store.path):
+        for number in range(turns):
+            store.add([store_workers.turn(number)])
+        yield
+
+
 def test_adds_return_while_a_merge_waits_and_the_merge_follows(tmp_path):
     path = tmp_path / "store"
     with MemoryStore.open(path, store_workers.encoder()) as store:
-        with MergeLock(path):  # another merge is running: this process's merge thread waits for it
-            for number in range(MERGE_FACTOR + 2):
-                store.add([store_workers.turn(number)])
+        with _merges_held_back(store, MERGE_FACTOR + 2):
             assert [entry.rows for entry in store.snapshot().manifest.segments] == [1] * (MERGE_FACTOR + 2)
             answer = retrieve(store, "which turn?", namespaces=[NAMESPACE], encoder=store_workers.encoder(),
                               reference_time=store_workers.turn(99).created_at, log=False)
@@ -56,9 +66,7 @@ def test_adds_return_while_a_merge_waits_and_the_merge_follows(tmp_path):
 def test_a_merge_carries_over_the_deletes_and_updates_committed_while_it_was_built(tmp_path):
     path = tmp_path / "store"
     with MemoryStore.open(path, store_workers.encoder(), retired_grace=3600) as store:
-        with MergeLock(path):
-            for number in range(MERGE_FACTOR):
-                store.add([store_workers.turn(number)])
+        with _merges_held_back(store):
             staged = merging.staged_merge(path, merging.due_sources(store.snapshot().segments))
             store.delete(NAMESPACE, [store_workers.turn(3).id])
             store.update(NAMESPACE, store_workers.turn(5).id, metadata={"checked": True})
@@ -83,9 +91,7 @@ def test_a_merge_carries_over_the_deletes_and_updates_committed_while_it_was_bui
 def test_a_merge_whose_sources_were_rewritten_meanwhile_is_dropped(tmp_path):
     path = tmp_path / "store"
     with MemoryStore.open(path, store_workers.encoder()) as store:
-        with MergeLock(path):
-            for number in range(MERGE_FACTOR):
-                store.add([store_workers.turn(number)])
+        with _merges_held_back(store):
             staged = merging.staged_merge(path, merging.due_sources(store.snapshot().segments))
             store.delete(NAMESPACE, [store_workers.turn(MERGE_FACTOR - 1).id])
             store.compact()  # the last source held only the deleted turn: it is gone
@@ -130,9 +136,7 @@ def test_a_merge_killed_while_it_builds_leaves_the_store_as_it_was_and_the_next_
 def test_a_failed_merge_warns_and_wait_raises_and_the_store_is_as_it_was(tmp_path):
     path = tmp_path / "store"
     with MemoryStore.open(path, store_workers.encoder()) as store:
-        with MergeLock(path):
-            for number in range(MERGE_FACTOR):
-                store.add([store_workers.turn(number)])
+        with _merges_held_back(store):
             before = read_manifest(path)
             (path / SEGMENTS_DIR / before.segments[4].id / "objects.parquet").write_bytes(b"damaged")
         with warnings.catch_warnings(record=True) as caught:
