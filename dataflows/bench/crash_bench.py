@@ -1,7 +1,8 @@
 """Kill a writing process with SIGKILL at random moments and check what it leaves.
 
 Each round starts a writer process (`store_workers write`) adding turns one at a time (a merge
-falls due every tenth write and runs on the writer's merge thread), waits for a random number of commits plus a random delay, kills it, then
+falls due every tenth write and runs on the writer's merge thread), waits for a random number of
+commits plus a random delay, kills it, then
 opens the store: it must open to a committed generation whose rows, postings and vectors agree,
 holding every turn the writer reported committed (and at most the one in flight). The next write
 must then remove the dead write's (or dead merge's) leftovers. `rms bench crash --kills 50` prints the figures.

@@ -19,7 +19,8 @@ from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Ma
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge, new_segment_id
 from rms_retrieval.stores.engine.segment_writing import write_table_segment
 from rms_retrieval.stores.snapshot import StoreSnapshot
-from rms_retrieval.stores.engine.writer import committed_generation, remove_unnamed_deletions, store_made
+from rms_retrieval.stores.engine.manifest import committed_generation
+from rms_retrieval.stores.engine.writer import remove_unnamed_deletions, store_made
 
 
 def _names_dead(stored: StoredEdge, dead_ids: frozenset) -> bool:

@@ -196,3 +196,11 @@ def write_manifest(store: Path, manifest: Manifest) -> None:
         raise
     os.replace(staged, store / MANIFEST_FILE)
     fsync_path(store)
+
+
+def committed_generation(store: Path) -> int | None:
+    """The generation `store`'s manifest names, None if it cannot be read."""
+    try:
+        return read_manifest(store).generation
+    except StoreError:
+        return None

@@ -1,8 +1,8 @@
 """Tiered merges, off the write path (after tantivy's segment updater).
 
 A write commits its one segment and returns; when ten or more neighbouring segments of one size
-tier (a power of ten of rows) are in the list, the writing process's merge thread (`BackgroundMerger`) rewrites
-them as one segment of the next tier. It builds the merged segment from the sources' files with
+tier (a power of ten of rows) are in the list, the writing process's merge thread
+(`BackgroundMerger`) rewrites them as one segment of the next tier. It builds the merged segment from the sources' files with
 no lock held, under `segments/.merge-<id>/`, so readers and the next write go on meanwhile. It
 then takes the write lock for the commit alone: it renames the staged segment into place, writes
 its deletion file from the sources' dead rows *as they are now* (a delete or update that came in
@@ -13,9 +13,9 @@ dropped and the merge planned again from the live generation.
 
 `merge.lock` (flock) lets one merge thread of all processes run at a time; the thread that holds
 it removes any `.merge-*` directory it finds, which only a dead merge can have left, and so does
-the next write when no merge is running (`remove_dead_merges`). A merged
-segment is named by its newest source's generation, so ordering segments by generation (as
-`rms repair` does) still puts it before every segment written after its sources.
+the next write when no merge is running (`remove_dead_merges`). A merged segment is named by its
+newest source's generation, so ordering segments by generation (as `rms repair` does) still puts
+it before every segment written after its sources.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Manifest, SegmentEntry, read_manifest, write_manifest
+from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Manifest, SegmentEntry, committed_generation, write_manifest
 from rms_retrieval.stores.engine.segment_writing import write_deletions, write_table_segment
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge, new_segment_id, segment_generation
 from rms_retrieval.stores.errors import StoreError
@@ -139,17 +139,10 @@ def committed_merge(store: Path, snapshot: StoreSnapshot, staged: StagedMerge) -
                             previous.expansion)
         write_manifest(store, manifest)
     except BaseException:
-        if _generation(store) != generation:  # a failed merge leaves the store as it was
+        if committed_generation(store) != generation:  # a failed merge leaves the store as it was
             shutil.rmtree(final, ignore_errors=True)
         raise
     return manifest, segments
-
-
-def _generation(store: Path) -> int | None:
-    try:
-        return read_manifest(store).generation
-    except StoreError:
-        return None
 
 
 def due_sources(segments: Sequence[LoadedSegment]) -> Sequence[LoadedSegment]:

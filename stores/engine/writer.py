@@ -25,7 +25,7 @@ from rms_retrieval.stores.indexes.entity_graph import CO_MENTIONED, GraphEdge, G
 from rms_retrieval.stores.errors import EmbeddingError, EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.analysis.expansion import TurnExpansion, indexed_texts
 from rms_retrieval.stores.indexes.postings import TermPostings, term_postings
-from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, read_manifest, write_manifest
+from rms_retrieval.stores.engine.manifest import (MANIFEST_FILE, SEGMENTS_DIR, Manifest, committed_generation, write_manifest)
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.analysis.positions import placed_turns
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
@@ -350,12 +350,6 @@ def write_failure(store: Path, generation: int, step: str, error: OSError) -> St
                       f"was at generation {generation}{hint}")
 
 
-def committed_generation(store: Path) -> int | None:
-    """The generation `store`'s manifest names, None if it cannot be read."""
-    try:
-        return read_manifest(store).generation
-    except StoreError:
-        return None
 
 
 def given_vectors(
