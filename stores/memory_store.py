@@ -217,13 +217,11 @@ class MemoryStore(RetrievalLog, SnapshotSource):
                 manifest, segments = writer.commit(self.path, snapshot, prepared, encoder.identity)
             except OSError as error:
                 raise writer.write_failure(self.path, snapshot.generation, step, error) from error
-            self._garbage.committed(manifest, time.time())
             if (manifest.embedding, manifest.expansion) != (snapshot.manifest.embedding, snapshot.manifest.expansion) \
                     or not (self.path / STORE_FACTS_FILE).exists():
                 with contextlib.suppress(OSError):  # committed already; the next write tries again
                     write_store_facts(self.path, manifest)
-            self._install(manifest, segments, self._stat_key())
-        self._merge_if_due(manifest)
+            self._committed(manifest, segments)
         return IngestReport(
             objects_added=len(objects),
             entities_added=len(prepared.graph.entities),

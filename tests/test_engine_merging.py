@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,7 +100,8 @@ def test_a_merge_whose_sources_were_rewritten_meanwhile_is_dropped(tmp_path):
             with WriteLock(path):
                 assert merging.committed_merge(path, store.snapshot(), staged) is None
             assert read_manifest(path) == before and staged.staging.exists()
-        store.wait_for_merges()  # nine segments: nothing is due; the thread removed the dropped staging
+            shutil.rmtree(staged.staging)  # what the merge thread does with a dropped merge
+        store.wait_for_merges()  # nine segments: nothing is due
         assert _staging(path) == [] and len(read_manifest(path).segments) == MERGE_FACTOR - 1
         assert store_workers.live_problems(store.snapshot(), _turn_ids(range(MERGE_FACTOR - 1))) == []
 
@@ -176,7 +178,7 @@ def test_one_merge_thread_of_all_processes_runs_at_a_time(tmp_path):
             os.kill(held.pid, signal.SIGKILL)
 
 
-def test_the_next_write_removes_a_killed_merge_when_no_merge_is_due(tmp_path):
+def test_a_killed_merge_is_cleaned_up_by_the_next_lock_holder_and_never_a_running_one(tmp_path):
     path = tmp_path / "store"
     child = textwrap.dedent(f"""
         import os, signal
@@ -195,11 +197,50 @@ def test_the_next_write_removes_a_killed_merge_when_no_merge_is_due(tmp_path):
     """)
     killed = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL and killed.stdout == "staged\n", killed.stderr
-    assert len(_staging(path)) == 1
-    with MemoryStore.open(path, store_workers.encoder()) as store:
-        with MergeLock(path):  # a merge is running: its staging is not the write's to remove
-            store.add([store_workers.turn(3)])
+    assert len(_staging(path)) == 1 and (path / merging.MERGE_LOCK_FILE).read_text() != ""
+    running = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import shutil, sys
+        from pathlib import Path
+        from rms_retrieval.stores.engine import merging
+        from rms_retrieval.stores.memory_store import MemoryStore
+        path = Path({str(path)!r})
+        with MemoryStore.open(path, create=False, read_only=True) as store, merging.MergeLock(path):
+            staged = merging.staged_merge(path, store.snapshot().segments)
+            print(len(list((path / "segments").glob(".merge-*"))), flush=True)
+            sys.stdin.readline()
+            shutil.rmtree(staged.staging)
+    """)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert running.stdout.readline() == "1\n"  # taking the lock removed the dead merge's staging
+        with MemoryStore.open(path, store_workers.encoder()) as store:
+            store.add([store_workers.turn(3)])  # a merge is running: its staging is not the write's to remove
             assert len(_staging(path)) == 1
-        store.add([store_workers.turn(4)])
-        assert _staging(path) == [] and len(store.snapshot().segments) == 5
-        assert store_workers.snapshot_problems(store.snapshot()) == []
+            running.stdin.write("\n")
+            running.stdin.flush()
+            assert running.wait(timeout=60) == 0
+            store.add([store_workers.turn(4)])
+            assert _staging(path) == [] and len(store.snapshot().segments) == 5
+            assert store_workers.snapshot_problems(store.snapshot()) == []
+    finally:
+        if running.poll() is None:
+            os.kill(running.pid, signal.SIGKILL)
+
+
+def test_the_next_write_removes_a_killed_merge_s_staging(tmp_path):
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        store.add([store_workers.turn(0)])
+    killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from rms_retrieval.stores.engine import merging
+        from rms_retrieval.stores.memory_store import MemoryStore
+        path = Path({str(path)!r})
+        with MemoryStore.open(path, create=False, read_only=True) as store, merging.MergeLock(path):
+            merging.staged_merge(path, store.snapshot().segments)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL and len(_staging(path)) == 1, killed.stderr
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        store.add([store_workers.turn(1)])
+        assert _staging(path) == [] and (path / merging.MERGE_LOCK_FILE).read_text() == ""

@@ -11,9 +11,9 @@ place, so later segments stay later (the later segment's edge wins). If the sour
 the live run (a compaction rewrote them, another process merged them), the staged segment is
 dropped and the merge planned again from the live generation.
 
-`merge.lock` (flock) lets one merge thread of all processes run at a time; the thread that holds
-it removes any `.merge-*` directory it finds, which only a dead merge can have left, and so does
-the next write when no merge is running (`remove_dead_merges`). A merged segment is named by its
+`merge.lock` (flock) lets one merge thread of all processes run at a time. Its holder's process id
+is in it, so whoever takes it next after a holder died (the next merge thread, or the next write
+when no merge is running: `remove_dead_merges`) removes the `.merge-*` directories that merge left. A merged segment is named by its
 newest source's generation, so ordering segments by generation (as `rms repair` does) still puts
 it before every segment written after its sources.
 """
@@ -182,7 +182,8 @@ class BackgroundMerger:
             thread = self._thread
         if thread is not None:
             thread.join()
-        error, self._error = self._error, None
+        with self._lock:
+            error, self._error = self._error, None
         if error is not None:
             raise StoreError(f"a background merge of store {self._store} failed: {error}; the store is as it was "
                              "before it, and the next write tries again") from error
@@ -190,8 +191,6 @@ class BackgroundMerger:
     def _run(self) -> None:
         try:
             with MergeLock(self._store):
-                for child in dead_merges(self._store):
-                    shutil.rmtree(child, ignore_errors=True)  # a dead merge's: no other merge is running
                 while True:
                     while self._merge_once():
                         pass
@@ -214,19 +213,22 @@ def dead_merges(store: Path) -> list[Path]:
 
 
 def remove_dead_merges(store: Path) -> None:
-    """Remove what killed merges staged, unless a merge is running now (its lock is held)."""
-    if not dead_merges(store):
+    """Remove what killed merges staged, if the last holder of the merge lock died holding it and
+    no merge runs now: one `stat` when none did (a holder empties the file when it lets go)."""
+    try:
+        if not os.stat(store / MERGE_LOCK_FILE).st_size:
+            return
+    except FileNotFoundError:
         return
-    lock = MergeLock(store, wait=False)
-    with lock:
-        if lock.held:
-            for child in dead_merges(store):
-                shutil.rmtree(child, ignore_errors=True)
+    with MergeLock(store, wait=False):  # taking it (if free) removes them
+        pass
 
 
 class MergeLock:
     """`merge.lock`, held by the one merge thread of all processes that runs; with `wait=False`,
-    taken only if it is free (`held` says whether it was)."""
+    taken only if it is free (`held` says whether it was). The holder writes its process id into
+    the file and empties it when it lets go, so a non-empty file with no holder is a dead merge's:
+    whoever takes the lock then removes the `.merge-*` directories that merge left."""
 
     def __init__(self, store: Path, *, wait: bool = True) -> None:
         self._path = store / MERGE_LOCK_FILE
@@ -239,6 +241,10 @@ class MergeLock:
         try:
             fcntl.flock(self._descriptor, fcntl.LOCK_EX if self._wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             self.held = True
+            if os.fstat(self._descriptor).st_size:  # the last holder died holding it
+                for child in dead_merges(self._path.parent):
+                    shutil.rmtree(child, ignore_errors=True)
+            os.pwrite(self._descriptor, str(os.getpid()).encode(), 0)
         except BlockingIOError:
             pass
         except BaseException:
@@ -249,6 +255,7 @@ class MergeLock:
     def __exit__(self, *exc_info: object) -> None:
         assert self._descriptor is not None
         if self.held:
+            os.ftruncate(self._descriptor, 0)
             fcntl.flock(self._descriptor, fcntl.LOCK_UN)
         os.close(self._descriptor)
         self.held = False

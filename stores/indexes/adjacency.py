@@ -69,8 +69,7 @@ class Adjacency:
             ordered = sorted({old_ints[i] for i in kept_nodes.tolist()} | new_ends)
             number = {node: i for i, node in enumerate(ordered)}
             remap = np.fromiter((number.get(node, -1) for node in old_ints), dtype=np.int64, count=len(old_ints))
-            known = {node.int: node for node in self.nodes}
-            nodes = tuple(known.get(node) or UUID(int=node) for node in ordered)
+            nodes = tuple(self.nodes[self._number[node]] if node in self._number else UUID(int=node) for node in ordered)
         else:
             number, remap, nodes = self._number, np.arange(len(self.nodes)), self.nodes
         count = len(added)
