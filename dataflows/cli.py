@@ -10,6 +10,7 @@ error, ValueError, OSError) prints one line and exits 2, and `--verbose` adds th
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 import traceback
@@ -155,5 +156,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         hamilton_log.setLevel(level)
 
 
+def run() -> None:
+    """The `rms` command: `main()`, then the process ends. Its objects are frozen out of the
+    garbage collector first, so the interpreter's last collection does not scan everything the
+    imports made (0.2 s of a cold `rms query`, a sixth of it); atexit hooks (the retrieval log's
+    flush) still run, and memory goes back to the system with the process. Callers of `main()` in
+    a process that goes on (tests, notebooks) keep their collector as it was."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

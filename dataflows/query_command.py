@@ -11,6 +11,9 @@ from rms_retrieval.stores.visibility import RetrievalMode
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
+    from rms_retrieval.stores.providers.onnx_encoder import default_encoder
+
+    default_encoder().load_in_background()  # on the other core while the pipeline imports and the store opens
     from rms_retrieval.dataflows.presenter import format_bundle
     from rms_retrieval.dataflows.retrieval import retrieve
 

@@ -58,9 +58,9 @@ class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
     def counter(self, namespace: str) -> Callable[[UUID, UUID], int]:
         """`count` for one namespace's pairs (smaller id, larger id), for a loop over many: in each
         segment holding the namespace, the rows mentioning both entities (the intersection of
-        their mentioning rows, `_EdgeIndex.mentioners`) less its dead rows. No segment lists every
+        their mentioning rows, `LoadedSegment.mentioners`) less its dead rows. No segment lists every
         pair its objects mention, which is quadratic in the names of a long turn."""
-        parts = [(segment.edge_index.mentioners, segment.dead_rows) for segment in self._segments.get(namespace, ())]
+        parts = [(segment.mentioners(namespace), segment.dead_rows) for segment in self._segments.get(namespace, ())]
 
         def count(first: UUID, second: UUID) -> int:
             low, high = first.int, second.int
@@ -68,9 +68,9 @@ class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
                 return 0
             total = 0
             for mentioners, dead in parts:
-                rows = mentioners.get((namespace, low))
+                rows = mentioners.get(low)
                 if rows:
-                    both = rows & mentioners.get((namespace, high), NO_ROWS)
+                    both = rows & mentioners.get(high, NO_ROWS)
                     total += len(both - dead) if dead and both else len(both)
             return total
         return count
@@ -132,7 +132,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     @property
     def max_edge_id(self) -> int:
         """Edge ids run 1..N without gaps, so the largest is also the edge count."""
-        return max((stored.edge.edge_id for segment in self.segments for stored in segment.edges[-1:]), default=0)
+        return max((segment.last_edge_id for segment in self.segments), default=0)
 
     def state_fingerprint(self) -> str:
         """Changes whenever rows, vectors or lexical statistics change (each write bumps the generation)."""

@@ -34,6 +34,16 @@ def query_encoder() -> OnnxQueryEncoder:
     return encoder
 
 
+@pytest.fixture(scope="module")
+def exported_encoder(query_encoder, tmp_path_factory) -> OnnxQueryEncoder:
+    """An encoder whose cache cannot be written: it exports the weights afresh and keeps the graph in memory."""
+    blocked = tmp_path_factory.mktemp("unwritable") / "a-file"
+    blocked.write_text("not a directory")
+    encoder = OnnxQueryEncoder(cache_dir=blocked / "cache")
+    encoder.encode(["warm"])
+    return encoder
+
+
 @pytest.fixture
 def good_cache(query_encoder, tmp_path):
     """A private cache directory holding a copy of the graph and its checksum."""
@@ -94,12 +104,39 @@ def test_a_damaged_cached_graph_is_exported_again_not_trusted(good_cache, query_
     assert graph.read_bytes() == query_encoder.graph_path().read_bytes()
 
 
-def test_an_unwritable_cache_keeps_the_export_in_memory(tmp_path, query_encoder):
-    blocked = tmp_path / "a-file"
-    blocked.write_text("not a directory")
-    in_memory = OnnxQueryEncoder(cache_dir=blocked / "cache")
-    np.testing.assert_array_equal(in_memory.encode(TEXTS[:2]), query_encoder.encode(TEXTS[:2]))
+def test_a_partial_cached_graph_is_not_loaded(good_cache, query_encoder):
+    graph = good_cache / query_encoder.graph_path().name
+    graph.write_bytes(graph.read_bytes()[: 1 << 20])  # onnxruntime cannot parse it; the checksum decides
+    assert onnx_encoder._cached_session(graph) is None
+    graph.unlink()
+    assert onnx_encoder._cached_session(graph) is None
+
+
+def test_a_graph_replaced_while_its_session_loads_is_not_trusted(good_cache, monkeypatch, query_encoder):
+    """The session reads the path, the checksum thread a handle opened before: if another process
+    swaps the file in between, what was hashed may not be what was loaded."""
+    graph = good_cache / query_encoder.graph_path().name
+    replacement = good_cache / "replacement.onnx"
+    shutil.copy(graph, replacement)  # the same bytes, but another file: the session reads that one
+    real_session = onnx_encoder._session
+    monkeypatch.setattr(onnx_encoder, "_session", lambda model: os.replace(replacement, graph) or real_session(model))
+    assert onnx_encoder._cached_session(graph) is None
+    monkeypatch.setattr(onnx_encoder, "_session", real_session)
+    assert onnx_encoder._cached_session(graph) is not None
+
+
+def test_an_unwritable_cache_keeps_the_export_in_memory(exported_encoder, query_encoder):
+    blocked = exported_encoder.graph_path().parent.parent
+    np.testing.assert_array_equal(exported_encoder.encode(TEXTS[:2]), query_encoder.encode(TEXTS[:2]))
     assert blocked.read_text() == "not a directory"
+
+
+def test_a_graph_loaded_from_the_cache_gives_the_floats_of_a_fresh_export(good_cache, monkeypatch, exported_encoder):
+    """The cache is loaded from its path, a fresh export from its bytes in memory: the same
+    session options either way, so every vector is the same to the bit."""
+    monkeypatch.setattr(onnx_encoder, "export_graph", lambda path: pytest.fail("the good cached graph was not used"))
+    cached = OnnxQueryEncoder(cache_dir=good_cache)
+    np.testing.assert_array_equal(cached.encode(TEXTS), exported_encoder.encode(TEXTS))
 
 
 def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
@@ -119,14 +156,14 @@ with MemoryStore.open(sys.argv[1]) as store:
 with contextlib.redirect_stdout(io.StringIO()) as printed:
     code = main(["query", "--store", sys.argv[1], "--namespace", sys.argv[2], "What colour is my bike?"])
 print(json.dumps({"code": code, "answered": "Brompton" in printed.getvalue(),
-                  "heavy": sorted(m for m in ("torch", "transformers", "sentence_transformers", "sklearn") if m in sys.modules)}))
+                  "heavy": sorted(m for m in ("torch", "transformers", "sentence_transformers", "sklearn", "dateparser") if m in sys.modules)}))
 """
 
 
 def test_a_cold_write_and_query_never_import_the_torch_stack(query_encoder, demo_copy, demo_store):
     """What makes a one-shot process fast: with the graph cached, writing a message and answering
-    a question import none of torch, transformers, sentence-transformers or scikit-learn, and print
-    nothing on stderr."""
+    a question import none of torch, transformers, sentence-transformers or scikit-learn (nor
+    dateparser, for a question that names no date), and print nothing on stderr."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS"))}
     done = subprocess.run([sys.executable, "-c", _WRITE_AND_QUERY_PROCESS, str(demo_copy), demo_store.namespace],
                           capture_output=True, text=True, env=env, timeout=600)
@@ -201,3 +238,29 @@ def test_threads_that_first_encode_together_load_the_graph_once(good_cache, monk
         thread.join()
     assert built == [1]
     assert all(np.array_equal(vector, query_encoder.encode([TEXTS[0]])) for vector in vectors)
+
+
+def test_a_background_load_is_the_session_the_first_encode_uses(good_cache, monkeypatch, query_encoder):
+    """`rms query` starts the load on a thread while it imports and opens the store: the first
+    encode waits for that session instead of building another, and gives the same floats."""
+    built, real_session = [], onnx_encoder._session
+    monkeypatch.setattr(onnx_encoder, "_session", lambda model: built.append(1) or real_session(model))
+    fresh = OnnxQueryEncoder(cache_dir=good_cache)
+    loading = fresh.load_in_background()
+    assert not loading.daemon  # an early exit waits for it: tearing down a half-built session aborts
+    vector = fresh.encode([TEXTS[0]])
+    loading.join()
+    assert built == [1]
+    np.testing.assert_array_equal(vector, query_encoder.encode([TEXTS[0]]))
+
+
+def test_a_background_load_that_fails_leaves_the_error_to_the_first_encode(tmp_path):
+    """The thread swallows nothing the caller would have seen: the first encode raises what it
+    raises without a background load."""
+    missing = OnnxQueryEncoder(tmp_path / "no-model", cache_dir=tmp_path / "cache")
+    missing.load_in_background().join()  # nothing raised on the thread
+    with pytest.raises(Exception) as after_background:
+        missing.encode(["Where does Tomas work now?"])
+    with pytest.raises(Exception) as without:
+        OnnxQueryEncoder(tmp_path / "no-model", cache_dir=tmp_path / "cache").encode(["Where does Tomas work now?"])
+    assert (type(after_background.value), str(after_background.value)) == (type(without.value), str(without.value))

@@ -6,6 +6,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta, timezone
 
+import dateparser
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -127,19 +128,19 @@ def test_dateless_query_skips_dateparser(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("dateparser called")
 
-    monkeypatch.setattr(temporal.dateparser, "parse", fail)
+    monkeypatch.setattr(dateparser, "parse", fail)
     assert parse_temporal_signals("What is Caroline's favourite colour?", REFERENCE) == ()
 
 
 def test_dateparser_runs_under_the_shared_lock(monkeypatch):
     held = []
-    real_parse = temporal.dateparser.parse
+    real_parse = dateparser.parse
 
     def spy(*args, **kwargs):
         held.append(DATEPARSER_LOCK.locked())
         return real_parse(*args, **kwargs)
 
-    monkeypatch.setattr(temporal.dateparser, "parse", spy)
+    monkeypatch.setattr(dateparser, "parse", spy)
     parse_temporal_signals("8 May 2023", REFERENCE)
     assert held == [True]
     assert isinstance(DATEPARSER_LOCK, type(threading.Lock()))

@@ -43,8 +43,6 @@ import threading
 from collections.abc import Callable
 from datetime import MAXYEAR, MINYEAR, UTC, date, datetime, timedelta
 
-import dateparser
-
 from rms_retrieval.nodes.models import TemporalSignal, TemporalType
 
 DATEPARSER_LOCK = threading.Lock()
@@ -164,6 +162,8 @@ def _dateparser_day(phrase: str, reference: datetime) -> date | None:
         "TIMEZONE": "UTC",
         "RETURN_AS_TIMEZONE_AWARE": False,
     }
+    import dateparser  # 65 ms of a cold process's imports, for the few questions that name a date
+
     with DATEPARSER_LOCK:
         parsed = dateparser.parse(phrase, languages=["en"], settings=settings)
     return parsed.date() if parsed else None

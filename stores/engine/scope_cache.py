@@ -14,7 +14,7 @@ their edges, and the weights of the entity pairs their rows mention.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
@@ -23,7 +23,7 @@ from uuid import UUID
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 from rms_retrieval.stores.protocols import Edge
-from rms_retrieval.stores.engine.segments import CO_MENTIONED, LoadedSegment, StoredEdge
+from rms_retrieval.stores.engine.segments import CO_MENTIONED, LoadedSegment
 
 Scope = tuple[str, ...]
 Value = TypeVar("Value")
@@ -50,19 +50,11 @@ def _grouped(pairs: list[tuple[str, object]]) -> Mapping[str, tuple]:
     return MappingProxyType({namespace: tuple(items) for namespace, items in groups.items()})
 
 
-def _edges_by_namespace(edges: Iterable[StoredEdge]) -> Mapping[str, tuple[Edge, ...]]:
-    """`_grouped` for edges, without a (namespace, edge) pair per edge: a segment holds millions."""
-    groups: dict[str, list[Edge]] = defaultdict(list)
-    for stored in edges:
-        groups[stored.namespace].append(stored.edge)
-    return MappingProxyType({namespace: tuple(found) for namespace, found in groups.items()})
-
-
 def namespace_rows(segment: LoadedSegment) -> NamespaceRows:
     """Split `segment`'s edges, entity rows, pinned rows and deleted rows by namespace (edges never cross one)."""
     namespace_of = segment.namespace_of_row
     return NamespaceRows(
-        edges=_edges_by_namespace(segment.live_edges()),
+        edges=segment.live_edges_by_namespace(),
         entity_rows=_grouped([(namespace_of[row], row) for row in segment.entity_rows]),
         pinned_rows=_grouped([(namespace_of[row], row) for row in segment.pinned_rows]),
         dead_rows=_grouped([(namespace_of[row], row) for row in sorted(segment.dead_rows)]),

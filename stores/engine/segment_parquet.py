@@ -60,8 +60,9 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 
 def read_table(data: bytes, columns: Sequence[str] | None = None) -> pa.Table:
-    """A Parquet file's table from its (verified) bytes."""
-    return pq.read_table(pa.BufferReader(data), columns=list(columns) if columns is not None else None)
+    """A Parquet file's table from its (verified) bytes, read as one file (`ParquetFile`): not
+    through `pq.read_table`'s dataset layer, which a process sets up on its first call."""
+    return pq.ParquetFile(pa.BufferReader(data)).read(columns=list(columns) if columns is not None else None)
 
 
 def conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:

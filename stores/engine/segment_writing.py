@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from rms_retrieval.stores.engine.edge_columns import EdgeColumns, stored_edge_arrays
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry, fsync_path
 from rms_retrieval.stores.engine.segment_parquet import loaded_columns, objects_table, parquet_bytes
 from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, INDEX_FILE, OBJECTS_FILE, SIDECAR_FILE,
@@ -79,8 +80,9 @@ def write_table_segment(
     columns = loaded_columns(objects)
     # every owner known before it is stored (an edge given without one is owned by its source's row)
     edges = owned_edges(edges, {key: row for row, key in enumerate(zip(columns["namespace"], columns["id"]))}, objects.num_rows)
+    edge_arrays = stored_edge_arrays(edges)
     index = io.BytesIO()
-    np.savez(index, vectors=vectors, **postings.to_arrays(), **_edge_arrays(edges))
+    np.savez(index, vectors=vectors, **postings.to_arrays(), **edge_arrays)
     blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: index.getvalue()}
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
     namespaces = Counter(objects.column("namespace").to_pylist())
@@ -106,7 +108,7 @@ def write_table_segment(
     entry = SegmentEntry(segment_id, objects.num_rows, digests, sources)
     segment = LoadedSegment.__new__(LoadedSegment)
     segment.entry, segment.directory = entry, segment_directory(store, segment_id)
-    segment._build(store, vectors, postings, columns, edges, owned=True)
+    segment._build(store, vectors, postings, columns, EdgeColumns(edge_arrays), edges)
     return segment
 
 
@@ -135,23 +137,3 @@ def write_deletions(store: Path, segment_id: str, generation: int, rows: Sequenc
         staged.unlink(missing_ok=True)
         raise
     return Deletions(name, hashlib.sha256(data).hexdigest(), len(set(rows)))
-
-
-def _texts_array(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    encoded = [text.encode() for text in texts]
-    return np.frombuffer(b"".join(encoded), dtype=np.uint8), np.cumsum([len(text) for text in encoded], dtype=np.int64)
-
-
-def _edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
-    """The edges as plain arrays for index.npz (ids as 16-byte rows, texts as bytes and ends)."""
-    type_bytes, type_ends = _texts_array([stored.edge.edge_type for stored in edges])
-    namespace_bytes, namespace_ends = _texts_array([stored.namespace for stored in edges])
-    ends = np.frombuffer(b"".join(stored.edge.source.bytes + stored.edge.target.bytes for stored in edges), dtype=np.uint8)
-    return {
-        "edge_ids": np.asarray([stored.edge.edge_id for stored in edges], dtype=np.int64),
-        "edge_ends": ends.reshape(len(edges), 32),
-        "edge_confidences": np.asarray([stored.edge.confidence for stored in edges], dtype=np.float64),
-        "edge_type_bytes": type_bytes, "edge_type_ends": type_ends,
-        "edge_namespace_bytes": namespace_bytes, "edge_namespace_ends": namespace_ends,
-        "edge_rows": np.asarray([-1 if stored.row is None else stored.row for stored in edges], dtype=np.int64),
-    }

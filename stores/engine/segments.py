@@ -31,7 +31,6 @@ import uuid
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from itertools import combinations
 from pathlib import Path
@@ -41,6 +40,8 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.engine.codec import memory_object
+from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, EDGE_ARRAYS, MENTIONS, SPOKEN_BY, EdgeColumns,
+                                                      LiveEdgeGroups, StoredEdge)
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry
@@ -63,25 +64,8 @@ TEMPORARY_PREFIX = ".tmp-"
 DELETIONS_PREFIX = "deleted-"
 _DECODED_CACHE_LIMIT = 50_000
 NO_ROWS: frozenset[int] = frozenset()
-MENTIONS = "MENTIONS"
-SPOKEN_BY = "SPOKEN_BY"
-CO_MENTIONED = "CO_MENTIONED"
 
 SessionKey = tuple[str, str, str, str]  # namespace, owner, scope, session id
-
-
-@dataclass(frozen=True, slots=True)
-class StoredEdge:
-    """An edge as a segment stores it: the graph edge, the namespace both its ends lie in, and the
-    segment row of the object whose analysis made it (its owner: MENTIONS, SPOKEN_BY and SUPERSEDES
-    are owned by their source's row; -1 for none, as CO_MENTIONED, which is derived from the
-    MENTIONS around it). An edge whose owner row is deleted is dead with it, although a newer
-    version of the object may hold the same id. `row=None`: not known yet (a segment written
-    before owners were stored), found by the source's row in the segment when it is loaded."""
-
-    edge: Edge
-    namespace: str
-    row: int | None = None
 
 
 def segment_directory(store: Path, segment_id: str) -> Path:
@@ -112,22 +96,10 @@ def latest_deletions(directory: Path) -> Deletions | None:
     return Deletions(found[-1].name, hashlib.sha256(data).hexdigest(), len(rows))
 
 
-def _texts(blob: np.ndarray, ends: np.ndarray) -> list[str]:
-    data, stops = blob.tobytes(), ends.tolist()
-    return [data[start:stop].decode() for start, stop in zip([0, *stops[:-1]], stops)]
-
-
-def _stored_edges(arrays: Mapping[str, np.ndarray]) -> tuple[StoredEdge, ...]:
-    ends = arrays["edge_ends"].tobytes()
-    types = _texts(arrays["edge_type_bytes"], arrays["edge_type_ends"])
-    namespaces = _texts(arrays["edge_namespace_bytes"], arrays["edge_namespace_ends"])
-    # Segments written before owners were stored have no edge_rows: their owners are found on load.
-    rows = arrays["edge_rows"].tolist() if "edge_rows" in arrays else [None] * len(types)
-    return tuple(
-        StoredEdge(Edge(edge_id, UUID(bytes=ends[32 * i:32 * i + 16]), UUID(bytes=ends[32 * i + 16:32 * i + 32]),
-                        types[i], confidence), namespaces[i], rows[i])
-        for i, (edge_id, confidence) in enumerate(zip(arrays["edge_ids"].tolist(), arrays["edge_confidences"].tolist()))
-    )
+def _legacy_edges(arrays: Mapping[str, np.ndarray]) -> tuple[StoredEdge, ...]:
+    """The edges of an index.npz written before owners were stored, owners unknown (found on load)."""
+    columns = EdgeColumns({name: arrays[name] for name in EDGE_ARRAYS} | {"edge_rows": np.full(len(arrays["edge_ids"]), -1)})
+    return tuple(StoredEdge(stored.edge, stored.namespace, None) for stored in columns.decoded())
 
 
 def owned_edges(edges: Sequence[StoredEdge], row_of: Mapping[tuple[str, UUID], int], rows: int) -> tuple[StoredEdge, ...]:
@@ -173,10 +145,18 @@ class LoadedSegment:
                 with np.load(io.BytesIO(blobs[INDEX_FILE]), allow_pickle=False) as arrays:
                     vectors = arrays["vectors"]
                     postings = TermPostings.from_arrays(arrays, directory / INDEX_FILE)
-                    edges = _stored_edges(arrays)
+                    if "edge_rows" in arrays:
+                        edges = EdgeColumns({name: arrays[name] for name in (*EDGE_ARRAYS, "edge_rows")})
+                    else:
+                        edges = _legacy_edges(arrays)
+            decoded = None
+            if not isinstance(edges, EdgeColumns):  # owners unknown: each found by its source's row here
+                row_of = {key: position for position, key in enumerate(zip(columns["namespace"], columns["id"]))}
+                decoded = owned_edges(edges, row_of, entry.rows)
+                edges = EdgeColumns.from_stored(decoded)
         except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile, pa.ArrowException) as error:
             raise StoreError(f"cannot read segment {directory} ({error}); run `rms check --store {store}`") from error
-        self._build(store, vectors, postings.with_names(columns["entity_canonical_name"]), columns, edges)
+        self._build(store, vectors, postings.with_names(columns["entity_canonical_name"]), columns, edges, decoded)
 
     def with_deletions(self, entry: SegmentEntry) -> LoadedSegment:
         """This segment read with `entry`'s deletion file (the same segment id): rows, vectors and
@@ -187,7 +167,8 @@ class LoadedSegment:
             return self
         segment = LoadedSegment.__new__(LoadedSegment)
         segment.entry, segment.directory = entry, self.directory
-        segment._build(self.directory.parent.parent, self.vectors, self.postings, self._columns, self.edges, owned=True)
+        segment._build(self.directory.parent.parent, self.vectors, self.postings, self._columns, self._edge_columns,
+                       self.__dict__.get("edges"))  # edges decoded already are shared, not decoded again
         segment._checked = self._checked  # the rows' checked table; readers leave the dead rows out
         segment._edge_index = self._edge_index  # over every row, dead or not: shared by every reading
         return segment
@@ -210,9 +191,9 @@ class LoadedSegment:
         return rows
 
     def _build(self, store: Path, vectors: np.ndarray, postings: TermPostings, columns: Mapping[str, list],
-               edges: tuple[StoredEdge, ...], *, owned: bool = False) -> None:
-        """The in-memory lookups over one segment's rows (`columns`: segment_parquet.LOADED_COLUMNS);
-        `owned`: every edge's owner row is known and checked already."""
+               edges: EdgeColumns, decoded: tuple[StoredEdge, ...] | None = None) -> None:
+        """The in-memory lookups over one segment's rows (`columns`: segment_parquet.LOADED_COLUMNS)
+        and its edges, decoded when a caller first asks for them unless `decoded` holds them already."""
         entry = self.entry
         self.vectors, self.postings = vectors, postings
         self.vectors.flags.writeable = False
@@ -249,9 +230,12 @@ class LoadedSegment:
             session_seq = columns["session_seq"][position]
             if key[3] is not None and session_seq is not None and position not in self.dead_rows:
                 self.sessions[key].append((session_seq, position))
-        self.edges = edges if owned else owned_edges(edges, self.row_of, entry.rows)
+        self._edge_columns = edges
+        if decoded is not None:
+            self.__dict__["edges"] = tuple(decoded)
+        self._edge_columns.check_owners(entry.rows, self.directory)
         # The namespaces of the edges: a compacted segment may hold edges of a namespace without its rows.
-        self.edge_namespaces: frozenset[str] = frozenset(stored.namespace for stored in self.edges)
+        self.edge_namespaces: frozenset[str] = self._edge_columns.namespace_set
         self._edge_index: _EdgeIndex | None = None
         self._decoded: dict[int, MemoryObject] = {}
         self._checked: pa.Table | None = None
@@ -309,6 +293,24 @@ class LoadedSegment:
         return self.directory / OBJECTS_FILE
 
     @cached_property
+    def edges(self) -> tuple[StoredEdge, ...]:
+        """Every edge of the segment, dead or not, in stored (id) order, decoded on first use."""
+        return self._edge_columns.decoded()
+
+    @property
+    def last_edge_id(self) -> int:
+        """The largest edge id stored here (edges are stored in id order), 0 for none."""
+        return self._edge_columns.last_edge_id
+
+    def live_edges_by_namespace(self) -> LiveEdgeGroups:
+        """The edges with a live owner row (or none) by namespace, each namespace's decoded on first lookup."""
+        return self._edge_columns.live_by_namespace(self.dead)
+
+    def mentioners(self, namespace: str) -> Mapping[int, frozenset[int]]:
+        """Entity id's integer -> the rows (dead ones too) with a MENTIONS edge into it, in `namespace`."""
+        return self._edge_columns.mentioners(namespace)
+
+    @cached_property
     def session_ends(self) -> dict[SessionKey, int]:
         """The last (largest) position each session holds in this segment."""
         return {key: max(seq for seq, _ in turns) for key, turns in self.sessions.items()}
@@ -340,7 +342,8 @@ class LoadedSegment:
         """The edges whose owner row is live (or that have none), in stored order."""
         if not self.dead_rows:
             return list(self.edges)
-        return [stored for stored in self.edges if self.edge_alive(stored)]
+        edges = self.edges
+        return [edges[position] for position in self._edge_columns.live_positions(self.dead).tolist()]
 
     def owned_edges(self, row: int) -> list[StoredEdge]:
         """The edges `row`'s analysis made, in stored order."""
@@ -351,7 +354,7 @@ class LoadedSegment:
         """Per (namespace, smaller id, larger id): how many of this segment's live objects mention
         both: the count over every row less the dead rows' pairs, so a deletion costs its rows.
         Every pair of every object: a full listing; one pair is counted by
-        `CoMentionCounts.counter` from `_EdgeIndex.mentioners` instead."""
+        `CoMentionCounts.counter` from `LoadedSegment.mentioners` instead."""
         if not self.dead_rows:
             return self.edge_index.co_mentions
         dead: Counter[tuple[str, UUID, UUID]] = Counter()
@@ -393,17 +396,6 @@ class _EdgeIndex:
                 self.by_owner[stored.row].append(position)
                 if stored.edge.edge_type in (MENTIONS, SPOKEN_BY):
                     self.owners_into[(stored.namespace, stored.edge.target)].append((stored.row, stored.edge.edge_type))
-
-    @cached_property
-    def mentioners(self) -> dict[tuple[str, int], frozenset[int]]:
-        """(namespace, entity id's integer) -> the owner rows with a MENTIONS edge into it (keyed by
-        the integer, which hashes in C)."""
-        rows: dict[tuple[str, int], set[int]] = defaultdict(set)
-        for (namespace, entity), owners in self.owners_into.items():
-            for row, edge_type in owners:
-                if edge_type == MENTIONS:
-                    rows[(namespace, entity.int)].add(row)
-        return {key: frozenset(found) for key, found in rows.items()}
 
     @cached_property
     def co_mentions(self) -> Counter[tuple[str, UUID, UUID]]:

@@ -102,15 +102,18 @@ class SentenceEncoder(QueryEncoder):
         self._model_name = DEFAULT_MODEL_NAME if model_path is None else self._path.name
         self._dimension = dimension
         self._identity: EmbeddingIdentity | None = None
+        self._identity_lock = threading.Lock()
         self._model: Any = None
 
     @property
     def identity(self) -> EmbeddingIdentity:
         """Name, weights hash and dimension; hashing the weights does not load the model."""
         if self._identity is None:
-            self._identity = EmbeddingIdentity(
-                model_name=self._model_name, model_hash=_weights_hash(self._path), dimension=self._dimension
-            )
+            with self._identity_lock:  # one hash however many threads ask at once
+                if self._identity is None:
+                    self._identity = EmbeddingIdentity(
+                        model_name=self._model_name, model_hash=_weights_hash(self._path), dimension=self._dimension
+                    )
         return self._identity
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

@@ -1,0 +1,206 @@
+"""A segment's graph edges as columns: what `index.npz` stores, held as arrays and decoded into
+`StoredEdge` objects only where a caller asks for them.
+
+Opening a segment used to decode every edge it holds into Python objects (two UUIDs and a
+dataclass per edge): most of the time a store took to open, for edges a reader may never touch.
+Now a reader decodes one namespace's edges when its graph is first built, and counts co-mentions
+from the arrays of one namespace's MENTIONS edges; the write path, compaction, merges and
+`rms check` decode the whole segment, as they need every edge anyway.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+import numpy as np
+import pyarrow as pa
+
+from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.protocols import Edge
+
+MENTIONS = "MENTIONS"
+SPOKEN_BY = "SPOKEN_BY"
+CO_MENTIONED = "CO_MENTIONED"
+# index.npz's arrays of the edges (edge_rows is absent in segments written before owners were stored)
+EDGE_ARRAYS = ("edge_ids", "edge_ends", "edge_confidences", "edge_type_bytes", "edge_type_ends",
+               "edge_namespace_bytes", "edge_namespace_ends")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEdge:
+    """An edge as a segment stores it: the graph edge, the namespace both its ends lie in, and the
+    segment row of the object whose analysis made it (its owner: MENTIONS, SPOKEN_BY and SUPERSEDES
+    are owned by their source's row; -1 for none, as CO_MENTIONED, which is derived from the
+    MENTIONS around it). An edge whose owner row is deleted is dead with it, although a newer
+    version of the object may hold the same id. `row=None`: not known yet (a segment written
+    before owners were stored), found by the source's row in the segment when it is loaded."""
+
+    edge: Edge
+    namespace: str
+    row: int | None = None
+
+
+def _texts_array(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [text.encode() for text in texts]
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), np.cumsum([len(text) for text in encoded], dtype=np.int64)
+
+
+def stored_edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
+    """The edges as plain arrays for index.npz (ids as 16-byte rows, texts as bytes and ends)."""
+    type_bytes, type_ends = _texts_array([stored.edge.edge_type for stored in edges])
+    namespace_bytes, namespace_ends = _texts_array([stored.namespace for stored in edges])
+    ends = np.frombuffer(b"".join(stored.edge.source.bytes + stored.edge.target.bytes for stored in edges), dtype=np.uint8)
+    return {
+        "edge_ids": np.asarray([stored.edge.edge_id for stored in edges], dtype=np.int64),
+        "edge_ends": ends.reshape(len(edges), 32),
+        "edge_confidences": np.asarray([stored.edge.confidence for stored in edges], dtype=np.float64),
+        "edge_type_bytes": type_bytes, "edge_type_ends": type_ends,
+        "edge_namespace_bytes": namespace_bytes, "edge_namespace_ends": namespace_ends,
+        "edge_rows": np.asarray([-1 if stored.row is None else stored.row for stored in edges], dtype=np.int64),
+    }
+
+
+def _dictionary(blob: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Texts stored as concatenated UTF-8 and their ends, as codes into their distinct values
+    (Arrow reads the two arrays as a string column without copying a text out)."""
+    if len(ends) == 0:
+        return np.zeros(0, dtype=np.int32), ()
+    offsets = np.concatenate([[0], ends]).astype(np.int64)
+    if offsets[-1] != len(blob) or np.any(np.diff(offsets) < 0):
+        raise ValueError("text ends do not match their bytes")
+    texts = pa.Array.from_buffers(pa.large_utf8(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(blob))])
+    texts.validate(full=True)  # valid UTF-8, or the segment is damaged
+    encoded = texts.dictionary_encode()
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32), tuple(encoded.dictionary.to_pylist())
+
+
+class EdgeColumns:
+    """One segment's edges in stored order: ids, both ends (16 bytes each), type and namespace
+    codes, confidences and owner rows (-1 for none). Immutable once made."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """From index.npz's arrays, which must hold `edge_rows` (older segments' edges are decoded
+        and given owners first: `from_stored`). Raises ValueError or KeyError where they disagree."""
+        self.ids = np.asarray(arrays["edge_ids"], dtype=np.int64)
+        count = len(self.ids)
+        self.ends = np.asarray(arrays["edge_ends"], dtype=np.uint8).reshape(count, 32)
+        self.confidences = np.asarray(arrays["edge_confidences"], dtype=np.float64)
+        self.rows = np.asarray(arrays["edge_rows"], dtype=np.int64)
+        self.types, self.type_names = _dictionary(arrays["edge_type_bytes"], arrays["edge_type_ends"])
+        self.namespaces, self.namespace_names = _dictionary(arrays["edge_namespace_bytes"], arrays["edge_namespace_ends"])
+        if not (len(self.confidences) == len(self.rows) == len(self.types) == len(self.namespaces) == count):
+            raise ValueError("the edge arrays differ in length")
+        for array in (self.ids, self.ends, self.confidences, self.rows, self.types, self.namespaces):
+            array.flags.writeable = False
+        self._arrays = arrays
+        self._lock = threading.Lock()
+        self._mentioners: dict[str, dict[int, frozenset[int]]] = {}
+
+    @classmethod
+    def from_stored(cls, edges: Sequence[StoredEdge]) -> EdgeColumns:
+        """Columns of edges whose owners are known."""
+        return cls(stored_edge_arrays(edges))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays index.npz stores."""
+        return dict(self._arrays)
+
+    def check_owners(self, rows: int, directory: object) -> None:
+        """Every owner row is -1 or a row of a segment of `rows` rows (a StoreError names the first that is not)."""
+        bad = np.flatnonzero((self.rows < -1) | (self.rows >= rows))
+        if len(bad):
+            raise StoreError(f"edge {int(self.ids[bad[0]])} of segment {directory} names row {int(self.rows[bad[0]])} "
+                             f"of a segment of {rows} rows; run `rms check`")
+
+    @property
+    def last_edge_id(self) -> int:
+        """The id of the last stored edge (0 for none): edges are stored in id order."""
+        return int(self.ids[-1]) if len(self.ids) else 0
+
+    @property
+    def namespace_set(self) -> frozenset[str]:
+        """The namespaces of the edges (a compacted segment may hold edges of a namespace without its rows)."""
+        return frozenset(self.namespace_names)
+
+    def decoded(self, positions: np.ndarray | None = None) -> tuple[StoredEdge, ...]:
+        """The edges at `positions` (every edge without), as objects, in the order given."""
+        if positions is None:
+            positions = np.arange(len(self.ids))
+        ends = self.ends[positions].tobytes()
+        types, namespaces = self.type_names, self.namespace_names
+        return tuple(
+            StoredEdge(Edge(edge_id, UUID(bytes=ends[32 * i:32 * i + 16]), UUID(bytes=ends[32 * i + 16:32 * i + 32]),
+                            types[type_code], confidence), namespaces[namespace_code], row)
+            for i, (edge_id, type_code, confidence, namespace_code, row) in enumerate(zip(
+                self.ids[positions].tolist(), self.types[positions].tolist(), self.confidences[positions].tolist(),
+                self.namespaces[positions].tolist(), self.rows[positions].tolist())))
+
+    def _code(self, names: tuple[str, ...], name: str) -> int:
+        try:
+            return names.index(name)
+        except ValueError:
+            return -1
+
+    def live_positions(self, dead: np.ndarray | None) -> np.ndarray:
+        """The edges with no owner (-1) or a live owner row (`dead`: per row, True where deleted)."""
+        if dead is None:
+            return np.arange(len(self.ids))
+        return np.flatnonzero((self.rows < 0) | ~dead[np.maximum(self.rows, 0)])
+
+    def live_by_namespace(self, dead: np.ndarray | None) -> LiveEdgeGroups:
+        """The live edges by namespace, each namespace's decoded on first lookup."""
+        return LiveEdgeGroups(self, self.live_positions(dead))
+
+    def mentioners(self, namespace: str) -> dict[int, frozenset[int]]:
+        """Entity id's integer -> the owner rows (dead ones too) with a MENTIONS edge into it, in
+        `namespace`: from the arrays of that namespace's MENTIONS edges alone."""
+        found = self._mentioners.get(namespace)
+        if found is not None:
+            return found
+        mask = (self.namespaces == self._code(self.namespace_names, namespace)) \
+            & (self.types == self._code(self.type_names, MENTIONS)) & (self.rows >= 0)
+        targets = self.ends[mask, 16:].tobytes()
+        rows: dict[int, set[int]] = {}
+        for i, row in enumerate(self.rows[mask].tolist()):
+            rows.setdefault(int.from_bytes(targets[16 * i:16 * i + 16], "big"), set()).add(row)
+        found = {entity: frozenset(owners) for entity, owners in rows.items()}
+        with self._lock:
+            return self._mentioners.setdefault(namespace, found)
+
+
+class LiveEdgeGroups(Mapping[str, tuple[Edge, ...]]):
+    """A segment's live edges by namespace (in stored order): the keys from the arrays, each
+    namespace's edges decoded when it is first looked up and then kept. Racing lookups decode
+    equal tuples; the first kept wins."""
+
+    def __init__(self, columns: EdgeColumns, live: np.ndarray) -> None:
+        self._columns, self._live = columns, live
+        codes = columns.namespaces[live]
+        self._keys = {columns.namespace_names[code]: code for code in np.unique(codes).tolist()}
+        self._codes = codes
+        self._decoded: dict[str, tuple[Edge, ...]] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, namespace: str) -> tuple[Edge, ...]:
+        found = self._decoded.get(namespace)
+        if found is not None:
+            return found
+        code = self._keys[namespace]  # KeyError: no live edge of this namespace here
+        edges = tuple(stored.edge for stored in self._columns.decoded(self._live[self._codes == code]))
+        with self._lock:
+            return self._decoded.setdefault(namespace, edges)
+
+    def __contains__(self, namespace: object) -> bool:
+        return namespace in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)

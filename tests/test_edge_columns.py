@@ -1,0 +1,108 @@
+"""A segment's edges as columns: decoded exactly as stored, by namespace, and counted from arrays."""
+
+from __future__ import annotations
+
+import random
+from uuid import UUID
+
+import numpy as np
+import pytest
+
+from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, MENTIONS, SPOKEN_BY, EdgeColumns, StoredEdge,
+                                                      stored_edge_arrays)
+from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.protocols import Edge
+
+
+def _edges(count: int = 400, rows: int = 60, seed: int = 7) -> tuple[StoredEdge, ...]:
+    chooser = random.Random(seed)
+    entities = {namespace: [UUID(int=chooser.getrandbits(128)) for _ in range(12)]
+                for namespace in ("alpha", "béta", "tenant/γ")}
+    objects = [UUID(int=chooser.getrandbits(128)) for _ in range(rows)]
+    edges = []
+    for edge_id in range(1, count + 1):
+        namespace = chooser.choice(sorted(entities))
+        edge_type = chooser.choice((MENTIONS, SPOKEN_BY, CO_MENTIONED, "SUPERSEDES"))
+        if edge_type == CO_MENTIONED:
+            source, target = sorted(chooser.sample(entities[namespace], 2), key=lambda entity: entity.int)
+            row = -1
+        else:
+            row = chooser.randrange(rows)
+            source, target = objects[row], chooser.choice(entities[namespace])
+        edges.append(StoredEdge(Edge(edge_id, source, target, edge_type, chooser.random()), namespace, row))
+    return tuple(edges)
+
+
+def test_columns_decode_every_edge_as_stored() -> None:
+    edges = _edges()
+    columns = EdgeColumns(stored_edge_arrays(edges))
+    assert columns.decoded() == edges
+    assert len(columns) == len(edges)
+    assert columns.last_edge_id == edges[-1].edge.edge_id
+    assert columns.namespace_set == {"alpha", "béta", "tenant/γ"}
+    positions = np.asarray([5, 3, 399])
+    assert columns.decoded(positions) == tuple(edges[i] for i in positions)
+
+
+def test_no_edges() -> None:
+    columns = EdgeColumns.from_stored(())
+    assert columns.decoded() == ()
+    assert columns.last_edge_id == 0
+    assert columns.namespace_set == frozenset()
+    assert dict(columns.live_by_namespace(None)) == {}
+    assert columns.mentioners("alpha") == {}
+
+
+def test_live_edges_by_namespace_leave_out_dead_owners_only() -> None:
+    edges = _edges()
+    dead = np.zeros(60, dtype=bool)
+    dead[[0, 7, 31]] = True
+    groups = EdgeColumns.from_stored(edges).live_by_namespace(dead)
+    expected: dict[str, list[Edge]] = {}
+    for stored in edges:
+        if stored.row < 0 or not dead[stored.row]:
+            expected.setdefault(stored.namespace, []).append(stored.edge)
+    assert set(groups) == set(expected)
+    assert {namespace: list(groups[namespace]) for namespace in groups} == expected
+    assert "nowhere" not in groups
+    assert groups.get("nowhere") is None
+    assert groups["alpha"] is groups["alpha"]  # decoded once, then kept
+
+
+def test_a_namespace_whose_every_edge_is_dead_is_no_key() -> None:
+    owner = UUID(int=1)
+    edges = (StoredEdge(Edge(1, owner, UUID(int=2), MENTIONS, 1.0), "only", 0),
+             StoredEdge(Edge(2, UUID(int=3), UUID(int=4), MENTIONS, 1.0), "other", 1))
+    groups = EdgeColumns.from_stored(edges).live_by_namespace(np.asarray([True, False]))
+    assert list(groups) == ["other"]
+
+
+def test_mentioners_are_the_rows_with_a_mentions_edge_into_each_entity() -> None:
+    edges = _edges()
+    columns = EdgeColumns.from_stored(edges)
+    for namespace in ("alpha", "béta", "tenant/γ", "absent"):
+        expected: dict[int, set[int]] = {}
+        for stored in edges:
+            if stored.namespace == namespace and stored.edge.edge_type == MENTIONS:
+                expected.setdefault(stored.edge.target.int, set()).add(stored.row)
+        assert columns.mentioners(namespace) == {entity: frozenset(rows) for entity, rows in expected.items()}
+
+
+def test_an_owner_outside_the_segment_is_refused() -> None:
+    columns = EdgeColumns.from_stored(_edges(rows=60))
+    columns.check_owners(60, "segment-a")
+    with pytest.raises(StoreError, match=r"names row \d+ of a segment of 10 rows"):
+        columns.check_owners(10, "segment-a")
+
+
+def test_damaged_text_columns_are_refused() -> None:
+    arrays = stored_edge_arrays(_edges(count=5))
+    broken = dict(arrays, edge_namespace_ends=arrays["edge_namespace_ends"] + 1)
+    with pytest.raises(ValueError):
+        EdgeColumns(broken)
+    invalid = dict(arrays, edge_type_bytes=np.frombuffer(b"\xff" * len(arrays["edge_type_bytes"]), dtype=np.uint8))
+    with pytest.raises(ValueError):
+        EdgeColumns(invalid)
+    short = dict(arrays, edge_confidences=arrays["edge_confidences"][:-1])
+    with pytest.raises(ValueError):
+        EdgeColumns(short)
