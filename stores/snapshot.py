@@ -22,17 +22,18 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.indexes.adjacency import Adjacency
-from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence, entity_names
+from rms_retrieval.stores.indexes.entity_graph import entity_names
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotError
 from rms_retrieval.stores.indexes.lexical import Bm25Index
 from rms_retrieval.stores.engine.manifest import Manifest
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, ClaimSelection, Edge, EmbeddingIdentity, EntityRef, FieldWeights,
+from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, ClaimSelection, EmbeddingIdentity, EntityRef, FieldWeights,
                                             GraphIndex, LexicalHit, LexicalIndex, ObjectStore, QuantityRow, RecordReader,
                                             RetrievalLog, ScanSelection, SessionNeighbour, SnapshotSource, VectorHit,
                                             VectorIndex)
 from rms_retrieval.stores.engine.scope_cache import (NamespaceRows, Scope, ScopeValues, extended_adjacency, merged_keys,
                                                      namespace_rows)
+from rms_retrieval.stores.engine.scope_graph import EdgeBlock, mentions_of, scope_graph
 from rms_retrieval.stores.engine.segments import NO_ROWS, LoadedSegment
 from rms_retrieval.stores.engine.store_sql import ParquetRecords
 from rms_retrieval.stores.indexes.vector_index import exact_top_k
@@ -276,10 +277,10 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def co_mention_counts(self, namespaces: Iterable[str]) -> CoMentionCounts:
         return CoMentionCounts(self.segments, namespaces)
 
-    def co_mentioned_edge_id(self, source: UUID, target: UUID) -> int | None:
-        """The id of the CO_MENTIONED edge between two entities, if one is stored."""
+    def co_mentioned_edge_id(self, namespace: str, source: UUID, target: UUID) -> int | None:
+        """The id of the CO_MENTIONED edge between two entities of `namespace`, if one is stored."""
         for segment in reversed(self.segments):
-            edge_id = segment.edge_ids_by_key.get((CO_MENTIONED, source, target))
+            edge_id = segment.co_mentioned_id(namespace, source, target)
             if edge_id is not None:
                 return edge_id
         return None
@@ -304,27 +305,14 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         key = tuple(sorted(set(namespaces)))
 
         def build() -> Adjacency:
-            latest: dict[int, tuple[str, Edge]] = {}
-            for _, rows in self._split(key):
-                for namespace in key:
-                    for edge in rows.edges.get(namespace, ()):
-                        latest[edge.edge_id] = (namespace, edge)
-            dead = self.dead_ids
-            counts = self.co_mention_counts(key)
-            counters = {namespace: counts.counter(namespace) for namespace in key}
-            edges = []
-            for namespace, edge in latest.values():
-                if dead and ((namespace, edge.source) in dead or (namespace, edge.target) in dead):
-                    continue
-                if edge.edge_type == CO_MENTIONED:
-                    mentioning = counters[namespace](edge.source, edge.target)
-                    if not mentioning:
-                        continue
-                    confidence = co_mention_confidence(mentioning)
-                    if confidence != edge.confidence:
-                        edge = Edge(edge.edge_id, edge.source, edge.target, edge.edge_type, confidence)
-                edges.append(edge)
-            return Adjacency(edges)
+            split = self._split(key)
+            blocks = [EdgeBlock(namespace, rows.edges.columns, rows.edges.positions(namespace))
+                      for _, rows in split for namespace in key if namespace in rows.edges]
+            # A MENTIONS edge lives in the segment of the row that owns it, so only those of the namespace count.
+            mentions = {namespace: [mentions_of(segment.edge_columns, namespace, segment.dead, segment.entry.rows)
+                                    for segment in self.segments if namespace in segment.namespace_slices]
+                        for namespace in key}
+            return scope_graph(blocks, self.dead_ids, mentions)
 
         def extend(previous: Adjacency, added: tuple[str, ...]) -> Adjacency | None:
             counts = self.co_mention_counts(key)

@@ -106,3 +106,18 @@ def test_damaged_text_columns_are_refused() -> None:
     short = dict(arrays, edge_confidences=arrays["edge_confidences"][:-1])
     with pytest.raises(ValueError):
         EdgeColumns(short)
+
+
+def test_a_co_mentioned_edge_is_found_by_its_namespace_and_ends() -> None:
+    edges = _edges()
+    columns = EdgeColumns.from_stored(edges)
+    co_mentioned = [stored for stored in edges if stored.edge.edge_type == CO_MENTIONED]
+    last = {(stored.namespace, stored.edge.source, stored.edge.target): stored.edge.edge_id for stored in co_mentioned}
+    assert len(last) < len(co_mentioned)  # some pairs are stored twice: the later edge answers
+    for (namespace, source, target), edge_id in last.items():
+        assert columns.co_mentioned_id(namespace, source, target) == edge_id
+        for other in {"alpha", "béta", "tenant/γ"} - {namespace}:
+            assert columns.co_mentioned_id(other, source, target) is None  # entities of one namespace only
+    mentions = next(stored for stored in edges if stored.edge.edge_type == MENTIONS)
+    assert columns.co_mentioned_id(mentions.namespace, mentions.edge.source, mentions.edge.target) is None
+    assert columns.co_mentioned_id("absent", co_mentioned[0].edge.source, co_mentioned[0].edge.target) is None

@@ -153,9 +153,8 @@ def extended_adjacency(previous: Adjacency, split: list[tuple[LoadedSegment, Nam
             if len(pairs) > MAX_EXTENDED_PAIRS:
                 return None
     for namespace, first, second in pairs:
-        key = (namespace, first.int, second.int)
         edge_id = next((found for segment, _ in reversed(split)
-                        if (found := segment.co_mentioned_ids.get(key)) is not None), None)
+                        if (found := segment.co_mentioned_id(namespace, first, second)) is not None), None)
         if edge_id is None:
             continue
         count = counters[namespace](first, second)

@@ -167,7 +167,7 @@ class LoadedSegment:
             return self
         segment = LoadedSegment.__new__(LoadedSegment)
         segment.entry, segment.directory = entry, self.directory
-        segment._build(self.directory.parent.parent, self.vectors, self.postings, self._columns, self._edge_columns,
+        segment._build(self.directory.parent.parent, self.vectors, self.postings, self._columns, self.edge_columns,
                        self.__dict__.get("edges"))  # edges decoded already are shared, not decoded again
         segment._checked = self._checked  # the rows' checked table; readers leave the dead rows out
         segment._edge_index = self._edge_index  # over every row, dead or not: shared by every reading
@@ -230,12 +230,12 @@ class LoadedSegment:
             session_seq = columns["session_seq"][position]
             if key[3] is not None and session_seq is not None and position not in self.dead_rows:
                 self.sessions[key].append((session_seq, position))
-        self._edge_columns = edges
+        self.edge_columns = edges
         if decoded is not None:
             self.__dict__["edges"] = tuple(decoded)
-        self._edge_columns.check_owners(entry.rows, self.directory)
+        self.edge_columns.check_owners(entry.rows, self.directory)
         # The namespaces of the edges: a compacted segment may hold edges of a namespace without its rows.
-        self.edge_namespaces: frozenset[str] = self._edge_columns.namespace_set
+        self.edge_namespaces: frozenset[str] = self.edge_columns.namespace_set
         self._edge_index: _EdgeIndex | None = None
         self._decoded: dict[int, MemoryObject] = {}
         self._checked: pa.Table | None = None
@@ -295,36 +295,30 @@ class LoadedSegment:
     @cached_property
     def edges(self) -> tuple[StoredEdge, ...]:
         """Every edge of the segment, dead or not, in stored (id) order, decoded on first use."""
-        return self._edge_columns.decoded()
+        return self.edge_columns.decoded()
 
     @property
     def last_edge_id(self) -> int:
         """The largest edge id stored here (edges are stored in id order), 0 for none."""
-        return self._edge_columns.last_edge_id
+        return self.edge_columns.last_edge_id
 
     def live_edges_by_namespace(self) -> LiveEdgeGroups:
         """The edges with a live owner row (or none) by namespace, each namespace's decoded on first lookup."""
-        return self._edge_columns.live_by_namespace(self.dead)
+        return self.edge_columns.live_by_namespace(self.dead)
 
     def mentioners(self, namespace: str) -> Mapping[int, frozenset[int]]:
         """Entity id's integer -> the rows (dead ones too) with a MENTIONS edge into it, in `namespace`."""
-        return self._edge_columns.mentioners(namespace)
+        return self.edge_columns.mentioners(namespace)
 
     @cached_property
     def session_ends(self) -> dict[SessionKey, int]:
         """The last (largest) position each session holds in this segment."""
         return {key: max(seq for seq, _ in turns) for key, turns in self.sessions.items()}
 
-    @cached_property
-    def edge_ids_by_key(self) -> dict[tuple[str, UUID, UUID], int]:
-        """Edge id by (edge type, source, target): how a re-weight finds the edge it replaces."""
-        return {(stored.edge.edge_type, stored.edge.source, stored.edge.target): stored.edge.edge_id for stored in self.edges}
-
-    @cached_property
-    def co_mentioned_ids(self) -> dict[tuple[str, int, int], int]:
-        """Edge id by (namespace, smaller entity id's integer, larger's) of this segment's CO_MENTIONED edges."""
-        return {(stored.namespace, stored.edge.source.int, stored.edge.target.int): stored.edge.edge_id
-                for stored in self.edges if stored.edge.edge_type == CO_MENTIONED}
+    def co_mentioned_id(self, namespace: str, source: UUID, target: UUID) -> int | None:
+        """The id of this segment's CO_MENTIONED edge from `source` to `target` in `namespace`, if
+        it stores one (dead or not): how a write finds the edge it re-weights."""
+        return self.edge_columns.co_mentioned_id(namespace, source, target)
 
     @property
     def edge_index(self) -> _EdgeIndex:
@@ -343,7 +337,7 @@ class LoadedSegment:
         if not self.dead_rows:
             return list(self.edges)
         edges = self.edges
-        return [edges[position] for position in self._edge_columns.live_positions(self.dead).tolist()]
+        return [edges[position] for position in self.edge_columns.live_positions(self.dead).tolist()]
 
     def owned_edges(self, row: int) -> list[StoredEdge]:
         """The edges `row`'s analysis made, in stored order."""

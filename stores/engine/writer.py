@@ -85,7 +85,7 @@ def prepare_write(
         # A pair whose earlier co-mentions were all deleted still has its edge: it is re-weighted.
         # A re-weighted pair may have none: objects that mention both but further apart than
         # CO_MENTION_WINDOW counted without joining them; this write's edge is its first.
-        existing = snapshot.co_mentioned_edge_id(edge.source, edge.target) if edge.edge_type == CO_MENTIONED else None
+        existing = snapshot.co_mentioned_edge_id(edge.namespace, edge.source, edge.target) if edge.edge_type == CO_MENTIONED else None
         if existing is None:
             existing, next_id = next_id, next_id + 1
         edges.append(_stored(edge, existing, owner))

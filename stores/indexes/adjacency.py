@@ -9,7 +9,6 @@ list of `Edge`) and, after a write that only added to the scope, updates it (`up
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from operator import itemgetter
 from uuid import UUID
 
 import numpy as np
@@ -19,37 +18,52 @@ from rms_retrieval.stores.protocols import Edge
 
 class Adjacency:
     """Edges in edge-id order as arrays (`source`, `target` node numbers, `confidence`,
-    `edge_id`), the node ids in UUID order, and each node's incident edges as CSR."""
+    `edge_id`, `edge_type`), the node ids in UUID order, and each node's incident edges as CSR.
+    No edge is a Python object: `touching` makes the ones it returns."""
 
     def __init__(self, edges: Sequence[Edge]) -> None:
-        ordered_edges = tuple(sorted(edges, key=_edge_id))
-        # By the UUID's integer throughout: an int hashes and compares in C, a UUID through Python code.
-        ends = {e.source.int for e in ordered_edges}
-        ends.update(e.target.int for e in ordered_edges)
-        ordered = sorted(ends)
-        number = {node: i for i, node in enumerate(ordered)}
-        count = len(ordered_edges)
-        self._install(
-            ordered_edges, tuple(UUID(int=node) for node in ordered), number,
-            np.fromiter((number[e.source.int] for e in ordered_edges), dtype=np.int64, count=count),
-            np.fromiter((number[e.target.int] for e in ordered_edges), dtype=np.int64, count=count),
-            np.fromiter((e.confidence for e in ordered_edges), dtype=float, count=count),
-            np.fromiter((e.edge_id for e in ordered_edges), dtype=np.int64, count=count),
-            np.array([e.edge_type for e in ordered_edges], dtype=object).reshape(count),
+        count = len(edges)
+        self._from_columns(
+            np.fromiter((e.edge_id for e in edges), dtype=np.int64, count=count),
+            _uuid_bytes([e.source for e in edges]), _uuid_bytes([e.target for e in edges]),
+            np.array([e.edge_type for e in edges], dtype=object).reshape(count),
+            np.fromiter((e.confidence for e in edges), dtype=float, count=count),
         )
 
-    def _install(self, edges: tuple[Edge, ...], nodes: tuple[UUID, ...], number: dict[int, int], source: np.ndarray,
-                 target: np.ndarray, confidence: np.ndarray, edge_id: np.ndarray, edge_types: np.ndarray) -> None:
-        self.edges, self.nodes, self._number = edges, nodes, number
+    @classmethod
+    def from_columns(cls, edge_id: np.ndarray, sources: np.ndarray, targets: np.ndarray, edge_types: np.ndarray,
+                     confidence: np.ndarray) -> Adjacency:
+        """The graph of edges given as columns: ids, both ends as rows of 16 UUID bytes, types (an
+        object array of str) and confidences, in any order (ids unique)."""
+        graph = cls.__new__(cls)
+        graph._from_columns(np.asarray(edge_id, dtype=np.int64), sources, targets, edge_types,
+                            np.asarray(confidence, dtype=float))
+        return graph
+
+    def _from_columns(self, edge_id: np.ndarray, sources: np.ndarray, targets: np.ndarray, edge_types: np.ndarray,
+                      confidence: np.ndarray) -> None:
+        order = np.argsort(edge_id, kind="stable")
+        count = len(edge_id)
+        # Nodes in UUID order: 16 big-endian bytes sort as the UUID's integer does.
+        ends = np.concatenate([sources[order], targets[order]]).reshape(2 * count, 16)
+        keys, numbers = np.unique(ends.view("V16").ravel(), return_inverse=True)
+        nodes = tuple(UUID(bytes=key.tobytes()) for key in keys)
+        numbers = numbers.reshape(-1)
+        self._install(nodes, {node.int: i for i, node in enumerate(nodes)}, numbers[:count].astype(np.int64),
+                      numbers[count:].astype(np.int64), confidence[order], edge_id[order], edge_types[order])
+
+    def _install(self, nodes: tuple[UUID, ...], number: dict[int, int], source: np.ndarray, target: np.ndarray,
+                 confidence: np.ndarray, edge_id: np.ndarray, edge_types: np.ndarray) -> None:
+        self.nodes, self._number = nodes, number
         self.source, self.target, self.confidence, self.edge_id = source, target, confidence, edge_id
         self._edge_types = edge_types
         self.edge_type: tuple[str, ...] = tuple(edge_types.tolist())
         self._sources: dict[tuple, list[UUID]] = {}  # sources_into's answers: this graph never changes
-        positions = np.arange(len(edges))
+        positions = np.arange(len(edge_id))
         loop = source == target  # a self-loop is incident to its node once
         ends = np.concatenate([source, target[~loop]])
         owners = np.concatenate([positions, positions[~loop]])
-        order = np.argsort(ends * max(len(edges), 1) + owners)  # by node, then edge: lexsort's order, one key
+        order = np.argsort(ends * max(len(edge_id), 1) + owners)  # by node, then edge: lexsort's order, one key
         self.incident = owners[order]
         self.indptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=len(nodes)))])
 
@@ -75,10 +89,9 @@ class Adjacency:
         count = len(added)
         edge_id = np.concatenate([self.edge_id[keep], np.fromiter((e.edge_id for e in added), dtype=np.int64, count=count)])
         order = np.argsort(edge_id, kind="stable")
-        every = (*_picked(self.edges, keep), *added)
         updated = Adjacency.__new__(Adjacency)
         updated._install(
-            _picked(every, order), nodes, number,
+            nodes, number,
             np.concatenate([remap[self.source[keep]], np.fromiter((number[e.source.int] for e in added), np.int64, count)])[order],
             np.concatenate([remap[self.target[keep]], np.fromiter((number[e.target.int] for e in added), np.int64, count)])[order],
             np.concatenate([self.confidence[keep], np.fromiter((e.confidence for e in added), float, count)])[order],
@@ -86,6 +99,15 @@ class Adjacency:
             np.concatenate([self._edge_types[keep], np.array([e.edge_type for e in added], dtype=object).reshape(count)])[order],
         )
         return updated
+
+    @property
+    def edges(self) -> tuple[Edge, ...]:
+        """Every edge as an object, in edge-id order (for tests and audits: the walk reads the arrays)."""
+        return tuple(self._edge(i) for i in range(len(self.edge_id)))
+
+    def _edge(self, position: int) -> Edge:
+        return Edge(int(self.edge_id[position]), self.nodes[self.source[position]], self.nodes[self.target[position]],
+                    self.edge_type[position], float(self.confidence[position]))
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -101,7 +123,7 @@ class Adjacency:
         if not len(numbers):
             return np.arange(0)
         slices = [self.incident[self.indptr[i]:self.indptr[i + 1]] for i in numbers.tolist()]
-        found = _ascending_once(np.concatenate(slices), len(self.edges))
+        found = _ascending_once(np.concatenate(slices), len(self.edge_id))
         return found[self.confidence[found] >= min_confidence]
 
     def sources_into(self, targets: Iterable[UUID], edge_type: str, min_confidence: float) -> list[UUID]:
@@ -119,18 +141,16 @@ class Adjacency:
 
     def touching(self, nodes: Iterable[UUID], min_confidence: float) -> list[Edge]:
         """Edges with an endpoint in `nodes` and at least `min_confidence`, by edge id, once each."""
-        return [self.edges[i] for i in self.incident_edges(self.numbers(nodes), min_confidence).tolist()]
+        return [self._edge(i) for i in self.incident_edges(self.numbers(nodes), min_confidence).tolist()]
 
 
 def _edge_id(edge: Edge) -> int:
     return edge.edge_id
 
 
-def _picked(items: Sequence[Edge], positions: np.ndarray) -> tuple[Edge, ...]:
-    """`tuple(items[i] for i in positions)`, in C (`itemgetter`)."""
-    if len(positions) < 2:
-        return tuple(items[i] for i in positions.tolist())
-    return itemgetter(*positions.tolist())(items)
+def _uuid_bytes(ids: Sequence[UUID]) -> np.ndarray:
+    """The ids as rows of their 16 bytes."""
+    return np.frombuffer(b"".join(node.bytes for node in ids), dtype=np.uint8).reshape(len(ids), 16)
 
 
 def _ascending_once(positions: np.ndarray, size: int) -> np.ndarray:

@@ -1,0 +1,134 @@
+"""The entity graph of a namespace scope, built from its segments' edge columns with array
+operations: no edge becomes a Python object on the way (stores/engine/edge_columns.py).
+
+What it computes is `StoreSnapshot.adjacency`'s rule: the live edges of the scope's namespaces,
+a later segment's edge replacing an earlier one with the same id, an edge with a deleted end left
+out, and every CO_MENTIONED edge weighed by the live objects mentioning both its entities
+(`co_mention_confidence`), left out where none does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+import numpy as np
+
+from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, EdgeColumns
+from rms_retrieval.stores.indexes.adjacency import Adjacency
+from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
+
+
+@dataclass(frozen=True)
+class EdgeBlock:
+    """Some edges of one segment in one namespace: positions into the segment's edge columns."""
+
+    namespace: str
+    columns: EdgeColumns
+    positions: np.ndarray
+
+
+@dataclass(frozen=True)
+class Mentions:
+    """One segment's live MENTIONS of one namespace: (entity, row) pairs, each once."""
+
+    entities: np.ndarray  # 16 bytes per entity id, as a V16 column
+    rows: np.ndarray
+    row_count: int
+
+
+def _keys(ends: np.ndarray) -> np.ndarray:
+    """Rows of 16 id bytes as one V16 column (comparable, sortable and searchable by numpy)."""
+    return np.ascontiguousarray(ends).reshape(-1, 16).view("V16").ravel()
+
+
+def mentions_of(columns: EdgeColumns, namespace: str, dead: np.ndarray | None, row_count: int) -> Mentions:
+    """The live rows' MENTIONS edges of `namespace` in one segment."""
+    entities, rows = columns.mention_ends(namespace)
+    if dead is not None and len(rows):
+        live = ~dead[rows]
+        entities, rows = entities[live], rows[live]
+    return Mentions(_keys(entities), rows, row_count)
+
+
+def co_mention_counts(sources: np.ndarray, targets: np.ndarray, segments: Sequence[Mentions]) -> np.ndarray:
+    """For each (source, target) entity pair (rows of 16 id bytes), the live objects mentioning
+    both, summed over `segments`; 0 unless source < target (pairs are stored smaller id first).
+    Each pair costs the rows of its less mentioned entity, never a listing of every pair."""
+    totals = np.zeros(len(sources), dtype=np.int64)
+    source_keys, target_keys = _keys(sources), _keys(targets)
+    ordered = np.flatnonzero(_smaller(sources, targets))
+    for mentions in segments:
+        if not len(mentions.rows) or not len(ordered):
+            continue
+        entity_keys, entity_of = np.unique(mentions.entities, return_inverse=True)
+        stride = max(mentions.row_count, 1)
+        codes = np.unique(entity_of.astype(np.int64).reshape(-1) * stride + mentions.rows)  # by entity, then row
+        indptr = np.searchsorted(codes // stride, np.arange(len(entity_keys) + 1))
+        first = _found(entity_keys, source_keys[ordered])
+        second = _found(entity_keys, target_keys[ordered])
+        both = (first >= 0) & (second >= 0)
+        pairs, first, second = ordered[both], first[both], second[both]
+        first_count = indptr[first + 1] - indptr[first]
+        second_count = indptr[second + 1] - indptr[second]
+        fewer = np.where(first_count <= second_count, first, second)
+        other = np.where(first_count <= second_count, second, first)
+        lengths = np.minimum(first_count, second_count)
+        pair_of = np.repeat(np.arange(len(pairs)), lengths)
+        starts = np.repeat(indptr[fewer] - (np.cumsum(lengths) - lengths), lengths)
+        rows = codes[starts + np.arange(len(pair_of))] % stride  # each row of the less mentioned entity
+        probes = other[pair_of] * stride + rows
+        hit = codes[np.minimum(np.searchsorted(codes, probes), len(codes) - 1)] == probes
+        totals[pairs] += np.bincount(pair_of[hit], minlength=len(pairs))
+    return totals
+
+
+def _smaller(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Per row, whether the first id is below the second (as integers: big-endian halves)."""
+    first_halves = np.ascontiguousarray(first).reshape(-1, 16).view(">u8")
+    second_halves = np.ascontiguousarray(second).reshape(-1, 16).view(">u8")
+    return (first_halves[:, 0] < second_halves[:, 0]) | (
+        (first_halves[:, 0] == second_halves[:, 0]) & (first_halves[:, 1] < second_halves[:, 1]))
+
+
+def _found(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The position of each wanted key in the sorted `keys`, -1 where absent."""
+    at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+    found = keys[at] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)
+    return np.where(found, at, -1)
+
+
+def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID]],
+                mentions: dict[str, list[Mentions]]) -> Adjacency:
+    """The graph of the scope whose live edges `blocks` hold, in segment order; `dead_ids`: the
+    store's deleted (namespace, id)s; `mentions`: per namespace, each segment's live MENTIONS."""
+    blocks = [block for block in blocks if len(block.positions)]
+    if not blocks:
+        return Adjacency([])
+    ids = np.concatenate([block.columns.ids[block.positions] for block in blocks])
+    ends = np.concatenate([block.columns.ends[block.positions] for block in blocks])
+    types = np.concatenate([np.asarray(block.columns.type_names, dtype=object)[block.columns.types[block.positions]]
+                            for block in blocks])
+    confidence = np.concatenate([block.columns.confidences[block.positions] for block in blocks])
+    names = sorted({block.namespace for block in blocks})
+    namespace = np.concatenate([np.full(len(block.positions), names.index(block.namespace)) for block in blocks])
+    _, last = np.unique(ids[::-1], return_index=True)  # a later segment's edge replaces one with its id
+    keep = len(ids) - 1 - last
+    ids, ends, types, confidence, namespace = ids[keep], ends[keep], types[keep], confidence[keep], namespace[keep]
+    sources, targets = ends[:, :16], ends[:, 16:]
+    alive = np.ones(len(ids), dtype=bool)
+    for number, name in enumerate(names):
+        dead = [memory_id.bytes for dead_namespace, memory_id in dead_ids if dead_namespace == name]
+        if dead:
+            gone = _keys(np.frombuffer(b"".join(dead), dtype=np.uint8))
+            alive &= ~((namespace == number) & (np.isin(_keys(sources), gone) | np.isin(_keys(targets), gone)))
+    co_mentioned = types == CO_MENTIONED
+    counts = np.zeros(len(ids), dtype=np.int64)
+    for number, name in enumerate(names):
+        chosen = np.flatnonzero(co_mentioned & alive & (namespace == number))
+        counts[chosen] = co_mention_counts(sources[chosen], targets[chosen], mentions.get(name, []))
+    alive &= ~co_mentioned | (counts > 0)
+    for found in np.unique(counts[co_mentioned & alive]).tolist():
+        confidence[co_mentioned & (counts == found)] = co_mention_confidence(found)
+    return Adjacency.from_columns(ids[alive], sources[alive], targets[alive], types[alive], confidence[alive])
