@@ -45,6 +45,7 @@ from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, EDGE_ARRAYS,
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry
+from rms_retrieval.stores.engine.npz_views import npz_views
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge
 from rms_retrieval.stores.engine.segment_parquet import LOADED_COLUMNS, OBJECTS_SCHEMA, conformed, loaded_columns, read_table
@@ -142,13 +143,13 @@ class LoadedSegment:
                     postings = TermPostings.from_arrays(arrays, directory / POSTINGS_FILE)
                 edges = _parquet_edges(read_table(blobs[EDGES_FILE]))
             else:
-                with np.load(io.BytesIO(blobs[INDEX_FILE]), allow_pickle=False) as arrays:
-                    vectors = arrays["vectors"]
-                    postings = TermPostings.from_arrays(arrays, directory / INDEX_FILE)
-                    if "edge_rows" in arrays:
-                        edges = EdgeColumns({name: arrays[name] for name in (*EDGE_ARRAYS, "edge_rows")})
-                    else:
-                        edges = _legacy_edges(arrays)
+                arrays = npz_views(blobs[INDEX_FILE])  # views of the verified bytes, not copies
+                vectors = arrays["vectors"]
+                postings = TermPostings.from_arrays(arrays, directory / INDEX_FILE)
+                if "edge_rows" in arrays:
+                    edges = EdgeColumns({name: arrays[name] for name in (*EDGE_ARRAYS, "edge_rows")})
+                else:
+                    edges = _legacy_edges(arrays)
             decoded = None
             if not isinstance(edges, EdgeColumns):  # owners unknown: each found by its source's row here
                 row_of = {key: position for position, key in enumerate(zip(columns["namespace"], columns["id"]))}
@@ -216,7 +217,7 @@ class LoadedSegment:
         # Every row, dead ones too: an id is not reused while a dead row still holds it.
         self.row_of: dict[tuple[str, UUID], int] = {
             key: position for position, key in enumerate(zip(self.namespace_of_row, self.ids))}
-        self._records: list[str] = columns["record"]
+        self._records: pa.Array = columns["record"]
         self.namespace_slices: dict[str, tuple[int, int]] = {}
         for position, namespace in enumerate(self.namespace_of_row):
             start, _ = self.namespace_slices.get(namespace, (position, position))
@@ -278,7 +279,7 @@ class LoadedSegment:
     def object_at(self, position: int) -> MemoryObject:
         memory = self._decoded.get(position)
         if memory is None:
-            memory = memory_object(self._records[position])
+            memory = memory_object(self._records[position].as_py())
             if len(self._decoded) >= _DECODED_CACHE_LIMIT:
                 self._decoded.clear()
             self._decoded[position] = memory

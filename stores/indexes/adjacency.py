@@ -2,8 +2,9 @@
 
 The graph walk asks for the edges around a frontier once per hop. Nodes are numbered in UUID
 order and edges in edge-id order, so sorting numbers sorts ids; node i's incident edges are
-`incident[indptr[i]:indptr[i + 1]]`, ascending. A store builds one per namespace scope (from a
-list of `Edge`) and, after a write that only added to the scope, updates it (`updated`).
+`incident[indptr[i]:indptr[i + 1]]`, ascending. A store builds one per namespace scope from its
+segments' edge columns (`from_columns`: no edge becomes a Python object) and, after a write that
+only added to the scope, updates it (`updated`); a list of `Edge` builds one too.
 """
 
 from __future__ import annotations

@@ -233,8 +233,7 @@ class TermPostings:
             ends = arrays["vocabulary_ends"].tolist()
             starts = [0, *ends[:-1]]
             vocabulary = np.array([blob[start:end].decode() for start, end in zip(starts, ends)], dtype=object)
-            return cls(vocabulary, arrays["term_ids"].astype(np.int32), arrays["rows"].astype(np.int32),
-                       arrays["tfs"].astype(np.int32), arrays["lengths"].astype(np.int32))
+            return cls(vocabulary, *(arrays[name].astype(np.int32, copy=False) for name in ("term_ids", "rows", "tfs", "lengths")))
         except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
             raise ValueError(f"{source} is not a readable TermPostings file ({error}); rewrite the segment") from error
 

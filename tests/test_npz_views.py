@@ -1,0 +1,62 @@
+"""An .npz's arrays read as views of its bytes: equal to np.load's, read-only, not copied."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+import pytest
+
+from rms_retrieval.stores.engine.npz_views import npz_views
+
+ARRAYS = {
+    "vectors": np.random.default_rng(1).random((50, 384), dtype=np.float32),
+    "ids": np.arange(7, dtype=np.int64),
+    "fortran": np.asfortranarray(np.arange(12, dtype=np.int32).reshape(3, 4)),
+    "empty": np.zeros((0, 32), dtype=np.uint8),
+    "scalar": np.array(3.5),
+    "bytes": np.frombuffer("naïve tenant/γ".encode(), dtype=np.uint8),
+}
+
+
+def _npz(compressed: bool = False, **arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def test_the_views_are_np_load_s_arrays_without_a_copy() -> None:
+    data = _npz(**ARRAYS)
+    views = npz_views(data)
+    with np.load(io.BytesIO(data), allow_pickle=False) as loaded:
+        assert sorted(views) == sorted(loaded.files)
+        for name in loaded.files:
+            expected = loaded[name]
+            assert views[name].dtype == expected.dtype and views[name].shape == expected.shape, name
+            np.testing.assert_array_equal(views[name], expected)
+    assert views["fortran"].flags.f_contiguous
+    assert not views["vectors"].flags.writeable
+    assert np.shares_memory(views["vectors"], np.frombuffer(data, dtype=np.uint8))
+
+
+def test_a_compressed_member_is_read_as_np_load_reads_it() -> None:
+    views = npz_views(_npz(compressed=True, **ARRAYS))
+    for name, expected in ARRAYS.items():
+        np.testing.assert_array_equal(views[name], expected)
+
+
+def test_damage_is_refused_not_read() -> None:
+    data = _npz(**ARRAYS)
+    with pytest.raises((ValueError, zipfile.BadZipFile)):
+        npz_views(data[: len(data) // 2])
+    member = data.index(b"\x93NUMPY")  # the first array's header: a shape that no longer fits its bytes
+    grown = data.replace(b"(50, 384)", b"(51, 384)", 1)
+    assert grown != data and member >= 0
+    with pytest.raises(ValueError, match="shape does not fit"):
+        npz_views(grown)
+
+
+def test_python_objects_are_never_loaded() -> None:
+    with pytest.raises(ValueError):
+        npz_views(_npz(words=np.array(["a", None], dtype=object)))

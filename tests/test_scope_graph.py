@@ -1,0 +1,127 @@
+"""A scope's graph from edge columns equals the rule written out edge by edge."""
+
+from __future__ import annotations
+
+import random
+from uuid import UUID
+
+import numpy as np
+
+from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, EdgeColumns, StoredEdge
+from rms_retrieval.stores.engine.scope_graph import EdgeBlock, co_mention_counts, mentions_of, scope_graph
+from rms_retrieval.stores.indexes.adjacency import Adjacency
+from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
+from rms_retrieval.stores.protocols import Edge
+
+NAMESPACES = ("a", "b")
+
+
+def _segments(seed: int) -> list[tuple[tuple[StoredEdge, ...], np.ndarray]]:
+    """Three segments of MENTIONS, CO_MENTIONED (some re-weighted by a later segment) and other
+    edges in two namespaces, each with some dead rows; later segments hold new versions of some
+    of the first segment's edges (same ids, other sources)."""
+    chooser = random.Random(seed)
+    entities = {name: sorted((UUID(int=chooser.getrandbits(128)) for _ in range(9)), key=lambda u: u.int)
+                for name in NAMESPACES}
+    pairs = {name: [(first, second) for i, first in enumerate(entities[name]) for second in entities[name][i + 1:]]
+             for name in NAMESPACES}
+    co_ids: dict[tuple[str, UUID, UUID], int] = {}
+    segments, next_id = [], 1
+    for _ in range(3):
+        rows, edges = 40, []
+        for row in range(rows):
+            name = chooser.choice(NAMESPACES)
+            owner = UUID(int=chooser.getrandbits(128))
+            for entity in chooser.sample(entities[name], chooser.randint(0, 4)):
+                edges.append(StoredEdge(Edge(next_id, owner, entity, MENTIONS, 0.9), name, row))
+                next_id += 1
+            if chooser.random() < 0.2:
+                edges.append(StoredEdge(Edge(next_id, owner, chooser.choice(entities[name]), "SPOKEN_BY", 1.0), name, row))
+                next_id += 1
+        for name in NAMESPACES:
+            for first, second in chooser.sample(pairs[name], 8):
+                key = (name, first, second)
+                if key not in co_ids:
+                    co_ids[key], next_id = next_id, next_id + 1
+                edges.append(StoredEdge(Edge(co_ids[key], first, second, CO_MENTIONED, 0.45), name, -1))
+        if segments:  # an object's new version takes some of an earlier segment's edges, ids kept
+            moved = [stored for stored in segments[0][0] if stored.edge.edge_type == MENTIONS][:6]
+            edges += [StoredEdge(Edge(stored.edge.edge_id, UUID(int=chooser.getrandbits(128)), stored.edge.target, MENTIONS,
+                                      0.8), stored.namespace, chooser.randrange(rows)) for stored in moved]
+        edges.sort(key=lambda stored: stored.edge.edge_id)
+        dead = np.zeros(rows, dtype=bool)
+        dead[chooser.sample(range(rows), 5)] = True
+        segments.append((tuple(edges), dead))
+    return segments
+
+
+def _expected(segments, scope: tuple[str, ...], dead_ids: frozenset[tuple[str, UUID]]) -> list[tuple]:
+    """StoreSnapshot.adjacency's rule, edge by edge."""
+    latest: dict[int, tuple[str, Edge]] = {}
+    for edges, dead in segments:
+        for stored in edges:
+            if stored.namespace in scope and (stored.row < 0 or not dead[stored.row]):
+                latest[stored.edge.edge_id] = (stored.namespace, stored.edge)
+    kept = []
+    for namespace, edge in latest.values():
+        if (namespace, edge.source) in dead_ids or (namespace, edge.target) in dead_ids:
+            continue
+        if edge.edge_type == CO_MENTIONED:
+            count = 0
+            for edges, dead in segments:
+                mentioning: dict[UUID, set[int]] = {}
+                for stored in edges:
+                    if stored.namespace == namespace and stored.edge.edge_type == MENTIONS and not dead[stored.row]:
+                        mentioning.setdefault(stored.edge.target, set()).add(stored.row)
+                count += len(mentioning.get(edge.source, set()) & mentioning.get(edge.target, set()))
+            if not count or not edge.source.int < edge.target.int:
+                continue
+            edge = Edge(edge.edge_id, edge.source, edge.target, CO_MENTIONED, co_mention_confidence(count))
+        kept.append(edge)
+    return sorted(kept, key=lambda edge: edge.edge_id)
+
+
+def _built(segments, scope, dead_ids) -> Adjacency:
+    blocks, mentions = [], {name: [] for name in scope}
+    for edges, dead in segments:
+        columns = EdgeColumns.from_stored(edges)
+        groups = columns.live_by_namespace(dead)
+        blocks += [EdgeBlock(name, groups.columns, groups.positions(name)) for name in scope]
+        for name in scope:
+            mentions[name].append(mentions_of(columns, name, dead, len(dead)))
+    return scope_graph(blocks, dead_ids, mentions)
+
+
+def test_the_graph_of_columns_is_the_graph_of_the_rule() -> None:
+    for seed in range(6):
+        segments = _segments(seed)
+        some_entity = next(stored.edge.target for stored in segments[0][0] if stored.edge.edge_type == MENTIONS)
+        owner = next(stored for stored in segments[1][0] if stored.edge.edge_type == MENTIONS)
+        dead_ids = frozenset({(owner.namespace, some_entity), (owner.namespace, owner.edge.source)})
+        for scope in (("a",), ("b",), ("a", "b")):
+            built = _built(segments, scope, dead_ids if seed % 2 else frozenset())
+            expected = _expected(segments, scope, dead_ids if seed % 2 else frozenset())
+            assert built.edges == tuple(expected)
+            assert any(edge.edge_type == CO_MENTIONED for edge in expected)
+            reference = Adjacency(expected)
+            for name in ("source", "target", "confidence", "edge_id", "incident", "indptr"):
+                np.testing.assert_array_equal(getattr(built, name), getattr(reference, name), err_msg=name)
+            assert built.nodes == reference.nodes and built.edge_type == reference.edge_type
+
+
+def test_no_edges_make_an_empty_graph() -> None:
+    graph = scope_graph([], frozenset(), {})
+    assert len(graph) == 0 and graph.edges == ()
+
+
+def test_co_mention_counts_need_the_smaller_id_first_and_live_rows() -> None:
+    low, high, other = UUID(int=1), UUID(int=2), UUID(int=3)
+    edges = tuple(StoredEdge(Edge(i + 1, UUID(int=100 + row), entity, MENTIONS, 0.9), "a", row)
+                  for i, (row, entity) in enumerate([(0, low), (0, high), (1, low), (1, high), (2, low), (2, other)]))
+    columns = EdgeColumns.from_stored(edges)
+    ends = lambda ids: np.frombuffer(b"".join(u.bytes for u in ids), dtype=np.uint8).reshape(-1, 16)  # noqa: E731
+    live = [mentions_of(columns, "a", None, 3)]
+    assert co_mention_counts(ends([low, high, low, low]), ends([high, low, other, UUID(int=9)]), live).tolist() == [2, 0, 1, 0]
+    one_dead = [mentions_of(columns, "a", np.array([True, False, False]), 3)]
+    assert co_mention_counts(ends([low]), ends([high]), one_dead).tolist() == [1]
+    assert co_mention_counts(ends([low]), ends([high]), live * 2).tolist() == [4]  # summed over segments
