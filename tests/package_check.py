@@ -72,7 +72,7 @@ def wheel_problems(wheel: Path) -> list[str]:
     top_level = {name.split("/")[0] for name in names}
     if top_level != {"rms_retrieval", wheel.name.split("-py3")[0] + ".dist-info"}:
         problems.append(f"top-level names {sorted(top_level)}, not rms_retrieval and its dist-info")
-    if "[console_scripts]\nrms = rms_retrieval.dataflows.cli:main" not in scripts:
+    if "[console_scripts]\nrms = rms_retrieval.dataflows.cli:run" not in scripts:
         problems.append("no rms console script")
     problems += [f"lacks {name}" for name in WHEEL_MUST_HOLD if name not in names]
     problems += [f"holds {name}" for name in names if name.startswith(WHEEL_MUST_NOT_HOLD)]
