@@ -8,7 +8,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from rms_retrieval.stores.engine.npz_views import npz_views
+from rms_retrieval.stores.engine.npz_views import npz_views, read_aligned
 
 ARRAYS = {
     "vectors": np.random.default_rng(1).random((50, 384), dtype=np.float32),
@@ -36,8 +36,24 @@ def test_the_views_are_np_load_s_arrays_without_a_copy() -> None:
             assert views[name].dtype == expected.dtype and views[name].shape == expected.shape, name
             np.testing.assert_array_equal(views[name], expected)
     assert views["fortran"].flags.f_contiguous
-    assert not views["vectors"].flags.writeable
-    assert np.shares_memory(views["vectors"], np.frombuffer(data, dtype=np.uint8))
+    assert all(view.flags.aligned and not view.flags.writeable for view in views.values())
+
+
+def test_a_file_read_aligned_gives_aligned_vectors_that_are_views_of_it(tmp_path) -> None:
+    path = tmp_path / "index.npz"
+    path.write_bytes(_npz(**ARRAYS))
+    data = read_aligned(path)
+    assert data.tobytes() == path.read_bytes() and not data.flags.writeable
+    views = npz_views(data)
+    assert views["vectors"].ctypes.data % 64 == 0
+    assert np.shares_memory(views["vectors"], data)
+    np.testing.assert_array_equal(views["vectors"], ARRAYS["vectors"])
+
+
+def test_a_file_that_is_no_archive_is_read_whole_for_its_checksum_to_refuse(tmp_path) -> None:
+    path = tmp_path / "index.npz"
+    path.write_bytes(b"damaged")
+    assert read_aligned(path).tobytes() == b"damaged"
 
 
 def test_a_compressed_member_is_read_as_np_load_reads_it() -> None:

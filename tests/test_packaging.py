@@ -21,7 +21,7 @@ def _wheel(tmp_path: Path, names: list[str]) -> Path:
         for name in names:
             archive.writestr(name, "")
         archive.writestr("rms_retrieval-0.1.0.dist-info/entry_points.txt",
-                         "[console_scripts]\nrms = rms_retrieval.dataflows.cli:main\n")
+                         "[console_scripts]\nrms = rms_retrieval.dataflows.cli:run\n")
     return wheel
 
 

@@ -45,7 +45,7 @@ from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, EDGE_ARRAYS,
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry
-from rms_retrieval.stores.engine.npz_views import npz_views
+from rms_retrieval.stores.engine.npz_views import npz_views, read_aligned
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge
 from rms_retrieval.stores.engine.segment_parquet import LOADED_COLUMNS, OBJECTS_SCHEMA, conformed, loaded_columns, read_table
@@ -266,10 +266,12 @@ class LoadedSegment:
                 self._checked = self.objects_table()
             return self._checked
 
-    def _verified_bytes(self, name: str) -> bytes:
+    def _verified_bytes(self, name: str) -> bytes | np.ndarray:
         path = self.directory / name
         expected = self.entry.files.get(name)
-        data = path.read_bytes()  # FileNotFoundError is the caller's cue that a merge retired it
+        # FileNotFoundError is the caller's cue that a merge retired it. The index is read so that
+        # its vectors, viewed in place (npz_views), start on an aligned address.
+        data = read_aligned(path) if name == INDEX_FILE else path.read_bytes()
         if expected is None or hashlib.sha256(data).hexdigest() != expected:
             raise StoreError(f"{path} is damaged (its sha256 differs from the manifest's); set it aside and keep "
                              f"the rest with `rms check --store {self.directory.parent.parent} --repair`, or restore "
