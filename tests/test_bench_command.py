@@ -35,6 +35,7 @@ def test_bench_locomo_builds_the_store_and_writes_results(demo_file, tmp_path, c
     results = json.loads((out / command.RESULTS_FILE).read_text())
     assert results["status"] == "complete" and results["budgets"] == [150, 400]
     assert results["store"]["built_in_this_run"] and results["store"]["ingest"]["turns_per_second"] > 0
+    assert 0 < results["store"]["ingest"]["throughput_over_embedding_only"] <= 1
     assert results["store"]["namespaces"] == ["demo-priya-tomas", "demo-twin"]
     assert results["dataset"]["evaluated"] == {"main": 3, "adversarial": 0}
     assert set(results["relevance"]["arms"]) == {"pipeline", "vector_only"}
