@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import zipfile
 
 import numpy as np
 import pytest
 
-from rms_retrieval.stores.engine.npz_views import npz_views, read_aligned
+from rms_retrieval.stores.engine.npz_views import npz_views, read_npz
 
 ARRAYS = {
     "vectors": np.random.default_rng(1).random((50, 384), dtype=np.float32),
@@ -40,21 +41,25 @@ def test_the_views_are_np_load_s_arrays_without_a_copy() -> None:
     assert np.shares_memory(views["vectors"], np.frombuffer(data, dtype=np.uint8))
 
 
-def test_a_file_read_aligned_gives_aligned_vectors_that_are_views_of_it(tmp_path) -> None:
+def test_a_file_is_hashed_and_its_arrays_placed_aligned_in_one_read(tmp_path) -> None:
     path = tmp_path / "index.npz"
     path.write_bytes(_npz(**ARRAYS))
-    data = read_aligned(path)
-    assert data.tobytes() == path.read_bytes() and not data.flags.writeable
-    views = npz_views(data)
-    assert views["vectors"].ctypes.data % 64 == 0
-    assert np.shares_memory(views["vectors"], data)
-    np.testing.assert_array_equal(views["vectors"], ARRAYS["vectors"])
+    digest, arrays = read_npz(path)
+    assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert sorted(arrays) == sorted(ARRAYS)
+    for name, expected in ARRAYS.items():
+        assert arrays[name].dtype == expected.dtype and arrays[name].shape == expected.shape, name
+        np.testing.assert_array_equal(arrays[name], expected)
+        assert arrays[name].ctypes.data % 64 == 0 and not arrays[name].flags.writeable, name
+    assert arrays["fortran"].flags.f_contiguous
 
 
-def test_a_file_that_is_no_archive_is_read_whole_for_its_checksum_to_refuse(tmp_path) -> None:
-    path = tmp_path / "index.npz"
-    path.write_bytes(b"damaged")
-    assert read_aligned(path).tobytes() == b"damaged"
+def test_a_file_it_cannot_lay_out_is_only_hashed(tmp_path) -> None:
+    for name, data in (("damaged.npz", b"damaged"), ("compressed.npz", _npz(compressed=True, **ARRAYS)),
+                       ("cut.npz", _npz(**ARRAYS)[:-100])):
+        path = tmp_path / name
+        path.write_bytes(data)
+        assert read_npz(path) == (hashlib.sha256(data).hexdigest(), None), name
 
 
 def test_a_compressed_member_is_read_as_np_load_reads_it() -> None:

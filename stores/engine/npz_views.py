@@ -1,20 +1,24 @@
-"""The arrays of a segment's `index.npz` as views of the file's verified bytes, not copies.
+"""The arrays of a segment's `index.npz` read without copies, each on an aligned address.
 
 `np.load` copies every array out of the archive: opening a store held each `index.npz` twice
 while it loaded (its bytes, read once for their sha256, and the arrays), and copying took a
 third of a LongMemEval-S store's open. `np.savez` stores its members uncompressed, so each array
-is a run of the bytes after its `.npy` header: `npz_views` finds that run through the archive's
-own directory and hands out a read-only array over it. A compressed member (a file written by
-other means) is read as `np.load` reads it. The sha256 over the whole file is what guards the
-bytes; the archive's CRCs are not checked again.
+is a run of the file after its `.npy` header. `read_npz` reads the file once, in order, hashing
+every byte: each array's run goes to a 64-byte-aligned place of one buffer (a view of the file's
+bytes as they lie would put most arrays on odd addresses, which numpy and FAISS read slowly),
+headers and the archive's directory only to the hash. `npz_views` views an archive already in
+memory as it lies, for files that pass cannot lay out. The sha256 over the whole file is what
+guards the bytes; the archive's CRCs are not checked again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import struct
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -28,7 +32,7 @@ _ALIGNMENT = 64
 
 
 def npz_views(data: bytes | np.ndarray) -> dict[str, np.ndarray]:
-    """Every array of the .npz archive `data` (bytes, or a uint8 array from `read_aligned`), by
+    """Every array of the .npz archive `data` (bytes, or a uint8 array), as it lies in `data`, by
     name (without `.npy`), read-only. ValueError or zipfile.BadZipFile where the archive or a
     member is damaged; object arrays are refused."""
     view = memoryview(data).cast("B")
@@ -43,44 +47,99 @@ def npz_views(data: bytes | np.ndarray) -> dict[str, np.ndarray]:
     return arrays
 
 
-def read_aligned(path: Path, anchor: str = "vectors") -> np.ndarray:
-    """The bytes of the .npz file at `path` as a read-only uint8 array placed so that the data of
-    member `anchor` starts on a 64-byte boundary: numpy and FAISS read an aligned float32 matrix
-    at full speed, and a view of plain bytes lands wherever the archive's headers put it. Any
-    other member is aligned by chance: numpy reads a misaligned array correctly, a little slower
-    (copying the misaligned edge and postings arrays of a LongMemEval-S store cost more at open
-    than it saved)."""
+def read_npz(path: Path) -> tuple[str, dict[str, np.ndarray] | None]:
+    """The sha256 of the .npz file at `path` and its arrays, in one sequential read: each array's
+    data is read into a 64-byte-aligned place of one buffer and viewed there (read-only), its
+    headers and the archive's directory only hashed. Arrays None where the file is not an archive
+    of stored, plain-dtype members (damaged, compressed, or another format): the caller checks the
+    sha256 first, then reads such a file as bytes (`npz_views`)."""
+    digest = hashlib.sha256()
     with path.open("rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         try:
-            offset = _data_offset(handle, anchor)
-        except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile):
-            offset = 0  # a damaged or foreign file: its sha256 will say so
-        buffer = np.empty(size + _ALIGNMENT, dtype=np.uint8)
-        shift = -(buffer.ctypes.data + offset) % _ALIGNMENT
-        data = buffer[shift:shift + size]
+            members = _layout(handle, size)
+        except (ValueError, OSError, KeyError, EOFError, struct.error, zipfile.BadZipFile):
+            handle.seek(0)
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+            return digest.hexdigest(), None
+        places, total = [], 0
+        for member in members:
+            places.append(total)
+            total += -(-member.size // _ALIGNMENT) * _ALIGNMENT  # each array on its own aligned place
+        buffer = np.empty(total + _ALIGNMENT, dtype=np.uint8)
+        base = -buffer.ctypes.data % _ALIGNMENT
         handle.seek(0)
-        filled = 0
-        while filled < size:
-            read = handle.readinto(memoryview(data)[filled:])
-            if not read:
-                raise OSError(f"{path} ended after {filled} of its {size} bytes")
-            filled += read
-    data.flags.writeable = False
+        at = 0
+        for member, place in zip(members, places):
+            digest.update(_read_exactly(handle, member.start - at, path))  # its headers, and the previous tail
+            data = buffer[base + place:base + place + member.size]
+            _read_into(handle, data, path)
+            digest.update(data)
+            at = member.start + member.size
+        digest.update(_read_exactly(handle, size - at, path))  # the archive's directory
+    buffer.flags.writeable = False
+    return digest.hexdigest(), {
+        member.name: np.frombuffer(buffer, dtype=member.dtype, count=member.count, offset=base + place).reshape(
+            member.shape, order="F" if member.fortran_order else "C")
+        for member, place in zip(members, places)}
+
+
+@dataclass(frozen=True)
+class _Member:
+    name: str
+    start: int  # where its array data begins in the file
+    size: int
+    count: int
+    shape: tuple[int, ...]
+    fortran_order: bool
+    dtype: np.dtype
+
+
+def _layout(handle: BinaryIO, size: int) -> list[_Member]:
+    """The stored members of the archive open as `handle`, in file order, with where each array's
+    data lies; ValueError for anything `read_npz` does not lay out."""
+    members: list[_Member] = []
+    for info in sorted(zipfile.ZipFile(handle).infolist(), key=lambda info: info.header_offset):
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise ValueError(f"{info.filename} is compressed")
+        handle.seek(info.header_offset)
+        local = handle.read(_LOCAL_HEADER_SIZE)
+        if local[:4] != _LOCAL_HEADER:
+            raise ValueError(f"{info.filename}: no local file header where the archive's directory points")
+        name_length, extra_length = struct.unpack("<HH", local[26:_LOCAL_HEADER_SIZE])
+        member = info.header_offset + _LOCAL_HEADER_SIZE + name_length + extra_length
+        handle.seek(member)
+        header = io.BytesIO(handle.read(min(info.file_size, _HEADER_LIMIT)))
+        parsed = _array_header(header)
+        if parsed is None or parsed[2].hasobject:
+            raise ValueError(f"{info.filename}: an .npy version or dtype this reader leaves to np.load")
+        shape, fortran_order, dtype = parsed
+        count = int(np.prod(shape, dtype=np.int64))
+        if header.tell() + count * dtype.itemsize != info.file_size:
+            raise ValueError(f"{info.filename}: its header's shape does not fit its bytes")
+        start = member + header.tell()
+        if (members and start < members[-1].start + members[-1].size) or start + count * dtype.itemsize > size:
+            raise ValueError(f"{info.filename} overlaps another member or the end of the file")
+        members.append(_Member(info.filename.removesuffix(".npy"), start, count * dtype.itemsize, count, shape,
+                               fortran_order, dtype))
+    return members
+
+
+def _read_exactly(handle: BinaryIO, count: int, path: Path) -> bytes:
+    data = handle.read(count)
+    if len(data) != count:
+        raise OSError(f"{path} ended early: it changed while it was read")
     return data
 
 
-def _data_offset(handle: BinaryIO, name: str) -> int:
-    """Where member `name.npy`'s array data starts in the archive open as `handle`."""
-    info = zipfile.ZipFile(handle).getinfo(f"{name}.npy")
-    handle.seek(info.header_offset)
-    local = handle.read(_LOCAL_HEADER_SIZE)
-    name_length, extra_length = struct.unpack("<HH", local[26:_LOCAL_HEADER_SIZE])
-    member = info.header_offset + _LOCAL_HEADER_SIZE + name_length + extra_length
-    handle.seek(member)
-    header = io.BytesIO(handle.read(min(info.file_size, _HEADER_LIMIT)))
-    _array_header(header)
-    return member + header.tell()
+def _read_into(handle: BinaryIO, target: np.ndarray, path: Path) -> None:
+    view, filled = memoryview(target), 0
+    while filled < len(view):
+        read = handle.readinto(view[filled:])
+        if not read:
+            raise OSError(f"{path} ended early: it changed while it was read")
+        filled += read
 
 
 def _array_header(header: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype] | None:

@@ -45,7 +45,7 @@ from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, EDGE_ARRAYS,
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry
-from rms_retrieval.stores.engine.npz_views import npz_views, read_aligned
+from rms_retrieval.stores.engine.npz_views import npz_views, read_npz
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge
 from rms_retrieval.stores.engine.segment_parquet import LOADED_COLUMNS, OBJECTS_SCHEMA, conformed, loaded_columns, read_table
@@ -134,7 +134,8 @@ class LoadedSegment:
         directory = segment_directory(store, entry.id)
         self.entry, self.directory = entry, directory
         separate = VECTORS_FILE in entry.files
-        blobs = {name: self._verified_bytes(name) for name in (SEPARATE_FILES if separate else SEGMENT_FILES)}
+        blobs = {name: self._verified_bytes(name) for name in (SEPARATE_FILES if separate else (OBJECTS_FILE,))}
+        index = None if separate else self._verified_index()  # FileNotFoundError, as above: not a damaged segment
         try:
             columns = loaded_columns(read_table(blobs[OBJECTS_FILE], LOADED_COLUMNS))
             if separate:
@@ -143,7 +144,7 @@ class LoadedSegment:
                     postings = TermPostings.from_arrays(arrays, directory / POSTINGS_FILE)
                 edges = _parquet_edges(read_table(blobs[EDGES_FILE]))
             else:
-                arrays = npz_views(blobs[INDEX_FILE])  # views of the verified bytes, not copies
+                arrays = index if isinstance(index, dict) else npz_views(index)
                 vectors = arrays["vectors"]
                 postings = TermPostings.from_arrays(arrays, directory / INDEX_FILE)
                 if "edge_rows" in arrays:
@@ -266,17 +267,28 @@ class LoadedSegment:
                 self._checked = self.objects_table()
             return self._checked
 
-    def _verified_bytes(self, name: str) -> bytes | np.ndarray:
+    def _verified_bytes(self, name: str) -> bytes:
         path = self.directory / name
         expected = self.entry.files.get(name)
-        # FileNotFoundError is the caller's cue that a merge retired it. The index is read so that
-        # its vectors, viewed in place (npz_views), start on an aligned address.
-        data = read_aligned(path) if name == INDEX_FILE else path.read_bytes()
+        data = path.read_bytes()  # FileNotFoundError is the caller's cue that a merge retired it
         if expected is None or hashlib.sha256(data).hexdigest() != expected:
-            raise StoreError(f"{path} is damaged (its sha256 differs from the manifest's); set it aside and keep "
-                             f"the rest with `rms check --store {self.directory.parent.parent} --repair`, or restore "
-                             "the store from a backup")
+            raise self._damaged(path)
         return data
+
+    def _verified_index(self) -> dict[str, np.ndarray] | bytes:
+        """index.npz's arrays, read in one pass that checks the file's sha256, each in an aligned
+        place of one buffer (stores/engine/npz_views.py); the verified bytes of a file that pass
+        does not lay out, for `npz_views`."""
+        path, expected = self.directory / INDEX_FILE, self.entry.files.get(INDEX_FILE)
+        digest, arrays = read_npz(path)  # FileNotFoundError is the caller's cue that a merge retired it
+        if expected is None or digest != expected:
+            raise self._damaged(path)
+        return arrays if arrays is not None else self._verified_bytes(INDEX_FILE)
+
+    def _damaged(self, path: Path) -> StoreError:
+        return StoreError(f"{path} is damaged (its sha256 differs from the manifest's); set it aside and keep "
+                          f"the rest with `rms check --store {self.directory.parent.parent} --repair`, or restore "
+                          "the store from a backup")
 
     def object_at(self, position: int) -> MemoryObject:
         memory = self._decoded.get(position)
