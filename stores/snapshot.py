@@ -33,7 +33,7 @@ from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, Cla
                                             VectorIndex)
 from rms_retrieval.stores.engine.scope_cache import (NamespaceRows, Scope, ScopeValues, extended_adjacency, merged_keys,
                                                      namespace_rows)
-from rms_retrieval.stores.engine.scope_graph import EdgeBlock, mentions_of, scope_graph
+from rms_retrieval.stores.engine.scope_graph import EdgeBlock, Mentions, mentions_of, scope_graph
 from rms_retrieval.stores.engine.segments import NO_ROWS, LoadedSegment
 from rms_retrieval.stores.engine.store_sql import ParquetRecords
 from rms_retrieval.stores.indexes.vector_index import exact_top_k
@@ -51,6 +51,11 @@ class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
         # A MENTIONS edge lives in the segment of the row that owns it, so only those of the namespace count.
         self._segments = {namespace: [segment for segment in segments if namespace in segment.namespace_slices]
                           for namespace in self._namespaces}
+
+    def mentions(self, namespace: str) -> list[Mentions]:
+        """Each segment's live MENTIONS of `namespace`, as arrays (what `scope_graph` counts with)."""
+        return [mentions_of(segment.edge_columns, namespace, segment.dead, segment.entry.rows)
+                for segment in self._segments.get(namespace, ())]
 
     def count(self, key: tuple[str, UUID, UUID]) -> int:
         """The live objects mentioning both entities of `key`, 0 for none (or another namespace)."""
@@ -305,14 +310,10 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         key = tuple(sorted(set(namespaces)))
 
         def build() -> Adjacency:
-            split = self._split(key)
             blocks = [EdgeBlock(namespace, rows.edges.columns, rows.edges.positions(namespace))
-                      for _, rows in split for namespace in key if namespace in rows.edges]
-            # A MENTIONS edge lives in the segment of the row that owns it, so only those of the namespace count.
-            mentions = {namespace: [mentions_of(segment.edge_columns, namespace, segment.dead, segment.entry.rows)
-                                    for segment in self.segments if namespace in segment.namespace_slices]
-                        for namespace in key}
-            return scope_graph(blocks, self.dead_ids, mentions)
+                      for _, rows in self._split(key) for namespace in key if namespace in rows.edges]
+            counts = self.co_mention_counts(key)
+            return scope_graph(blocks, self.dead_ids, {namespace: counts.mentions(namespace) for namespace in key})
 
         def extend(previous: Adjacency, added: tuple[str, ...]) -> Adjacency | None:
             counts = self.co_mention_counts(key)

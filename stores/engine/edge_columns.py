@@ -63,6 +63,20 @@ def stored_edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
     }
 
 
+def id_keys(ends: np.ndarray) -> np.ndarray:
+    """Rows of 16 id bytes as one V16 column: comparable, sortable and searchable by numpy, and
+    sorted as the ids' integers sort (big-endian bytes)."""
+    return np.ascontiguousarray(ends).reshape(-1, 16).view("V16").ravel()
+
+
+def _code(names: tuple[str, ...], name: str) -> int:
+    """The code of `name` among `names`, -1 when absent (no edge has it)."""
+    try:
+        return names.index(name)
+    except ValueError:
+        return -1
+
+
 def _dictionary(blob: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
     """Texts stored as concatenated UTF-8 and their ends, as codes into their distinct values
     (Arrow reads the two arrays as a string column without copying a text out)."""
@@ -95,7 +109,6 @@ class EdgeColumns:
             raise ValueError("the edge arrays differ in length")
         for array in (self.ids, self.ends, self.confidences, self.rows, self.types, self.namespaces):
             array.flags.writeable = False
-        self._arrays = arrays
         self._lock = threading.Lock()
         self._mentioners: dict[str, dict[int, frozenset[int]]] = {}
         self._co_mentioned: dict[str, dict[bytes, int]] = {}
@@ -107,10 +120,6 @@ class EdgeColumns:
 
     def __len__(self) -> int:
         return len(self.ids)
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        """The arrays index.npz stores."""
-        return dict(self._arrays)
 
     def check_owners(self, rows: int, directory: object) -> None:
         """Every owner row is -1 or a row of a segment of `rows` rows (a StoreError names the first that is not)."""
@@ -141,7 +150,7 @@ class EdgeColumns:
         """The graph edges at `positions`, in the order given. Each distinct end is made a UUID
         once (an entity is the end of many edges), which halves the cost of a namespace's first
         graph."""
-        ends, inverse = np.unique(self.ends[positions].reshape(-1, 16).view("V16").ravel(), return_inverse=True)
+        ends, inverse = np.unique(id_keys(self.ends[positions]), return_inverse=True)
         ids = [UUID(bytes=end.tobytes()) for end in ends]
         numbers = inverse.reshape(-1, 2)
         types = self.type_names
@@ -150,11 +159,9 @@ class EdgeColumns:
                     self.ids[positions].tolist(), numbers[:, 0].tolist(), numbers[:, 1].tolist(),
                     self.types[positions].tolist(), self.confidences[positions].tolist())]
 
-    def _code(self, names: tuple[str, ...], name: str) -> int:
-        try:
-            return names.index(name)
-        except ValueError:
-            return -1
+    def _of(self, namespace: str, edge_type: str) -> np.ndarray:
+        """Per edge, whether it is one of `namespace`'s `edge_type` edges."""
+        return (self.namespaces == _code(self.namespace_names, namespace)) & (self.types == _code(self.type_names, edge_type))
 
     def live_positions(self, dead: np.ndarray | None) -> np.ndarray:
         """The edges with no owner (-1) or a live owner row (`dead`: per row, True where deleted)."""
@@ -181,12 +188,10 @@ class EdgeColumns:
         with self._lock:
             return self._mentioners.setdefault(namespace, found)
 
-
     def mention_ends(self, namespace: str) -> tuple[np.ndarray, np.ndarray]:
         """The targets (rows of 16 id bytes) and owner rows of `namespace`'s MENTIONS edges that
         have an owner, dead rows included."""
-        mask = (self.namespaces == self._code(self.namespace_names, namespace)) \
-            & (self.types == self._code(self.type_names, MENTIONS)) & (self.rows >= 0)
+        mask = self._of(namespace, MENTIONS) & (self.rows >= 0)
         return self.ends[mask, 16:], self.rows[mask]
 
     def co_mentioned_id(self, namespace: str, source: UUID, target: UUID) -> int | None:
@@ -195,8 +200,7 @@ class EdgeColumns:
         CO_MENTIONED edges made on first use."""
         found = self._co_mentioned.get(namespace)
         if found is None:
-            mask = (self.namespaces == self._code(self.namespace_names, namespace)) \
-                & (self.types == self._code(self.type_names, CO_MENTIONED))
+            mask = self._of(namespace, CO_MENTIONED)
             ends = self.ends[mask].tobytes()
             found = {ends[32 * i:32 * i + 32]: edge_id for i, edge_id in enumerate(self.ids[mask].tolist())}
             with self._lock:

@@ -6,9 +6,9 @@ third of a LongMemEval-S store's open. `np.savez` stores its members uncompresse
 is a run of the file after its `.npy` header. `read_npz` reads the file once, in order, hashing
 every byte: each array's run goes to a 64-byte-aligned place of one buffer (a view of the file's
 bytes as they lie would put most arrays on odd addresses, which numpy and FAISS read slowly),
-headers and the archive's directory only to the hash. `npz_views` views an archive already in
-memory as it lies, for files that pass cannot lay out. The sha256 over the whole file is what
-guards the bytes; the archive's CRCs are not checked again.
+headers and the archive's directory only to the hash. A file that pass cannot lay out (not
+one `np.savez` wrote) is read as `np.load` reads it (`load_npz`). The sha256 over the whole file
+is what guards the bytes; the archive's CRCs are not checked again.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
@@ -31,20 +31,12 @@ _HEADER_LIMIT = 1 << 16
 _ALIGNMENT = 64
 
 
-def npz_views(data: bytes | np.ndarray) -> dict[str, np.ndarray]:
-    """Every array of the .npz archive `data` (bytes, or a uint8 array), as it lies in `data`, by
-    name (without `.npy`), read-only. ValueError or zipfile.BadZipFile where the archive or a
-    member is damaged; object arrays are refused."""
-    view = memoryview(data).cast("B")
-    arrays: dict[str, np.ndarray] = {}
-    with zipfile.ZipFile(_Reader(view)) as archive:
-        for info in archive.infolist():
-            name = info.filename.removesuffix(".npy")
-            if info.compress_type != zipfile.ZIP_STORED:
-                arrays[name] = np.load(io.BytesIO(archive.read(info)), allow_pickle=False)
-            else:
-                arrays[name] = _stored_member(view, info)
-    return arrays
+def load_npz(data: bytes) -> dict[str, np.ndarray]:
+    """Every array of the .npz archive `data`, as `np.load` reads it (copies): for a file that
+    `read_npz` does not lay out (a compressed member, another .npy version). Object arrays are
+    refused."""
+    with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+        return {name: arrays[name] for name in arrays.files}
 
 
 def read_npz(path: Path) -> tuple[str, dict[str, np.ndarray] | None]:
@@ -52,7 +44,7 @@ def read_npz(path: Path) -> tuple[str, dict[str, np.ndarray] | None]:
     data is read into a 64-byte-aligned place of one buffer and viewed there (read-only), its
     headers and the archive's directory only hashed. Arrays None where the file is not an archive
     of stored, plain-dtype members (damaged, compressed, or another format): the caller checks the
-    sha256 first, then reads such a file as bytes (`npz_views`)."""
+    sha256 first, then reads such a file as bytes (`load_npz`)."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -151,50 +143,3 @@ def _array_header(header: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype] 
     if version == (2, 0):
         return np.lib.format.read_array_header_2_0(header)
     return None
-
-
-def _stored_member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray:
-    start = info.header_offset
-    if bytes(view[start:start + 4]) != _LOCAL_HEADER:
-        raise ValueError(f"{info.filename}: no local file header where the archive's directory points")
-    name_length, extra_length = struct.unpack("<HH", view[start + 26:start + _LOCAL_HEADER_SIZE])
-    member = start + _LOCAL_HEADER_SIZE + name_length + extra_length
-    header = io.BytesIO(view[member:member + min(info.file_size, _HEADER_LIMIT)])
-    parsed = _array_header(header)
-    if parsed is None:
-        return np.load(io.BytesIO(view[member:member + info.file_size]), allow_pickle=False)
-    shape, fortran_order, dtype = parsed
-    if dtype.hasobject:
-        raise ValueError(f"{info.filename} holds Python objects, which are never loaded")
-    count = int(np.prod(shape, dtype=np.int64))
-    if header.tell() + count * dtype.itemsize != info.file_size or member + info.file_size > len(view):
-        raise ValueError(f"{info.filename}: its header's shape does not fit its bytes")
-    array = np.frombuffer(view, dtype=dtype, count=count, offset=member + header.tell())
-    return array.reshape(shape, order="F" if fortran_order else "C")
-
-
-class _Reader(io.RawIOBase):
-    """A read-only file over a buffer, for zipfile's directory reads (no copy of the buffer)."""
-
-    def __init__(self, view: memoryview) -> None:
-        self._view, self._at = view, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._at
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: len(self._view)}[whence]
-        self._at = max(base + offset, 0)
-        return self._at
-
-    def readinto(self, buffer: Any) -> int:
-        count = max(min(len(buffer), len(self._view) - self._at), 0)
-        buffer[:count] = self._view[self._at:self._at + count]
-        self._at += count
-        return count

@@ -15,7 +15,7 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, EdgeColumns
+from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, EdgeColumns, id_keys
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 
@@ -38,18 +38,13 @@ class Mentions:
     row_count: int
 
 
-def _keys(ends: np.ndarray) -> np.ndarray:
-    """Rows of 16 id bytes as one V16 column (comparable, sortable and searchable by numpy)."""
-    return np.ascontiguousarray(ends).reshape(-1, 16).view("V16").ravel()
-
-
 def mentions_of(columns: EdgeColumns, namespace: str, dead: np.ndarray | None, row_count: int) -> Mentions:
     """The live rows' MENTIONS edges of `namespace` in one segment."""
     entities, rows = columns.mention_ends(namespace)
     if dead is not None and len(rows):
         live = ~dead[rows]
         entities, rows = entities[live], rows[live]
-    return Mentions(_keys(entities), rows, row_count)
+    return Mentions(id_keys(entities), rows, row_count)
 
 
 def co_mention_counts(sources: np.ndarray, targets: np.ndarray, segments: Sequence[Mentions]) -> np.ndarray:
@@ -57,7 +52,7 @@ def co_mention_counts(sources: np.ndarray, targets: np.ndarray, segments: Sequen
     both, summed over `segments`; 0 unless source < target (pairs are stored smaller id first).
     Each pair costs the rows of its less mentioned entity, never a listing of every pair."""
     totals = np.zeros(len(sources), dtype=np.int64)
-    source_keys, target_keys = _keys(sources), _keys(targets)
+    source_keys, target_keys = id_keys(sources), id_keys(targets)
     ordered = np.flatnonzero(_smaller(sources, targets))
     for mentions in segments:
         if not len(mentions.rows) or not len(ordered):
@@ -121,8 +116,8 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     for number, name in enumerate(names):
         dead = [memory_id.bytes for dead_namespace, memory_id in dead_ids if dead_namespace == name]
         if dead:
-            gone = _keys(np.frombuffer(b"".join(dead), dtype=np.uint8))
-            alive &= ~((namespace == number) & (np.isin(_keys(sources), gone) | np.isin(_keys(targets), gone)))
+            gone = id_keys(np.frombuffer(b"".join(dead), dtype=np.uint8))
+            alive &= ~((namespace == number) & (np.isin(id_keys(sources), gone) | np.isin(id_keys(targets), gone)))
     co_mentioned = types == CO_MENTIONED
     counts = np.zeros(len(ids), dtype=np.int64)
     for number, name in enumerate(names):

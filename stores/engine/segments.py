@@ -45,7 +45,7 @@ from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, EDGE_ARRAYS,
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry
-from rms_retrieval.stores.engine.npz_views import npz_views, read_npz
+from rms_retrieval.stores.engine.npz_views import load_npz, read_npz
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge
 from rms_retrieval.stores.engine.segment_parquet import LOADED_COLUMNS, OBJECTS_SCHEMA, conformed, loaded_columns, read_table
@@ -144,7 +144,7 @@ class LoadedSegment:
                     postings = TermPostings.from_arrays(arrays, directory / POSTINGS_FILE)
                 edges = _parquet_edges(read_table(blobs[EDGES_FILE]))
             else:
-                arrays = index if isinstance(index, dict) else npz_views(index)
+                arrays = index if isinstance(index, dict) else load_npz(index)
                 vectors = arrays["vectors"]
                 postings = TermPostings.from_arrays(arrays, directory / INDEX_FILE)
                 if "edge_rows" in arrays:
@@ -278,7 +278,7 @@ class LoadedSegment:
     def _verified_index(self) -> dict[str, np.ndarray] | bytes:
         """index.npz's arrays, read in one pass that checks the file's sha256, each in an aligned
         place of one buffer (stores/engine/npz_views.py); the verified bytes of a file that pass
-        does not lay out, for `npz_views`."""
+        does not lay out, for `load_npz`."""
         path, expected = self.directory / INDEX_FILE, self.entry.files.get(INDEX_FILE)
         digest, arrays = read_npz(path)  # FileNotFoundError is the caller's cue that a merge retired it
         if expected is None or digest != expected:
