@@ -147,6 +147,8 @@ class QueryAnalysis(BaseModel):
     intent: QueryIntent = QueryIntent.SEMANTIC
     current_state: bool = False
     aggregation: AggregationKind | None = None
+    # Asked in the first person (I, me, my, ...): about its asker, in a chat the user.
+    first_person: bool = False
     namespace_scope: tuple[str, ...]
     retrieval_mode: RetrievalMode = RetrievalMode.DEFAULT
     reference_time: AwareDatetime

@@ -1,7 +1,7 @@
 """Stage 6: selection (min_score, limit, max_per_source, max_per_evidence) and token-budgeted packing (RFC 8).
 
 Priority tiers: 1 pinned objects and ACTIVE tasks, 2 candidates found by two or more paths,
-3 the rest by score. Inside a tier score order decides what fits when the budget is tight (RFC 8
+3 the rest by score (`packing.tier_order="score"` offers tiers 2 and 3 as one). Inside a tier score order decides what fits when the budget is tight (RFC 8
 names the signal-to-token ratio; plain score order packed more evidence on LoCoMo, README,
 "Decisions where the RFC left room"). Tokens are cl100k_base and include each item's
 formatting, the newline between lines, the date lines of the "dated_groups" format and, for
@@ -279,7 +279,10 @@ def _packed_bundle(
     used = count_tokens(warning) if warning and warning_fits else 0
     headers: set[str] = set()
     packed: list[_Item] = []
-    offered = sorted(items, key=priority)
+    if settings.packing.tier_order == "score":  # tiers 2 and 3 offered as one; items keep their tiers
+        offered = sorted(items, key=lambda item: priority(dataclasses.replace(item, tier=2) if item.tier == 3 else item))
+    else:
+        offered = sorted(items, key=priority)
     if settings.packing.order == "adjacent" and links:
         offered = _windows_together(offered, links)
     # packing.fold_repeated_text, "reader" only: a memory whose text a packed line already holds

@@ -95,6 +95,9 @@ _LIST = _rx(
     r"[a-z]{3,}s\s+(?:has|have|did|does|do)\b"
 )
 
+# A question in the first person asks about its asker: in a chat, the user.
+_FIRST_PERSON = re.compile(r"\b(?:I(?:['’](?:m|ve|d|ll))?|(?i:me|my|mine|myself))\b")
+
 _EXTRACTOR_TYPES = {t.value: t for t in EntityType}
 
 
@@ -328,6 +331,7 @@ def query_analysis(
         intent=intent,
         current_state=_is_current_state(query, intent, signals),
         aggregation=_aggregation(query),
+        first_person=_FIRST_PERSON.search(query) is not None,
         namespace_scope=request.namespaces,
         retrieval_mode=request.retrieval_mode,
         reference_time=request.reference_time,

@@ -25,6 +25,7 @@ from rms_retrieval.nodes.pools import (PRIMARY_PATHS, RERANK_COLUMNS, FilteredPo
                                        path_mask, rank_order)
 from rms_retrieval.nodes.settings import RetrievalSettings, WeightedScoring
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity
+from rms_retrieval.stores.analysis.speakers import role_of
 from rms_retrieval.stores.models import MemoryObject
 
 SCORE_DECIMALS = 10
@@ -141,8 +142,11 @@ class _Inputs:
         self.path_count = np.bitwise_count(self.path_mask & _PRIMARY_BITS).astype(np.int64)
         self.semantic_relevance = np.maximum(np.nan_to_num(self.semantic, nan=0.0), 0.0)
         boost = settings.scoring.speaker_boost
+        # scoring.first_person_user: a question in the first person names the user as its speaker.
+        user = analysis.first_person and settings.scoring.first_person_user
         self.speaker_value = np.fromiter(
-            (1.0 + boost if obj.id.int in spoken else 1.0 for obj in self.objects), dtype=float, count=len(self.objects)
+            (1.0 + boost if obj.id.int in spoken or (user and role_of(obj) == "user") else 1.0 for obj in self.objects),
+            dtype=float, count=len(self.objects),
         )
 
     def __len__(self) -> int:

@@ -130,6 +130,12 @@ class ScoringSettings(BaseModel):
         description="A candidate spoken by a person the question names (a SPOKEN_BY edge into one of its "
                     "entities) has its score multiplied by 1 + speaker_boost, pool-relative as RFC 7.2's factors.",
     )
+    first_person_user: bool = Field(
+        default=False,
+        description="A question asked in the first person (I, me, my) names the user as its speaker: the user's "
+                    'turns (metadata role "user", or a leading "user:" label) are lifted by speaker_boost, as a '
+                    "named speaker's are.",
+    )
     current_update_multiplier: float = Field(default=1.30, ge=1.0, le=4.0)
     relevance_floor: float = Field(default=0.2, ge=0.0, le=1.0)
 
@@ -263,6 +269,12 @@ class PackingSettings(BaseModel):
                     "(RFC 4.5, needs session.context_packing): score order, with each trigger's linked neighbours "
                     "offered with it as one block in session order, so a window is packed and read together.",
     )
+    tier_order: Literal["tiered", "score"] = Field(
+        default="tiered",
+        description='tiered: RFC 8\'s priority tiers, the multi-path tier before the rest; score: tiers 2 and 3 '
+                    "offered as one, by `order`, so a strong single-path memory can go before a weaker multi-path "
+                    "one (pinned records and active tasks stay first; each item keeps its tier in the bundle).",
+    )
     # 50: a vector or lexical hit counts toward tier 2 ("found by two or more paths", RFC 8) only
     # within the first 50 of the pool's hits of that path, so a turn deep in both lists does not
     # jump every strong single-path turn; path_count still counts every path. Part of issue 15's
@@ -395,6 +407,7 @@ _OPT_IN_FIELDS = (("scoring.weighted.recency_time", None), ("scoring.weighted.cu
                   ("packing.evidence_projection_max_sources", 1), ("packing.evidence_augmentation_top_k", 0),
                   ("packing.evidence_augmentation_max_sources", 1), ("packing.evidence_anchor_policy", "all"),
                   ("packing.order", "score"), ("packing.temporal_guidance", False),
-                  ("packing.fold_repeated_text", False))
+                  ("packing.fold_repeated_text", False), ("scoring.first_person_user", False),
+                  ("packing.tier_order", "tiered"))
 _DEFAULT_SECTIONS = {"rerank": RerankSettings().model_dump(mode="json"),
                      "reformulation": ReformulationSettings().model_dump(mode="json")}

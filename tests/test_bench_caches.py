@@ -1,4 +1,4 @@
-"""The benchmark caches: vectors on disk by model and text, cross-encoder scores in memory."""
+"""The benchmark caches: vectors on disk by model and text, cross-encoder scores in memory or on disk."""
 
 from __future__ import annotations
 
@@ -65,3 +65,15 @@ def test_scores_are_asked_once_per_question_and_record():
     assert cache.score("q", ["abc", "abcd"]).tolist() == [4.0, 5.0]
     assert model.calls == [["ab", "abc"], ["abcd"]] and cache.identity == "lengths@0"
     assert cache.score("other", ["ab"]).tolist() == [7.0]
+
+
+def test_scores_kept_on_disk_serve_another_run_and_stay_per_model(tmp_path):
+    first = _Lengths()
+    ScoreCache(first, tmp_path).score("q", ["ab", "abc"])
+    again = _Lengths()
+    assert ScoreCache(again, tmp_path).score("q", ["abc", "ab", "x"]).tolist() == [4.0, 3.0, 2.0]
+    assert again.calls == [["x"]]
+    other = _Lengths()
+    other.identity = "lengths@1"
+    ScoreCache(other, tmp_path).score("q", ["ab"])
+    assert other.calls == [["ab"]]  # another model's scores are not reused

@@ -114,8 +114,11 @@ def test_benchmark_questions_leave_out_abstentions_and_cap_each_type(folder):
 def test_rms_bench_lme_packs_the_answer_and_a_rerun_embeds_nothing(folder, tmp_path, capsys):
     args = ["bench", "lme", "--data", str(folder), "--store", str(tmp_path / "store"),
             "--vector-cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "--split", "all",
-            "--arms", "pipeline", "rerank_envelope_50", "--budgets", "100", "4000", "--no-progress"]
+            "--arms", "pipeline", "rerank_envelope_50", "--budgets", "100", "4000", "--no-progress",
+            "--score-cache", str(tmp_path / "scores")]
     assert main(args) == 0
+    kept = [json.loads(f.read_text()) for f in (tmp_path / "scores").glob("*/scores.json")]
+    assert len(kept) == 1 and len(kept[0]) == 6  # the model's score of each of the 6 turns, kept for the rerun
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     pipeline = results["relevance"]["arms"]["pipeline"]["summary"]
     assert pipeline["all"]["n"] == 1 and pipeline["all"]["all_packed@4000"] == 1.0
@@ -125,6 +128,7 @@ def test_rms_bench_lme_packs_the_answer_and_a_rerun_embeds_nothing(folder, tmp_p
     assert main(args) == 0
     again = json.loads((tmp_path / "out" / "results.json").read_text())
     assert again["ingest"]["turns_added"] == 0 and again["vector_cache_size"] == results["vector_cache_size"]
+    assert again["relevance"]["arms"]["rerank_envelope_50"]["summary"] == results["relevance"]["arms"]["rerank_envelope_50"]["summary"]
     messages = ["bench", "lme", "--data", str(folder), "--store", str(tmp_path / "messages"), "--vector-cache",
                 str(tmp_path / "cache"), "--out", str(tmp_path / "out-messages"), "--split", "all", "--arms", "pipeline",
                 "--ingest", "messages", "--budgets", "4000", "--no-progress"]

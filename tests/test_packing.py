@@ -68,6 +68,28 @@ def test_dated_groups_put_one_date_line_over_each_day_in_time_order():
 
 
 
+def test_tier_order_score_offers_tiers_two_and_three_as_one_and_keeps_each_items_tier():
+    strong = make_candidate(make_object("strong", "alpha"), VECTOR=(1, 0.99))
+    multi = make_candidate(make_object("multi", "beta"), VECTOR=(6, 0.1), LEXICAL=(6, 0.1))
+    pinned = make_candidate(make_object("pin", "gamma", salience=1.0), PINNED=(1, 1.0))
+    # single-path fillers push the multi-path memory to rank 6 of both lists
+    fillers = [make_candidate(make_object(f"f{i}", f"filler {i}"), **{path: (i, 0.9 - i / 10)})
+               for i in range(1, 6) for path in ("LEXICAL",)] + [
+        make_candidate(make_object(f"v{i}", f"vector {i}"), VECTOR=(i + 1, 0.8 - i / 10)) for i in range(1, 5)]
+    sharp = {"rank_fusion": {"rrf_k": 1, "rrf_tie_break": None}}  # rank 1 of one list outscores rank 6 of both
+    pool = [strong, multi, pinned, *fillers]
+
+    def order(bundle):
+        return [(i.content, i.tier) for i in bundle.items if i.content in ("alpha", "beta", "gamma")]
+
+    tiered = _bundle(pool, settings=RetrievalSettings(scoring=sharp, packing={"tier_path_depth": None}))
+    assert order(tiered) == [("gamma", 1), ("beta", 2), ("alpha", 3)]
+    merged = _bundle(pool, settings=RetrievalSettings(scoring=sharp, packing={"tier_path_depth": None,
+                                                                               "tier_order": "score"}))
+    assert order(merged) == [("gamma", 1), ("alpha", 3), ("beta", 2)]
+    assert [i.score for i in merged.items[1:]] == sorted((i.score for i in merged.items[1:]), reverse=True)
+
+
 def test_score_decides_inside_a_tier_when_the_budget_is_tight():
     long = make_candidate(make_object("long", "word " * 12), VECTOR=(1, 0.9))
     short = make_candidate(make_object("short", "brief"), VECTOR=(2, 0.89))

@@ -253,6 +253,23 @@ def test_aggregation(query, aggregation):
     assert _analyse(query).aggregation == aggregation
 
 
+@pytest.mark.parametrize(
+    ("query", "first_person"),
+    [
+        ("How many items of clothing do I need to return?", True),
+        ("I've been having trouble with my phone. Any tips?", True),
+        ("Remind me what we said about Lisbon", True),
+        ("What's MY favourite colour?", True),
+        ("When did Caroline go to the support group?", False),
+        ("What did you recommend for the trip?", False),
+        ("i think so", False),  # a lower-case i is not read as the pronoun
+        ("Is Iowa in the Midwest?", False),
+    ],
+)
+def test_first_person(query, first_person):
+    assert _analyse(query).first_person is first_person
+
+
 # ---- the rest of the record -----------------------------------------------------------------
 
 

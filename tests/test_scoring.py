@@ -225,6 +225,22 @@ def test_speaker_factor_lifts_the_named_persons_turns_pool_relative():
     assert nobody["speaker_factor"].tolist() == [1.0, 1.0]  # no named speaker in the pool: no factor
 
 
+def test_a_first_person_question_lifts_the_users_turns_when_asked_to():
+    mine = make_candidate(make_object("mine", "I keep my bike in the garage", metadata={"role": "user"}), VECTOR=(2, 0.5))
+    labelled = make_candidate(make_object("labelled", "user: my bike is red"), VECTOR=(3, 0.4))
+    reply = make_candidate(make_object("reply", "assistant: a garage keeps a bike dry"), VECTOR=(1, 0.9))
+    pool = _pool(mine, labelled, reply)
+    on = RetrievalSettings(scoring={"speaker_boost": 1.0, "first_person_user": True, "rank_fusion": {"rrf_tie_break": None}})
+    asked = _analysis().model_copy(update={"first_person": True})
+    frame = scored_frame(fused_scores__rrf(pool, asked, on)).set_index("object_id")
+    assert frame.loc[str(mine.object_id), "speaker_factor"] == frame.loc[str(labelled.object_id), "speaker_factor"] == 1.0
+    assert frame.loc[str(reply.object_id), "speaker_factor"] == 0.5
+    assert frame.index[0] == str(mine.object_id)  # rank 2 lifted beats rank 1
+    # a question not in the first person, or the setting off (the default), lifts nobody
+    for analysis, settings in ((_analysis(), on), (asked, RetrievalSettings(scoring={"speaker_boost": 1.0}))):
+        assert scored_frame(fused_scores__rrf(pool, analysis, settings))["speaker_factor"].tolist() == [1.0] * 3
+
+
 def test_weighted_current_state_recency_reads_event_time_else_updated_at():
     """RFC 7's current-state clock under the weighted formula: a memory without an event time that
     was updated yesterday is as recent as yesterday, not as when it was first stored."""

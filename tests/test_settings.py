@@ -52,7 +52,9 @@ def test_the_opt_in_policies_change_the_fingerprint_only_when_set():
                 RetrievalSettings(rerank=RerankSettings(enabled=True, policy="score_envelope", prior_weight=0.0)),
                 RetrievalSettings(rerank=RerankSettings(policy="score_envelope")),
                 RetrievalSettings(reformulation=ReformulationSettings(enabled=True)),
-                RetrievalSettings(reformulation=ReformulationSettings(enabled=True, merge_policy="max_signals"))]
+                RetrievalSettings(reformulation=ReformulationSettings(enabled=True, merge_policy="max_signals")),
+                RetrievalSettings(scoring={"first_person_user": True}),
+                RetrievalSettings(packing={"tier_order": "score"})]
     fingerprints = {v.fingerprint() for v in variants}
     assert len(fingerprints) == len(variants) and default not in fingerprints
 

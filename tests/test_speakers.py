@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rms_retrieval.stores.analysis.speakers import SpeakerRules, leading_speaker, speaker_of, spoken_text
+from rms_retrieval.stores.analysis.speakers import SpeakerRules, leading_speaker, role_of, speaker_of, spoken_text
 from factories import make_object
 
 
@@ -63,3 +63,22 @@ def test_spoken_text_names_a_speaker_the_content_does_not():
     assert spoken_text(make_object("b", "Caroline: I went", metadata={"speaker": "Caroline"})) == "Caroline: I went"
     assert spoken_text(make_object("c", "I went")) == "I went"
     assert spoken_text(make_object("d", "Caroline: I went")) == "Caroline: I went"
+
+
+@pytest.mark.parametrize(("content", "metadata", "role"), [
+    ("I moved to Lisbon", {"role": "user"}, "user"),           # what add_messages records
+    ("assistant: I moved to Lisbon", {"role": "tool"}, "tool"),  # metadata wins
+    ("user: I moved to Lisbon", {}, "user"),
+    ("  Human : hi", {}, "user"),
+    ("Assistant: Lisbon is lovely", {}, "assistant"),
+    ("AI: sure", {}, "assistant"),
+    ("Caroline: I moved to Lisbon", {}, None),                  # a speaker's name is no role
+    ("username: caro", {}, None),
+    ("user:no space", {}, None),
+])
+def test_role_of_reads_the_metadata_else_a_leading_role_label(content, metadata, role):
+    assert role_of(make_object("t", content, metadata=metadata)) == role
+
+
+def test_only_turns_have_a_role_label():
+    assert role_of(make_object("f", "user: likes tea", node_type="FACT")) is None

@@ -105,13 +105,11 @@ def packed_bundle(
     request: RetrievalRequest,
     settings: RetrievalSettings,
 ) -> MemoryBundle:
-    """The stage's bundle, items offered in the arm's tier order and density."""
-    cfg = _arm(settings).packing
-    tiered, exponent = cfg.tier_order == "tiered", cfg.density_exponent
+    """The stage's bundle, items offered in the arm's density order."""
+    exponent = _arm(settings).packing.density_exponent
 
     def priority(item: packing._Item) -> tuple:
-        tier = item.tier if tiered else min(item.tier, 2)
-        return (tier, -item.score / (max(item.tokens, 1) ** exponent), -item.score, item.obj.id.int)
+        return (item.tier, -item.score / (max(item.tokens, 1) ** exponent), -item.score, item.obj.id.int)
 
     return packing._packed_bundle(selected_candidates, ranked_candidates, filtered_candidates, merged_candidates,
                                   query_analysis, request, settings, priority)

@@ -8,7 +8,7 @@ exactly as the product does (`tests/test_bench_arms.py`).
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -31,10 +31,8 @@ class ArmScoring(ScoringSettings):
 
 
 class ArmPacking(PackingSettings):
-    """"score" merges tiers 2 and 3; inside a tier items go by score / tokens ** density_exponent
-    (0.25 was the default before issue 15)."""
+    """Inside a tier items go by score / tokens ** density_exponent (0.25 was the default before issue 15)."""
 
-    tier_order: Literal["tiered", "score"] = "tiered"
     density_exponent: float = Field(default=0.0, ge=0.0, le=1.0)
 
 

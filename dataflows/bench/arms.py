@@ -79,7 +79,7 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     # Levers of issue 15, tried on the tune split and kept as arms so the table can be re-run;
     # the two adopted ones are now defaults, so their arms give back the earlier behaviour.
     # (ArmSettings: the product has no setting for them; bench/arm_nodes.py reads them.)
-    "score_order": _variant(lambda s: _with_packing(s, tier_order="score"), kind=ArmSettings),
+    "score_order": _variant(lambda s: _with_packing(s, tier_order="score")),
     "density_0.25": _variant(lambda s: _with_packing(s, density_exponent=0.25), kind=ArmSettings),
     # packing.order="balanced" (RFC 7.2, PRMEConfig's default): only the multi-path tier by density
     "balanced_order": _variant(lambda s: _with_packing(s, order="balanced")),
@@ -88,6 +88,14 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "context_packing_adjacent": _variant(lambda s: _with_session(s, context_packing=True),
                                          lambda s: _with_packing(s, order="adjacent")),
     "temporal_guidance": _variant(lambda s: _with_packing(s, temporal_guidance=True)),
+    # A first-person question names the user as its speaker (scoring.first_person_user), alone and
+    # with tiers 2 and 3 offered as one (packing.tier_order="score")
+    "first_person": _variant(lambda s: _with_scoring(s, first_person_user=True)),
+    **{f"first_person_depth_{depth}": _variant(lambda s: _with_scoring(s, first_person_user=True),
+                                               lambda s, d=depth: _with_packing(s, tier_path_depth=d))
+       for depth in (10, 20, 30)},
+    "first_person_score_order": _variant(lambda s: _with_scoring(s, first_person_user=True),
+                                         lambda s: _with_packing(s, tier_order="score")),
     "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False), kind=ArmSettings),
     # Issue 15's third round (defaults now), adopted in two steps: the first step alone, one part
     # undone, and all of it undone
@@ -113,15 +121,21 @@ def _rerank(policy: str, top_k: int, prior_weight: float = 0.3) -> Callable[[Ret
 
 
 # The cross-encoder (RFC 7.3, off by default): each policy at the blend weight 0.3, and the
-# envelopes at 0.0 (the model alone orders the prefix), over the first 50, 100 or 300 candidates.
+# envelopes at 0.0 (the model alone orders the prefix), over the first 50, 100, 300 or 500 candidates.
 RERANK_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     **{f"rerank_{short}_{top_k}": _variant(_rerank(policy, top_k))
-       for top_k in (50, 100, 300)
+       for top_k in (50, 100, 300, 500)
        for short, policy in (("legacy", "legacy"), ("envelope", "score_envelope"),
                              ("anchored", "anchored_score_envelope"))},
     **{f"rerank_{short}_{top_k}_w0": _variant(_rerank(policy, top_k, 0.0))
-       for top_k in (50, 100, 300)
+       for top_k in (50, 100, 300, 500)
        for short, policy in (("envelope", "score_envelope"), ("anchored", "anchored_score_envelope"))},
+    # The envelope at top 300, its weight 0.3 or 0.0, with a first-person question's user lift and
+    # tiers 2 and 3 offered as one
+    **{f"rerank_envelope_300{suffix}_first_person_score_order": _variant(
+        _rerank("score_envelope", 300, weight), lambda s: _with_scoring(s, first_person_user=True),
+        lambda s: _with_packing(s, tier_order="score"))
+       for suffix, weight in (("", 0.3), ("_w0", 0.0))},
 }
 # Issue 15's third-round defaults one at a time, for data sets they were not chosen on (LongMemEval-S).
 ROUND3_PART_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {

@@ -1,5 +1,6 @@
 """Caches that make benchmark re-runs cheap: query and memory vectors on disk, keyed by the model's
-identity and the text, and cross-encoder scores in memory, keyed by the model, question and text.
+identity and the text, and cross-encoder scores keyed by the model, question and text (in memory,
+or on disk with a directory, so a stopped reranking run resumes without running the model again).
 
 Embedding a LongMemEval-S haystack takes about an hour on two cores; with the cache a second
 ingest of the same turns embeds nothing. The cache holds what the model gave for a text in
@@ -80,18 +81,35 @@ class VectorCache(QueryEncoder):
 
 
 class ScoreCache(CrossEncoder):
-    """`model`'s pair scores, remembered in memory by (question, text); same identity as the model."""
+    """`model`'s pair scores, remembered by (question, text); same identity as the model. With
+    `directory` they are kept on disk per model identity (`scores.json`, written atomically after
+    each batch of new pairs), so another run reuses them."""
 
-    def __init__(self, model: CrossEncoder) -> None:
+    def __init__(self, model: CrossEncoder, directory: str | Path | None = None) -> None:
         self._model = model
-        self._scores: dict[tuple[str, str], float] = {}
+        self._scores: dict[str, float] = {}
+        self._file = Path(directory) / _key(model.identity)[:16] / "scores.json" if directory else None
+        if self._file is not None and self._file.is_file():
+            self._scores = json.loads(self._file.read_text())
 
     @property
     def identity(self) -> str:
         return self._model.identity
 
     def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
-        missing = list(dict.fromkeys(t for t in texts if (question, t) not in self._scores))
+        keys = [_key(question, text) for text in texts]
+        missing = list(dict.fromkeys((k, t) for k, t in zip(keys, texts) if k not in self._scores))
         if missing:
-            self._scores.update(zip(((question, t) for t in missing), self._model.score(question, missing).tolist()))
-        return np.array([self._scores[(question, t)] for t in texts], dtype=np.float64)
+            made = self._model.score(question, [t for _, t in missing]).tolist()
+            self._scores.update(zip((k for k, _ in missing), made))
+            self._save()
+        return np.array([self._scores[k] for k in keys], dtype=np.float64)
+
+    def _save(self) -> None:
+        if self._file is None:
+            return
+        self._file.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=self._file.parent, prefix=".scores.json.")
+        with os.fdopen(handle, "w") as file:
+            json.dump(self._scores, file)
+        os.replace(temporary, self._file)

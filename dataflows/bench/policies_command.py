@@ -61,24 +61,27 @@ def register(commands: argparse._SubParsersAction) -> None:
     answers.add_argument("--url", help="the reader's chat-completions endpoint (default $RMS_READER_URL)")
     answers.add_argument("--model", help="the reader model (default $RMS_READER_MODEL; key from $RMS_READER_API_KEY)")
     answers.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one answer (60)")
+    answers.add_argument("--score-cache", help="directory keeping the cross-encoder's scores (as for bench lme)")
     answers.add_argument("--no-progress", action="store_true")
     answers.set_defaults(run=_cmd_answers)
 
 
 def _common(parser: argparse.ArgumentParser, arms: Any, default: tuple[str, ...]) -> None:
     parser.add_argument("--out", required=True, help="directory for results.json")
+    parser.add_argument("--score-cache", help="directory keeping the cross-encoder's scores by model, question and "
+                                              "text, so a later run of reranking arms reuses them")
     parser.add_argument("--arms", nargs="+", choices=list(arms), default=list(default), metavar="ARM",
                         help=f"arms, the first is the baseline (default {' '.join(default)})")
     parser.add_argument("--budgets", nargs="+", type=int, default=[4000, 8000], metavar="TOKENS")
     parser.add_argument("--no-progress", action="store_true")
 
 
-def _cross_encoder(arms: list[str]):
+def _cross_encoder(arms: list[str], directory: str | None = None):
     from rms_retrieval.dataflows.bench.caches import ScoreCache
     from rms_retrieval.dataflows.bench.arms import arm_settings
     from rms_retrieval.stores.providers.cross_encoder import default_cross_encoder
 
-    return ScoreCache(default_cross_encoder()) if any(arm_settings(a).rerank.enabled for a in arms) else None
+    return ScoreCache(default_cross_encoder(), directory) if any(arm_settings(a).rerank.enabled for a in arms) else None
 
 
 def _write(args: argparse.Namespace, results: dict[str, Any]) -> None:
@@ -128,7 +131,7 @@ def _cmd_lme(args: argparse.Namespace) -> int:
     budgets = sorted(set(args.budgets))
     with MemoryStore.open(args.store, read_only=True) as store:
         bench = lme_bench.LmeBench(store, questions, answers, default_encoder(), budgets,
-                                   cross_encoder=_cross_encoder(args.arms))
+                                   cross_encoder=_cross_encoder(args.arms, args.score_cache))
         results = {"benchmark": "LongMemEval-S (rms bench lme)", "split": args.split, "per_type": args.per_type,
                    "ingest_mode": args.ingest,
                    "questions": [q.question_id for q in questions], "ingest": ingest, "vector_cache_size": len(vectors),
@@ -151,7 +154,7 @@ def _cmd_policies(args: argparse.Namespace) -> int:
     budgets = sorted(set(args.budgets))
     with MemoryStore.open(args.store, read_only=True) as store:
         bench = locomo_bench.LocomoBench(store, dataset, default_encoder(), budgets,
-                                         cross_encoder=_cross_encoder(args.arms))
+                                         cross_encoder=_cross_encoder(args.arms, args.score_cache))
         results = {"benchmark": "LoCoMo, arms interleaved (rms bench policies)", "split": args.split,
                    "limit_questions": args.limit_questions, "targets": locomo_bench.TARGETS}
         results["relevance"] = lme_bench.run_interleaved(bench, questions, args.arms, progress=not args.no_progress,
@@ -177,7 +180,7 @@ def _cmd_answers(args: argparse.Namespace) -> int:
     questions = locomo_bench.benchmark_questions(dataset, args.limit_questions, args.split)["main"]
     with MemoryStore.open(args.store, read_only=True) as store:
         bench = locomo_bench.LocomoBench(store, dataset, default_encoder(), [args.budget],
-                                         cross_encoder=_cross_encoder(args.arms))
+                                         cross_encoder=_cross_encoder(args.arms, args.score_cache))
         progress = None if args.no_progress else (lambda done: print(f"{done}/{len(questions)}", flush=True))
         results = answers_bench.provenance(args.data, args.split, questions, reader, args.budget)
         results["arms"] = answers_bench.run_answers(bench, questions, args.arms, reader, args.budget, progress)

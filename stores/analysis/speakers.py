@@ -11,6 +11,11 @@ must not take a label for a name, so it refuses a word that is not a name word o
 LoCoMo written as plain turns (BENCHMARKS.md): without it a plain turn has no speaker, and the
 speaker lift (`scoring.speaker_boost`) never fires.
 
+A turn's chat role (`role_of`) is `metadata["role"]` (what `add_messages` records), else, for a
+TURN written the way flattened chat logs are ("user: ...", "Assistant: ..."), its leading role
+label: user or human for the user, assistant or ai for the assistant. Scoring lifts the user's
+turns for a question asked in the first person (`scoring.first_person_user`, nodes/scoring.py).
+
 The writer gives each speaker one ENTITY per namespace, created the first time the speaker
 speaks (stores/indexes/entity_graph.py), and a SPOKEN_BY edge from each of their turns. A turn whose
 content does not start with its speaker's label (a message written through `add_messages`) is
@@ -39,6 +44,9 @@ LABEL_WORDS = frozenset(
     morning afternoon evening night
     """.split()
 )
+# A flattened chat log's role labels, as `role_of` reads them.
+_ROLE_LABEL = re.compile(r"\s*(user|human|assistant|ai)\s*:\s", re.IGNORECASE)
+_LABEL_ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant"}
 _LEADING_LABEL = re.compile(r"\s*([^\W\d_][^:\n]{0,80}?)\s*:\s+\S")
 _NAME_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['’.\-])*")
 
@@ -81,6 +89,18 @@ def speaker_of(memory: MemoryObject, rules: SpeakerRules = DEFAULT_SPEAKER_RULES
     if rules.leading_name and memory.node_type is NodeType.TURN:
         return leading_speaker(memory.content, rules)
     return None
+
+
+def role_of(memory: MemoryObject) -> str | None:
+    """The chat role of `memory`: `metadata["role"]`, else (a TURN) its leading role label
+    ("user:", "human:" for user; "assistant:", "ai:" for assistant, in any case), else None."""
+    role = memory.metadata.get("role")
+    if isinstance(role, str) and role.strip():
+        return role.strip().lower()
+    if memory.node_type is not NodeType.TURN:
+        return None
+    label = _ROLE_LABEL.match(memory.content)
+    return _LABEL_ROLES[label.group(1).lower()] if label else None
 
 
 def spoken_text(memory: MemoryObject) -> str:
