@@ -22,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.indexes.adjacency import Adjacency
-from rms_retrieval.stores.indexes.entity_graph import entity_names
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotError
 from rms_retrieval.stores.indexes.lexical import Bm25Index
 from rms_retrieval.stores.engine.manifest import Manifest
@@ -295,8 +294,10 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         key = tuple(sorted(set(namespaces)))
 
         def build() -> list[EntityRef]:
-            refs = {EntityRef(entity.id, entity.namespace, entity.entity_canonical_name or "", name)
-                    for entity in self.stored_entities(key) for name in entity_names(entity)}
+            refs = {EntityRef(segment.ids[row], namespace, canonical, name)
+                    for segment, rows in self._split(key) for namespace in key
+                    for row in rows.entity_rows.get(namespace, ())
+                    for canonical, names in (segment.entity_names_at(row),) for name in names}
             return sorted(refs, key=lambda ref: (ref.namespace, ref.alias.lower(), ref.alias, ref.object_id))
 
         return list(self._catalogs.get(key, self._sources(key, lambda rows: rows.entity_rows), build))

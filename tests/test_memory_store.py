@@ -107,6 +107,20 @@ def test_round_trip_and_fingerprint(store, encoder):
     assert [ref.alias for ref in store.snapshot().entity_catalog(["a"])] == ["Caroline"]
 
 
+def test_the_entity_catalog_reads_names_and_aliases_from_records_as_from_objects(store):
+    melanie = _memory(20, "Melanie Brown", node_type=NodeType.ENTITY, entity_canonical_name="Melanie Brown",
+                      metadata={"aliases": ["Mel", "Mels"]})
+    store.add([melanie])
+    snapshot = store.snapshot()
+    assert [(ref.alias, ref.canonical_name) for ref in snapshot.entity_catalog(["a"])] == [
+        ("Mel", "Melanie Brown"), ("Melanie Brown", "Melanie Brown"), ("Mels", "Melanie Brown")]
+    segment = next(s for s in snapshot.segments if ("a", melanie.id) in s.row_of)
+    row = segment.row_of[("a", melanie.id)]
+    from_record = segment.entity_names_at(row)
+    segment.object_at(row)  # decoded now: read from the object
+    assert from_record == segment.entity_names_at(row) == ("Melanie Brown", ["Melanie Brown", "Mel", "Mels"])
+
+
 def test_namespace_filter_applies_before_top_k(store, encoder):
     crowd = [_memory(i, f"Caroline joined the pottery class, session {i}", namespace="a") for i in range(100, 150)]
     few = [_memory(i, f"Caroline joined the pottery class, group {i}", namespace="b") for i in range(200, 203)]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import re
 import threading
 import uuid
@@ -40,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.engine.codec import memory_object
+from rms_retrieval.stores.indexes.entity_graph import entity_names, names_of
 from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, EDGE_ARRAYS, MENTIONS, SPOKEN_BY, EdgeColumns,
                                                       LiveEdgeGroups, StoredEdge)
 from rms_retrieval.stores.errors import StoreError
@@ -298,6 +300,16 @@ class LoadedSegment:
                 self._decoded.clear()
             self._decoded[position] = memory
         return memory
+
+    def entity_names_at(self, position: int) -> tuple[str, list[str]]:
+        """The canonical name and every name (`entity_names`) of the ENTITY at `position`, read from
+        its record without building the object: an entity catalog reads thousands of them."""
+        memory = self._decoded.get(position)
+        if memory is not None:
+            return memory.entity_canonical_name or "", entity_names(memory)
+        fields = json.loads(self._records[position].as_py())
+        canonical = fields["entity_canonical_name"]
+        return canonical or "", names_of(canonical, (fields["metadata"] or {}).get("aliases"))
 
     def objects(self) -> list[MemoryObject]:
         """The live objects, in row order."""

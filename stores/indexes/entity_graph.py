@@ -106,8 +106,13 @@ def co_mentioned_pairs(in_order: Sequence[UUID], window: int = CO_MENTION_WINDOW
 
 def entity_names(entity: MemoryObject) -> list[str]:
     """The canonical name and every alias of an ENTITY object."""
-    aliases = entity.metadata.get("aliases") or []
-    names = [entity.entity_canonical_name or ""] + [alias for alias in aliases if isinstance(alias, str)]
+    return names_of(entity.entity_canonical_name, entity.metadata.get("aliases"))
+
+
+def names_of(canonical_name: str | None, aliases: object) -> list[str]:
+    """An entity's canonical name and aliases (`metadata["aliases"]`, its text items), blank ones left out."""
+    listed = aliases if isinstance(aliases, list) else []
+    names = [canonical_name or ""] + [alias for alias in listed if isinstance(alias, str)]
     return [name for name in names if name.strip()]
 
 
