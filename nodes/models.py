@@ -147,8 +147,9 @@ class QueryAnalysis(BaseModel):
     intent: QueryIntent = QueryIntent.SEMANTIC
     current_state: bool = False
     aggregation: AggregationKind | None = None
-    # Asked in the first person (I, me, my, ...): about its asker, in a chat the user.
-    first_person: bool = False
+    # The chat roles its pronouns name: "user" for the first person (I, me, my, ...), "assistant"
+    # for the second (you, your, ...).
+    speaker_roles: tuple[str, ...] = ()
     namespace_scope: tuple[str, ...]
     retrieval_mode: RetrievalMode = RetrievalMode.DEFAULT
     reference_time: AwareDatetime

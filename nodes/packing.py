@@ -1,11 +1,12 @@
 """Stage 6: selection (min_score, limit, max_per_source, max_per_evidence) and token-budgeted packing (RFC 8).
 
 Priority tiers: 1 pinned objects and ACTIVE tasks, 2 candidates found by two or more paths,
-3 the rest by score (`packing.tier_order="score"` offers tiers 2 and 3 as one). Inside a tier score order decides what fits when the budget is tight (RFC 8
-names the signal-to-token ratio; plain score order packed more evidence on LoCoMo, README,
-"Decisions where the RFC left room"). Tokens are cl100k_base and include each item's
-formatting, the newline between lines, the date lines of the "dated_groups" format and, for
-count and list questions, the coverage warning that heads the context.
+3 the rest by score (`packing.tier_order="score"` offers tiers 2 and 3 as one). Inside a tier
+score order decides what fits when the budget is tight (RFC 8 names the signal-to-token ratio;
+plain score order packed more evidence on LoCoMo, README, "Decisions where the RFC left room").
+Tokens are cl100k_base and include each item's formatting, the newline between lines, the date
+lines of the "dated_groups" format and, for count and list questions, the coverage warning that
+heads the context.
 """
 
 from __future__ import annotations

@@ -95,8 +95,10 @@ _LIST = _rx(
     r"[a-z]{3,}s\s+(?:has|have|did|does|do)\b"
 )
 
-# A question in the first person asks about its asker: in a chat, the user.
+# A question's pronouns name speakers of a chat: its first person the user who asks, its second
+# person the assistant asked (scoring.pronoun_speakers).
 _FIRST_PERSON = re.compile(r"\b(?:I(?:['’](?:m|ve|d|ll))?|(?i:me|my|mine|myself))\b")
+_SECOND_PERSON = re.compile(r"\b(?i:you(?:['’](?:ve|re|d|ll))?|your|yours|yourself)\b")
 
 _EXTRACTOR_TYPES = {t.value: t for t in EntityType}
 
@@ -331,7 +333,8 @@ def query_analysis(
         intent=intent,
         current_state=_is_current_state(query, intent, signals),
         aggregation=_aggregation(query),
-        first_person=_FIRST_PERSON.search(query) is not None,
+        speaker_roles=tuple(role for role, pronoun in (("user", _FIRST_PERSON), ("assistant", _SECOND_PERSON))
+                            if pronoun.search(query)),
         namespace_scope=request.namespaces,
         retrieval_mode=request.retrieval_mode,
         reference_time=request.reference_time,

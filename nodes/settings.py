@@ -130,11 +130,12 @@ class ScoringSettings(BaseModel):
         description="A candidate spoken by a person the question names (a SPOKEN_BY edge into one of its "
                     "entities) has its score multiplied by 1 + speaker_boost, pool-relative as RFC 7.2's factors.",
     )
-    first_person_user: bool = Field(
-        default=False,
-        description="A question asked in the first person (I, me, my) names the user as its speaker: the user's "
-                    'turns (metadata role "user", or a leading "user:" label) are lifted by speaker_boost, as a '
-                    "named speaker's are.",
+    pronoun_speakers: tuple[Literal["user", "assistant"], ...] = Field(
+        default=(),
+        description='The chat roles a question\'s pronouns name as its speakers, lifted by speaker_boost as a named '
+                    'speaker\'s turns are: "user" for a question in the first person (I, me, my), "assistant" for '
+                    'one in the second (you, your). A turn\'s role is its metadata role, or a leading "user:" or '
+                    '"assistant:" label.',
     )
     current_update_multiplier: float = Field(default=1.30, ge=1.0, le=4.0)
     relevance_floor: float = Field(default=0.2, ge=0.0, le=1.0)
@@ -407,7 +408,7 @@ _OPT_IN_FIELDS = (("scoring.weighted.recency_time", None), ("scoring.weighted.cu
                   ("packing.evidence_projection_max_sources", 1), ("packing.evidence_augmentation_top_k", 0),
                   ("packing.evidence_augmentation_max_sources", 1), ("packing.evidence_anchor_policy", "all"),
                   ("packing.order", "score"), ("packing.temporal_guidance", False),
-                  ("packing.fold_repeated_text", False), ("scoring.first_person_user", False),
+                  ("packing.fold_repeated_text", False), ("scoring.pronoun_speakers", []),
                   ("packing.tier_order", "tiered"))
 _DEFAULT_SECTIONS = {"rerank": RerankSettings().model_dump(mode="json"),
                      "reformulation": ReformulationSettings().model_dump(mode="json")}

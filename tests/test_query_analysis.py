@@ -254,20 +254,21 @@ def test_aggregation(query, aggregation):
 
 
 @pytest.mark.parametrize(
-    ("query", "first_person"),
+    ("query", "roles"),
     [
-        ("How many items of clothing do I need to return?", True),
-        ("I've been having trouble with my phone. Any tips?", True),
-        ("Remind me what we said about Lisbon", True),
-        ("What's MY favourite colour?", True),
-        ("When did Caroline go to the support group?", False),
-        ("What did you recommend for the trip?", False),
-        ("i think so", False),  # a lower-case i is not read as the pronoun
-        ("Is Iowa in the Midwest?", False),
+        ("How many items of clothing do I need to return?", ("user",)),
+        ("I've been having trouble with my phone. Any tips?", ("user",)),
+        ("What's MY favourite colour?", ("user",)),
+        ("What did you recommend for the trip?", ("assistant",)),
+        ("You're sure? What did YOUR list say?", ("assistant",)),
+        ("Can you remind me what we said about Lisbon?", ("user", "assistant")),
+        ("When did Caroline go to the support group?", ()),
+        ("i think so", ()),  # a lower-case i is not read as the pronoun
+        ("Is Iowa in the Midwest? Is Yourk a town?", ()),
     ],
 )
-def test_first_person(query, first_person):
-    assert _analyse(query).first_person is first_person
+def test_the_chat_roles_a_questions_pronouns_name(query, roles):
+    assert _analyse(query).speaker_roles == roles
 
 
 # ---- the rest of the record -----------------------------------------------------------------

@@ -225,20 +225,28 @@ def test_speaker_factor_lifts_the_named_persons_turns_pool_relative():
     assert nobody["speaker_factor"].tolist() == [1.0, 1.0]  # no named speaker in the pool: no factor
 
 
-def test_a_first_person_question_lifts_the_users_turns_when_asked_to():
+def test_the_pronouns_speakers_are_lifted_as_named_speakers_when_asked_to():
     mine = make_candidate(make_object("mine", "I keep my bike in the garage", metadata={"role": "user"}), VECTOR=(2, 0.5))
     labelled = make_candidate(make_object("labelled", "user: my bike is red"), VECTOR=(3, 0.4))
     reply = make_candidate(make_object("reply", "assistant: a garage keeps a bike dry"), VECTOR=(1, 0.9))
     pool = _pool(mine, labelled, reply)
-    on = RetrievalSettings(scoring={"speaker_boost": 1.0, "first_person_user": True, "rank_fusion": {"rrf_tie_break": None}})
-    asked = _analysis().model_copy(update={"first_person": True})
-    frame = scored_frame(fused_scores__rrf(pool, asked, on)).set_index("object_id")
-    assert frame.loc[str(mine.object_id), "speaker_factor"] == frame.loc[str(labelled.object_id), "speaker_factor"] == 1.0
-    assert frame.loc[str(reply.object_id), "speaker_factor"] == 0.5
-    assert frame.index[0] == str(mine.object_id)  # rank 2 lifted beats rank 1
-    # a question not in the first person, or the setting off (the default), lifts nobody
-    for analysis, settings in ((_analysis(), on), (asked, RetrievalSettings(scoring={"speaker_boost": 1.0}))):
-        assert scored_frame(fused_scores__rrf(pool, analysis, settings))["speaker_factor"].tolist() == [1.0] * 3
+
+    def factors(roles, asked):
+        settings = RetrievalSettings(scoring={"speaker_boost": 1.0, "pronoun_speakers": roles,
+                                              "rank_fusion": {"rrf_tie_break": None}})
+        frame = scored_frame(fused_scores__rrf(pool, _analysis().model_copy(update={"speaker_roles": asked}), settings))
+        frame = frame.set_index("object_id")
+        return [frame.loc[str(c.object_id), "speaker_factor"] for c in (mine, labelled, reply)], frame.index[0]
+
+    # a first-person question: the user's turns (metadata role, or a "user:" label) are lifted
+    assert factors(("user",), ("user",)) == ([1.0, 1.0, 0.5], str(mine.object_id))  # rank 2 lifted beats rank 1
+    assert factors(("user", "assistant"), ("user",))[0] == [1.0, 1.0, 0.5]
+    # a second-person question lifts the assistant's turns only where "assistant" is asked for
+    assert factors(("user", "assistant"), ("assistant",))[0] == [0.5, 0.5, 1.0]
+    assert factors(("user",), ("assistant",))[0] == [1.0] * 3
+    # both persons: both roles lifted, so nobody is lifted over the other; the default lifts nobody
+    assert factors(("user", "assistant"), ("user", "assistant"))[0] == [1.0] * 3
+    assert factors((), ("user",))[0] == [1.0] * 3
 
 
 def test_weighted_current_state_recency_reads_event_time_else_updated_at():

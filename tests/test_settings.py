@@ -53,7 +53,8 @@ def test_the_opt_in_policies_change_the_fingerprint_only_when_set():
                 RetrievalSettings(rerank=RerankSettings(policy="score_envelope")),
                 RetrievalSettings(reformulation=ReformulationSettings(enabled=True)),
                 RetrievalSettings(reformulation=ReformulationSettings(enabled=True, merge_policy="max_signals")),
-                RetrievalSettings(scoring={"first_person_user": True}),
+                RetrievalSettings(scoring={"pronoun_speakers": ["user"]}),
+                RetrievalSettings(scoring={"pronoun_speakers": ["user", "assistant"]}),
                 RetrievalSettings(packing={"tier_order": "score"})]
     fingerprints = {v.fingerprint() for v in variants}
     assert len(fingerprints) == len(variants) and default not in fingerprints

@@ -88,14 +88,15 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "context_packing_adjacent": _variant(lambda s: _with_session(s, context_packing=True),
                                          lambda s: _with_packing(s, order="adjacent")),
     "temporal_guidance": _variant(lambda s: _with_packing(s, temporal_guidance=True)),
-    # A first-person question names the user as its speaker (scoring.first_person_user), alone and
-    # with tiers 2 and 3 offered as one (packing.tier_order="score")
-    "first_person": _variant(lambda s: _with_scoring(s, first_person_user=True)),
-    **{f"first_person_depth_{depth}": _variant(lambda s: _with_scoring(s, first_person_user=True),
+    # The chat roles a question's pronouns name (scoring.pronoun_speakers): the user for the first
+    # person, and also the assistant for the second; alone and with tiers 2 and 3 offered as one
+    # (packing.tier_order="score"); the first person with tier depths
+    **{f"{name}{suffix}": _variant(lambda s, r=roles: _with_scoring(s, pronoun_speakers=r), *extra)
+       for name, roles in (("first_person", ("user",)), ("pronouns", ("user", "assistant")))
+       for suffix, extra in (("", ()), ("_score_order", (lambda s: _with_packing(s, tier_order="score"),)))},
+    **{f"first_person_depth_{depth}": _variant(lambda s: _with_scoring(s, pronoun_speakers=("user",)),
                                                lambda s, d=depth: _with_packing(s, tier_path_depth=d))
        for depth in (10, 20, 30)},
-    "first_person_score_order": _variant(lambda s: _with_scoring(s, first_person_user=True),
-                                         lambda s: _with_packing(s, tier_order="score")),
     "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False), kind=ArmSettings),
     # Issue 15's third round (defaults now), adopted in two steps: the first step alone, one part
     # undone, and all of it undone
@@ -130,12 +131,13 @@ RERANK_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     **{f"rerank_{short}_{top_k}_w0": _variant(_rerank(policy, top_k, 0.0))
        for top_k in (50, 100, 300, 500)
        for short, policy in (("envelope", "score_envelope"), ("anchored", "anchored_score_envelope"))},
-    # The envelope at top 300, its weight 0.3 or 0.0, with a first-person question's user lift and
-    # tiers 2 and 3 offered as one
-    **{f"rerank_envelope_300{suffix}_first_person_score_order": _variant(
-        _rerank("score_envelope", 300, weight), lambda s: _with_scoring(s, first_person_user=True),
+    # The envelope at top 300, its weight 0.3 or 0.0, with the pronouns' speakers (the first person's
+    # alone, or both) and tiers 2 and 3 offered as one
+    **{f"rerank_envelope_300{suffix}_{name}_score_order": _variant(
+        _rerank("score_envelope", 300, weight), lambda s, r=roles: _with_scoring(s, pronoun_speakers=r),
         lambda s: _with_packing(s, tier_order="score"))
-       for suffix, weight in (("", 0.3), ("_w0", 0.0))},
+       for suffix, weight in (("", 0.3), ("_w0", 0.0))
+       for name, roles in (("first_person", ("user",)), ("pronouns", ("user", "assistant")))},
 }
 # Issue 15's third-round defaults one at a time, for data sets they were not chosen on (LongMemEval-S).
 ROUND3_PART_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {

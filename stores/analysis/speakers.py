@@ -13,8 +13,8 @@ speaker lift (`scoring.speaker_boost`) never fires.
 
 A turn's chat role (`role_of`) is `metadata["role"]` (what `add_messages` records), else, for a
 TURN written the way flattened chat logs are ("user: ...", "Assistant: ..."), its leading role
-label: user or human for the user, assistant or ai for the assistant. Scoring lifts the user's
-turns for a question asked in the first person (`scoring.first_person_user`, nodes/scoring.py).
+label: user or human for the user, assistant or ai for the assistant. Scoring can lift the turns of
+the roles a question's pronouns name (`scoring.pronoun_speakers`, nodes/scoring.py).
 
 The writer gives each speaker one ENTITY per namespace, created the first time the speaker
 speaks (stores/indexes/entity_graph.py), and a SPOKEN_BY edge from each of their turns. A turn whose
