@@ -97,19 +97,26 @@ def policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rerank-prior-weight", type=float, default=LEGACY_PRIOR_WEIGHT,
                         help=f"weight of a candidate's own score in the new order (default {LEGACY_PRIOR_WEIGHT}; another value "
                              "needs an envelope policy)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", dest="settings",
+                        help="change a retrieval setting (repeat for several), e.g. --set packing.tier_order=score "
+                             "--set 'scoring.pronoun_speakers=[\"user\", \"assistant\"]'")
 
 
 def settings_from(args: argparse.Namespace, base: Any = None) -> Any:
-    """The retrieval settings the options describe, on top of `base` (the defaults)."""
+    """The retrieval settings the options describe (`--rerank ...`, then each `--set`), on top of
+    `base` (the defaults)."""
     from rms_retrieval.nodes.policy_settings import RerankSettings
     from rms_retrieval.nodes.settings import RetrievalSettings
 
+    from rms_retrieval.dataflows.setting_changes import changed_settings, parse_change
+
     settings = base or RetrievalSettings()
-    if getattr(args, "rerank", None) is None:
-        return settings
-    rerank = RerankSettings(enabled=True, policy=args.rerank, top_k=args.rerank_top_k,
-                            prior_weight=args.rerank_prior_weight)
-    return RetrievalSettings.model_validate({**settings.model_dump(), "rerank": rerank.model_dump()})
+    if getattr(args, "rerank", None) is not None:
+        rerank = RerankSettings(enabled=True, policy=args.rerank, top_k=args.rerank_top_k,
+                                prior_weight=args.rerank_prior_weight)
+        settings = RetrievalSettings.model_validate({**settings.model_dump(), "rerank": rerank.model_dump()})
+    changes = getattr(args, "settings", None)
+    return changed_settings(settings, dict(parse_change(text) for text in changes)) if changes else settings
 
 
 def one_line(error: BaseException) -> str:

@@ -48,11 +48,26 @@ def test_query_json_is_the_bundle(capsys, demo_store, demo_copy):
     (["--min-score", "nan"], "min_score: Input should be"),
     (["--max-per-source", "-1"], "max_per_source: Input should be greater than or equal to 1"),
     (["--max-per-evidence", "0"], "max_per_evidence: Input should be greater than or equal to 1"),
+    (["--set", "packing.tier_ordr=score"], "no such setting; did you mean packing.tier_order?"),
+    (["--set", "packing.tier_order=scor"], "Input should be 'tiered' or 'score'"),
+    (["--set", "tier_order"], "write a change as section.field=value"),
 ])
 def test_bad_query_options(capsys, demo_store, demo_copy, argv, message):
     code, out, err = _run(capsys, *_query(demo_copy, demo_store.namespace, *argv), "Where does Tomas work?")
     assert code == 2 and out == ""
     assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_query_set_changes_retrieval_settings(capsys, demo_store, demo_copy):
+    from rms_retrieval.nodes.settings import RetrievalSettings
+
+    changed = RetrievalSettings(scoring={"pronoun_speakers": ["user", "assistant"]}, packing={"tier_order": "score"})
+    code, out, err = _run(capsys, *_query(demo_copy, demo_store.namespace, "--json", "--set", "packing.tier_order=score",
+                                          "--set", 'scoring.pronoun_speakers=["user", "assistant"]'),
+                          "Where does Tomas work now?")
+    assert code == 0, err
+    fingerprint = json.loads(out)["retrieval_metadata"]["configuration_fingerprint"]
+    assert fingerprint == changed.fingerprint() != RetrievalSettings().fingerprint()
 
 
 def test_query_forwards_mode_limit_floor_source_cap_and_time_filters(capsys, demo_store, demo_copy):
