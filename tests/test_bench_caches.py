@@ -77,3 +77,12 @@ def test_scores_kept_on_disk_serve_another_run_and_stay_per_model(tmp_path):
     other.identity = "lengths@1"
     ScoreCache(other, tmp_path).score("q", ["ab"])
     assert other.calls == [["ab"]]  # another model's scores are not reused
+
+
+def test_a_scores_line_cut_short_is_scored_again(tmp_path):
+    ScoreCache(_Lengths(), tmp_path).score("q", ["ab"])
+    scores = next(tmp_path.glob("*/scores.jsonl"))
+    scores.write_text(scores.read_text() + '{"cut sh')
+    again = _Lengths()
+    assert ScoreCache(again, tmp_path).score("q", ["ab", "abc"]).tolist() == [3.0, 4.0]
+    assert again.calls == [["abc"]]

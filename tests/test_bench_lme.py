@@ -117,7 +117,7 @@ def test_rms_bench_lme_packs_the_answer_and_a_rerun_embeds_nothing(folder, tmp_p
             "--arms", "pipeline", "rerank_envelope_50", "--budgets", "100", "4000", "--no-progress",
             "--score-cache", str(tmp_path / "scores")]
     assert main(args) == 0
-    kept = [json.loads(f.read_text()) for f in (tmp_path / "scores").glob("*/scores.json")]
+    kept = [json.loads(line) for f in (tmp_path / "scores").glob("*/scores.jsonl") for line in f.read_text().splitlines()]
     assert len(kept) == 1 and len(kept[0]) == 6  # the model's score of each of the 6 turns, kept for the rerun
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     pipeline = results["relevance"]["arms"]["pipeline"]["summary"]

@@ -90,13 +90,10 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "temporal_guidance": _variant(lambda s: _with_packing(s, temporal_guidance=True)),
     # The chat roles a question's pronouns name (scoring.pronoun_speakers): the user for the first
     # person, and also the assistant for the second; alone and with tiers 2 and 3 offered as one
-    # (packing.tier_order="score"); the first person with tier depths
+    # (packing.tier_order="score")
     **{f"{name}{suffix}": _variant(lambda s, r=roles: _with_scoring(s, pronoun_speakers=r), *extra)
        for name, roles in (("first_person", ("user",)), ("pronouns", ("user", "assistant")))
        for suffix, extra in (("", ()), ("_score_order", (lambda s: _with_packing(s, tier_order="score"),)))},
-    **{f"first_person_depth_{depth}": _variant(lambda s: _with_scoring(s, pronoun_speakers=("user",)),
-                                               lambda s, d=depth: _with_packing(s, tier_path_depth=d))
-       for depth in (10, 20, 30)},
     "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False), kind=ArmSettings),
     # Issue 15's third round (defaults now), adopted in two steps: the first step alone, one part
     # undone, and all of it undone

@@ -82,15 +82,20 @@ class VectorCache(QueryEncoder):
 
 class ScoreCache(CrossEncoder):
     """`model`'s pair scores, remembered by (question, text); same identity as the model. With
-    `directory` they are kept on disk per model identity (`scores.json`, written atomically after
-    each batch of new pairs), so another run reuses them."""
+    `directory` they are kept on disk per model identity (`scores.jsonl`, one line per batch of
+    new pairs, appended and flushed), so another run reuses them; a line cut short by a crash is
+    left out and scored again."""
 
     def __init__(self, model: CrossEncoder, directory: str | Path | None = None) -> None:
         self._model = model
         self._scores: dict[str, float] = {}
-        self._file = Path(directory) / _key(model.identity)[:16] / "scores.json" if directory else None
+        self._file = Path(directory) / _key(model.identity)[:16] / "scores.jsonl" if directory else None
         if self._file is not None and self._file.is_file():
-            self._scores = json.loads(self._file.read_text())
+            for line in self._file.read_text().splitlines():
+                try:
+                    self._scores.update(json.loads(line))
+                except ValueError:
+                    continue
 
     @property
     def identity(self) -> str:
@@ -100,16 +105,10 @@ class ScoreCache(CrossEncoder):
         keys = [_key(question, text) for text in texts]
         missing = list(dict.fromkeys((k, t) for k, t in zip(keys, texts) if k not in self._scores))
         if missing:
-            made = self._model.score(question, [t for _, t in missing]).tolist()
-            self._scores.update(zip((k for k, _ in missing), made))
-            self._save()
+            made = dict(zip((k for k, _ in missing), self._model.score(question, [t for _, t in missing]).tolist()))
+            self._scores.update(made)
+            if self._file is not None:
+                self._file.parent.mkdir(parents=True, exist_ok=True)
+                with self._file.open("a") as file:
+                    file.write(json.dumps(made) + "\n")
         return np.array([self._scores[k] for k in keys], dtype=np.float64)
-
-    def _save(self) -> None:
-        if self._file is None:
-            return
-        self._file.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=self._file.parent, prefix=".scores.json.")
-        with os.fdopen(handle, "w") as file:
-            json.dump(self._scores, file)
-        os.replace(temporary, self._file)
