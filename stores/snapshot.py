@@ -271,12 +271,16 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         return tuple(segment.entry.key for segment, rows in self._split(scope)
                      if any(name in kind(rows) or name in rows.dead_rows for name in scope))
 
+    def _entity_rows(self, namespaces: Iterable[str]) -> Iterator[tuple[LoadedSegment, str, int]]:
+        """(segment, namespace, row) of each live ENTITY row of the namespaces."""
+        wanted = sorted(set(namespaces))
+        return ((segment, namespace, row) for segment, rows in self._split(wanted)
+                for namespace in wanted for row in rows.entity_rows.get(namespace, ()))
+
     def stored_entities(self, namespaces: Iterable[str]) -> list[MemoryObject]:
         """The ENTITY objects of the namespaces, by id (what the entity-graph step of an add needs)."""
-        wanted = sorted(set(namespaces))
-        found = [segment.object_at(row) for segment, rows in self._split(wanted)
-                 for namespace in wanted for row in rows.entity_rows.get(namespace, ())]
-        return sorted(found, key=lambda entity: entity.id)
+        return sorted((segment.object_at(row) for segment, _, row in self._entity_rows(namespaces)),
+                      key=lambda entity: entity.id)
 
     def co_mention_counts(self, namespaces: Iterable[str]) -> CoMentionCounts:
         return CoMentionCounts(self.segments, namespaces)
@@ -295,8 +299,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
         def build() -> list[EntityRef]:
             refs = {EntityRef(segment.ids[row], namespace, canonical, name)
-                    for segment, rows in self._split(key) for namespace in key
-                    for row in rows.entity_rows.get(namespace, ())
+                    for segment, namespace, row in self._entity_rows(key)
                     for canonical, names in (segment.entity_names_at(row),) for name in names}
             return sorted(refs, key=lambda ref: (ref.namespace, ref.alias.lower(), ref.alias, ref.object_id))
 
