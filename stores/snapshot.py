@@ -125,7 +125,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def _dead_ids(self) -> frozenset[tuple[str, UUID]]:
         """(namespace, id) of the objects deleted from the store (a row replaced by a newer version
         of its object is not one)."""
-        dead = {(segment.namespace_of_row[row], segment.ids[row]) for segment in self.segments for row in segment.dead_rows}
+        dead = {(segment.namespace_at(row), segment.id_at(row)) for segment in self.segments for row in segment.dead_rows}
         return frozenset(key for key in dead if not self.is_live(*key))
 
     # ----- generation facts ----------------------------------------------------------------------
@@ -161,7 +161,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     def contains(self, namespace: str, object_id: UUID) -> bool:
         """Whether `namespace` holds `object_id`; what other namespaces hold is never consulted."""
-        return any((namespace, object_id) in segment.row_of for segment in self.segments)
+        return any(segment.holds(namespace, object_id) for segment in self.segments)
 
     def namespace_anchor(self, namespace: str) -> UUID | None:
         """The id of the first object stored in `namespace` (None for a namespace with no rows):
@@ -169,7 +169,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         for segment in self.segments:
             span = segment.namespace_slices.get(namespace)
             if span is not None:
-                return segment.ids[span[0]]
+                return segment.id_at(span[0])
         return None
 
     def is_live(self, namespace: str, object_id: UUID) -> bool:
@@ -191,9 +191,10 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 index = index.without_segments(index.segment_keys - live)
                 for segment in self.segments:
                     if segment.entry.key not in index.segment_keys:
-                        kept = segment.live_positions()
-                        index = index.with_segment(segment.postings.subset(kept), [segment.namespace_of_row[row] for row in kept.tolist()],
-                                                   [segment.ids[row] for row in kept.tolist()], key=segment.entry.key)
+                        columns = segment.columns
+                        index = index.with_segment_columns(
+                            segment.postings, columns.namespaces, columns.namespace_codes, columns.ids,
+                            None if segment.dead is None else ~segment.dead, key=segment.entry.key)
                 self._bm25 = index
                 self._bm25_base = None
             return self._bm25
@@ -245,7 +246,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
             return []
         scores = np.concatenate(score_blocks)
         keep = _at_least_kth(scores, limit)
-        hits = [VectorHit(owners[i][0].ids[owners[i][1]], float(scores[i])) for i in keep.tolist()]
+        hits = [VectorHit(owners[i][0].id_at(owners[i][1]), float(scores[i])) for i in keep.tolist()]
         hits.sort(key=lambda hit: (-hit.cosine, hit.object_id))
         return hits[:limit]
 
@@ -383,7 +384,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
             here = place[memory.session_seq]
             for seq, segment, row in rows:
                 offset = place[seq] - here
-                if abs(offset) <= window and segment.ids[row] != trigger:
+                if abs(offset) <= window and segment.id_at(row) != trigger:
                     found.append(SessionNeighbour(trigger, segment.object_at(row), offset))
         found.sort(key=lambda item: (order[item.trigger], item.offset, item.neighbour.id))
         return found

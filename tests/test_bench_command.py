@@ -61,10 +61,13 @@ def test_bench_locomo_builds_the_store_and_writes_results(demo_file, tmp_path, c
 
 def test_bench_scale(tmp_path, capsys):
     assert main(["bench", "scale", "--out", str(tmp_path), "--sizes", "200", "400", "--queries", "2",
-                 "--no-progress"]) == 0
+                 "--readers", "2", "--no-progress"]) == 0
     results = json.loads((tmp_path / command.SCALE_RESULTS_FILE).read_text())
     assert [row["size"] for row in results["sizes"]] == [200, 400]
+    assert [len(row["reader_memory"]["many"]["each"]) for row in results["sizes"]] == [2, 2]
     assert (tmp_path / "latency_by_store_size.png").exists()
+    assert main(["bench", "scale", "--out", str(tmp_path), "--readers", "1"]) == 2
+    assert "--readers must be 2 or more" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -82,13 +82,16 @@ def test_determinism(store, encoder):
 
 
 def test_scale_builds_and_times_small_stores(tmp_path):
-    scale = speed_bench.run_scale(tmp_path, [300, 600], queries=3, progress=False)
+    scale = speed_bench.run_scale(tmp_path, [300, 600], queries=3, progress=False, readers=2)
     assert [row["size"] for row in scale["sizes"]] == [300, 600]
     for row in scale["sizes"]:
         assert row["objects"] == row["size"] and row["size_mb"] > 0
         assert row["latency"]["pipeline_ms"]["n"] == 3
         assert row["latency"]["items_min"] == min(50, row["size"] // scale["namespaces"])
         assert row["latency"]["open_seconds"] > 0 and row["latency"]["node_times_ms"]["vector_candidates"]["n"] == 3
+        memory = row["reader_memory"]
+        assert memory["one"]["readers"] == 1 and len(memory["many"]["each"]) == 2 and memory["questions"] == 3
+        assert memory["many"]["pss_mb_total"] > memory["one"]["pss_mb_total"] > 0 and memory["pss_ratio"] > 1
     again = speed_bench.scale_store(tmp_path / "stores" / "synthetic-300", 300)
     assert again["objects_added"] == 0
     with pytest.raises(ValueError, match="more than"):

@@ -114,8 +114,8 @@ def test_the_entity_catalog_reads_names_and_aliases_from_records_as_from_objects
     snapshot = store.snapshot()
     assert [(ref.alias, ref.canonical_name) for ref in snapshot.entity_catalog(["a"])] == [
         ("Mel", "Melanie Brown"), ("Melanie Brown", "Melanie Brown"), ("Mels", "Melanie Brown")]
-    segment = next(s for s in snapshot.segments if ("a", melanie.id) in s.row_of)
-    row = segment.row_of[("a", melanie.id)]
+    segment = next(s for s in snapshot.segments if s.holds("a", melanie.id))
+    row = segment.live_row("a", melanie.id)
     from_record = segment.entity_names_at(row)
     segment.object_at(row)  # decoded now: read from the object
     assert from_record == segment.entity_names_at(row) == ("Melanie Brown", ["Melanie Brown", "Mel", "Mels"])
@@ -211,8 +211,14 @@ def test_damaged_files_are_named(tmp_path, encoder, victim):
     data[len(data) // 2] ^= 0x55  # one flipped byte, the file otherwise intact
     damaged.write_bytes(bytes(data))
     with pytest.raises(StoreError, match=victim.replace(".", r"\.")) as raised:
-        MemoryStore.open(path, create=False)
+        with MemoryStore.open(path, create=False) as store:  # the index file is mapped, and checked on its first read
+            store.snapshot().search_vector(np.ones(384, dtype=np.float32), ["a"], 3)
     assert f"rms check --store {path} --repair" in str(raised.value)
+    if victim == "index.npz":
+        with MemoryStore.open(path, create=False) as store:
+            for _ in range(2):  # a failed check is not remembered as passed
+                with pytest.raises(StoreError, match=r"index\.npz is damaged"):
+                    store.snapshot().search_vector(np.ones(384, dtype=np.float32), ["a"], 3)
 
 
 def test_missing_store(tmp_path):

@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from rms_retrieval.stores.engine.npz_views import load_npz, read_npz
+from rms_retrieval.stores.engine.npz_views import load_npz, map_npz, npz_bytes, read_npz
 
 ARRAYS = {
     "vectors": np.random.default_rng(1).random((50, 384), dtype=np.float32),
@@ -82,3 +82,27 @@ def test_python_objects_are_never_loaded(tmp_path) -> None:
     assert read_npz(path) == (hashlib.sha256(data).hexdigest(), None)
     with pytest.raises(ValueError):
         load_npz(data)
+
+
+def test_an_aligned_archive_is_np_load_s_and_maps_without_reading_its_arrays(tmp_path) -> None:
+    path = tmp_path / "index.npz"
+    path.write_bytes(npz_bytes(ARRAYS))
+    with np.load(path) as loaded:  # any .npz reader reads it
+        for name, expected in ARRAYS.items():
+            np.testing.assert_array_equal(loaded[name], expected)
+    mapped, arrays = map_npz(path)
+    for name, expected in ARRAYS.items():
+        assert arrays[name].dtype == expected.dtype and arrays[name].shape == expected.shape, name
+        np.testing.assert_array_equal(arrays[name], expected)
+        assert arrays[name].ctypes.data % 64 == 0 and not arrays[name].flags.writeable, name
+    assert arrays["fortran"].flags.f_contiguous
+    assert all(_root(array).base.obj is mapped for array in arrays.values())  # views of the map, none copied out
+    assert read_npz(path)[0] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_an_archive_np_savez_wrote_is_not_mapped(tmp_path) -> None:
+    for name, data in (("savez.npz", _npz(**ARRAYS)), ("compressed.npz", _npz(compressed=True, **ARRAYS)),
+                       ("damaged.npz", b"damaged"), ("cut.npz", npz_bytes(ARRAYS)[:-100])):
+        path = tmp_path / name
+        path.write_bytes(data)
+        assert map_npz(path) is None, name

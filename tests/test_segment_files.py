@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 from uuid import UUID
 
@@ -19,8 +20,10 @@ from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
-from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
-from rms_retrieval.stores.engine.segment_writing import write_segment
+from rms_retrieval.stores.engine import segment_parquet
+from rms_retrieval.stores.engine.segment_parquet import Records, objects_table, parquet_bytes, segment_columns
+from rms_retrieval.stores.engine.segments import LoadedSegment, SegmentSessions, StoredEdge, _RowIndex
+from rms_retrieval.stores.engine.segment_writing import write_deletions, write_segment
 
 RICH = MemoryObject(
     id=UUID(int=7), namespace="a", content="Ann paid 4.50 for coffee", node_type=NodeType.FACT, session_id="s",
@@ -87,8 +90,12 @@ def test_a_segment_written_before_edge_owners_finds_each_edge_s_owner_by_its_sou
 def test_a_segment_file_that_differs_from_its_checksum_is_named(tmp_path):
     entry = write_segment(tmp_path, "g1-x", [RICH], np.ones((1, 4), dtype=np.float32), []).entry
     damaged = SegmentEntry(entry.id, entry.rows, {**entry.files, "index.npz": "0" * 64})
+    segment = LoadedSegment(tmp_path, damaged)  # mapped: an open reads no array
     with pytest.raises(StoreError, match=r"index\.npz is damaged"):
-        LoadedSegment(tmp_path, damaged)
+        segment.vectors
+    with pytest.raises(StoreError, match=r"index\.npz is damaged"):
+        segment.checked()
+    assert LoadedSegment(tmp_path, entry).checked().vectors.tolist() == [[1.0] * 4]
 
 
 def test_a_segment_of_separate_files_loads_as_its_one_index_file_form(tmp_path):
@@ -112,3 +119,43 @@ def test_a_segment_of_separate_files_loads_as_its_one_index_file_form(tmp_path):
     assert separate.vectors.tobytes() == written.vectors.tobytes() and separate.object_at(0) == RICH
     assert separate.postings.to_arrays().keys() == written.postings.to_arrays().keys()
     assert all(np.array_equal(separate.postings.to_arrays()[key], value) for key, value in written.postings.to_arrays().items())
+
+
+def test_an_open_reads_ids_sessions_and_records_only_as_they_are_asked_for(tmp_path):
+    rows = [store_workers.turn(number) for number in range(4)] + [RICH]
+    written = write_segment(tmp_path, "g1-x", rows, np.eye(5, 8, dtype=np.float32), [])
+    segment = LoadedSegment(tmp_path, written.entry)
+    assert segment._columns.records._groups == {}  # no record read by the open
+    assert {"ids", "namespace_of_row"}.isdisjoint(segment.__dict__)
+    assert segment.live_row("live", UUID(int=2)) == 2 and segment.live_row("a", UUID(int=2)) is None
+    assert segment.holds("a", RICH.id) and not segment.holds("live", RICH.id) and not segment.holds("b", RICH.id)
+    assert (segment.id_at(0), segment.namespace_at(0)) == (RICH.id, "a")
+    assert segment.sessions.get(("live", "default", "default", "s")) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert segment.sessions.get(("a", "default", "default", "s"), ()) == [(3, 0)] and len(segment.sessions) == 2
+    assert segment.object_at(4) == rows[3] and list(segment._columns.records._groups) == [0]
+    assert segment.keys() == {(memory.namespace, memory.id) for memory in rows}
+    entry = replace(written.entry, deletions=write_deletions(tmp_path, "g1-x", 2, [2]))
+    later = segment.with_deletions(entry)
+    assert later.live_row("live", UUID(int=2)) is None and later.holds("live", UUID(int=2))
+    assert later.sessions.get(("live", "default", "default", "s")) == [(0, 1), (2, 3), (3, 4)]
+    assert segment.sessions.get(("live", "default", "default", "s")) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+
+
+def test_rows_of_one_namespace_need_not_be_contiguous_for_the_lookups(tmp_path):
+    rows = [store_workers.turn(0), RICH, store_workers.turn(1)]  # live, a, live as the table lies
+    columns = segment_columns(objects_table(rows))
+    index = _RowIndex(columns)
+    assert [index.row("live", UUID(int=number)) for number in (1, 2)] == [0, 2] and index.row("live", RICH.id) is None
+    sessions = SegmentSessions(columns, {"live": (0, 3), "a": (1, 2)}, frozenset())
+    assert sessions.get(("live", "default", "default", "s")) == [(0, 0), (1, 2)]
+    assert columns.uuids() == [UUID(int=1), RICH.id, UUID(int=2)] and columns.namespace_list() == ["live", "a", "live"]
+
+
+def test_records_are_read_one_row_group_at_a_time(monkeypatch):
+    monkeypatch.setattr(segment_parquet, "ROW_GROUP_ROWS", 4)
+    rows = [store_workers.turn(number) for number in range(10)]
+    records = Records(data=parquet_bytes(objects_table(rows)))
+    assert json.loads(records.at(9))["content"] == rows[9].content and list(records._groups) == [2]
+    assert [memory_object(records.at(row)) for row in range(10)] == rows and sorted(records._groups) == [0, 1, 2]
+    with pytest.raises(ValueError, match="not both"):
+        Records(array=pa.array(["{}"]), data=b"")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import warnings
 
@@ -58,6 +59,7 @@ def read_only_mount(tmp_path):
         subprocess.run(["mount", "-o", "remount,bind,ro", str(mounted)], check=True, capture_output=True)
         yield mounted
     finally:
+        gc.collect()  # a closed store's snapshots, in reference cycles, keep its index files mapped until collected
         subprocess.run(["umount", str(mounted)], check=True)
 
 

@@ -76,6 +76,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--sizes", nargs="+", type=int, default=[10_000, 100_000], metavar="N",
                        help="store sizes (default 10000 100000; add 1000000 to opt in to the slow one)")
     scale.add_argument("--queries", type=int, default=50, help="queries per size (default 50)")
+    scale.add_argument("--readers", type=int, default=4,
+                       help="reader processes whose memory together is weighed against one reader's (default 4)")
     scale.add_argument("--no-progress", action="store_true")
     _threads_option(scale)
     scale.set_defaults(run=_cmd_scale)
@@ -351,7 +353,10 @@ def _cmd_scale(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    scale = speed_bench.run_scale(out, sorted(set(args.sizes)), queries=args.queries, progress=not args.no_progress)
+    if args.readers < 2:
+        raise ValueError(f"--readers must be 2 or more to compare with one reader, got {args.readers}")
+    scale = speed_bench.run_scale(out, sorted(set(args.sizes)), queries=args.queries, progress=not args.no_progress,
+                                  readers=args.readers)
     results = {"benchmark": "rms-retrieval latency by store size", "command": shlex.join(["rms", *sys.argv[1:]]),
                "machine": {**machine_info(), "torch_threads": threads}, **scale, "seconds": time.perf_counter() - started}
     figure = plots.latency_by_store_size(scale, out / plots.SCALE_FIGURE)

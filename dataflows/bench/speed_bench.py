@@ -306,8 +306,13 @@ def scale_latency(path: str | Path, *, queries: int = 50, node_time_queries: int
     return latency
 
 
-def run_scale(out: str | Path, sizes: Sequence[int] = SCALE_SIZES, *, queries: int = 50, progress: bool = True) -> dict:
-    """Build each synthetic store under `out/stores` (reusing smaller ones is not attempted) and time it."""
+def run_scale(out: str | Path, sizes: Sequence[int] = SCALE_SIZES, *, queries: int = 50, progress: bool = True,
+              readers: int = 4) -> dict:
+    """Build each synthetic store under `out/stores` (reusing smaller ones is not attempted), time
+    it, and weigh one reader process of it against `readers` at once (`reader_memory`)."""
+    from rms_retrieval.dataflows.bench.reader_memory import reader_memory
+    from rms_retrieval.stores.memory_store import MemoryStore
+
     rows = []
     for size in sizes:
         path = Path(out) / "stores" / f"synthetic-{size}"
@@ -315,11 +320,19 @@ def run_scale(out: str | Path, sizes: Sequence[int] = SCALE_SIZES, *, queries: i
         built = scale_store(path, size, progress=progress)
         built["wall_seconds"] = time.perf_counter() - started
         latency = scale_latency(path, queries=queries, node_time_queries=min(10, queries))
-        rows.append({"size": size, **built, "latency": latency, "peak_memory_mb": peak_memory_mb()})
+        rng = random.Random(size)
+        with MemoryStore.open(path, read_only=True) as store:
+            namespaces = store.snapshot().namespaces()
+        asked = [(" ".join(rng.choice(_WORDS) for _ in range(4)), namespaces[number % len(namespaces)])
+                 for number in range(min(20, queries))]
+        memory = reader_memory(path, asked, readers=readers)
+        rows.append({"size": size, **built, "latency": latency, "peak_memory_mb": peak_memory_mb(), "reader_memory": memory})
         if progress:
-            print(f"{size:>9} objects: built in {built['build_seconds']:.0f} s, opened in {latency['open_seconds']:.1f} s, "
+            print(f"{size:>9} objects: built in {built['build_seconds']:.0f} s, opened in {latency['open_seconds']:.2f} s, "
                   f"p50 {latency['pipeline_ms']['p50']:.1f} ms, CPU p50 {latency['pipeline_cpu_ms']['p50']:.1f} ms "
-                  f"(floor {latency['floor_ms']['p50']:.1f} ms)")
+                  f"(floor {latency['floor_ms']['p50']:.1f} ms); one reader Pss {memory['one']['pss_mb_total']:.0f} MB "
+                  f"(Rss {memory['one']['rss_mb_total']:.0f}), {readers} readers {memory['many']['pss_mb_total']:.0f} MB "
+                  f"(Rss {memory['many']['rss_mb_total']:.0f}): {memory['pss_ratio']:.2f}x")
     return {"sizes": rows, "encoder": "RandomEncoder (random unit vectors seeded by text)",
             "namespaces": SCALE_NAMESPACES}
 

@@ -250,7 +250,7 @@ def reindexed_write(snapshot: StoreSnapshot, gone: Sequence[Located], again: Seq
                     expansion: TurnExpansion, present: Sequence[MemoryObject] = ()) -> PreparedWrite:
     """New versions (unchanged objects, their edges moved) of `again`, embedded and indexed as if
     `gone` were never stored and the new versions `present` (written by the same commit) were."""
-    ordered = sorted(again, key=lambda where: where[0].namespace_of_row[where[1]])
+    ordered = sorted(again, key=lambda where: where[0].namespace_at(where[1]))
     rows = tuple(segment.object_at(row) for segment, row in ordered)
     without: dict[str, set[int]] = deleted_rows([*gone, *again])
     stored = [_Without(segment, without.get(segment.entry.id, set())) for segment in snapshot.segments]

@@ -42,7 +42,7 @@ def check_store(path: Path) -> CheckReport:
     edge_ids: set[int] = set()
     for entry in manifest.segments:
         try:
-            segment = LoadedSegment(path, entry)
+            segment = LoadedSegment(path, entry).checked()
         except (StoreError, OSError) as error:
             report.problems.append(str(error))
             continue

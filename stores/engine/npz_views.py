@@ -1,13 +1,17 @@
-"""The arrays of a segment's `index.npz` read without copies, each on an aligned address.
+"""The arrays of a segment's `index.npz`, written aligned and read without copies.
 
-`np.load` copies every array out of the archive: opening a store held each `index.npz` twice
-while it loaded (its bytes, read once for their sha256, and the arrays), and copying took a
-third of a LongMemEval-S store's open. `np.savez` stores its members uncompressed, so each array
-is a run of the file after its `.npy` header. `read_npz` reads the file once, in order, hashing
-every byte: each array's run goes to a 64-byte-aligned place of one buffer (a view of the file's
-bytes as they lie would put most arrays on odd addresses, which numpy and FAISS read slowly),
-headers and the archive's directory only to the hash. A file that pass cannot lay out (not
-one `np.savez` wrote) is read as `np.load` reads it (`load_npz`). The sha256 over the whole file
+`np.savez` stores its members uncompressed, so each array is a run of the file after its `.npy`
+header. `npz_bytes` writes the same archive with every array's data at a multiple of 64 bytes
+from the file's start (a zip "extra" field pads each member's local header, as Android's
+zipalign does; `np.load` reads the file as any other). Such a file is memory-mapped by
+`map_npz`: opening it reads its directory and headers only, every process that maps it shares
+its pages, and its arrays sit on aligned addresses, as numpy and FAISS want them. Its sha256 is
+the caller's to check (`LoadedSegment` does it the first time the arrays are read).
+
+A file written before the alignment (`np.savez`) is read by `read_npz`: once, in order, hashing
+every byte, each array's run going to a 64-byte-aligned place of one buffer, headers and the
+archive's directory only to the hash. A file that pass cannot lay out (a compressed member,
+another .npy version) is read as `np.load` reads it (`load_npz`). The sha256 over the whole file
 is what guards the bytes; the archive's CRCs are not checked again.
 """
 
@@ -15,9 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import mmap
 import os
 import struct
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -29,6 +35,46 @@ _LOCAL_HEADER_SIZE = 30
 # The most an .npy header may take, magic and length fields included (numpy's own limit is 10,000 bytes).
 _HEADER_LIMIT = 1 << 16
 _ALIGNMENT = 64
+# The zip extra field id Android's zipalign pads local headers with: readers skip it.
+_PADDING_FIELD = 0xD935
+
+
+def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """The .npz archive `np.savez(**arrays)` writes (stored members, `<name>.npy`), with each
+    array's data at a multiple of 64 bytes from the start: what `map_npz` maps."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in arrays.items():
+            member = io.BytesIO()
+            np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+            data = member.getvalue()
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_STORED
+            info.external_attr = 0o600 << 16
+            # zipfile adds a 20-byte zip64 field to the local header of a member this large
+            zip64 = 20 if len(data) * 1.05 > zipfile.ZIP64_LIMIT else 0
+            fixed = out.tell() + _LOCAL_HEADER_SIZE + len(info.filename.encode()) + zip64 + 6
+            info.extra = struct.pack("<HHH", _PADDING_FIELD, 2 + (-fixed % _ALIGNMENT), _ALIGNMENT) + bytes(-fixed % _ALIGNMENT)
+            archive.writestr(info, data)
+    return out.getvalue()
+
+
+def map_npz(path: Path) -> tuple[mmap.mmap, dict[str, np.ndarray]] | None:
+    """The arrays of the .npz file at `path` as read-only views of one memory map of it, with the
+    map; None for a file whose arrays are not all stored on 64-byte-aligned offsets (written
+    before `npz_bytes`, or not an archive `read_npz` lays out): the caller reads it as bytes.
+    Nothing is hashed here."""
+    with path.open("rb") as handle:  # FileNotFoundError is the caller's cue that a merge retired it
+        size = os.fstat(handle.fileno()).st_size
+        try:
+            members = _layout(handle, size)
+        except (ValueError, OSError, KeyError, EOFError, struct.error, zipfile.BadZipFile):
+            return None
+        if not members or any(member.start % _ALIGNMENT for member in members):
+            return None
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    return mapped, {member.name: np.frombuffer(mapped, dtype=member.dtype, count=member.count, offset=member.start).reshape(
+        member.shape, order="F" if member.fortran_order else "C") for member in members}
 
 
 def load_npz(data: bytes) -> dict[str, np.ndarray]:

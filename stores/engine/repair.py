@@ -167,7 +167,7 @@ def _repair(store: Path, default_identity: Callable[[], EmbeddingIdentity]) -> R
                 entry = SegmentEntry(entry.id, _row_count(directory), entry.files, entry.sources)
             if entry.deletions is None:  # deleted rows stay deleted: the newest deletion file is the last change
                 entry = replace(entry, deletions=latest_deletions(directory))
-            segment = LoadedSegment(store, entry)
+            segment = LoadedSegment(store, entry).checked()
         except (StoreError, OSError, ValueError) as error:
             damaged[directory.name] = (str(error).split(";")[0], described.namespaces if described else None,
                                        entry.sources if entry is not None else ())
@@ -181,14 +181,14 @@ def _repair(store: Path, default_identity: Callable[[], EmbeddingIdentity]) -> R
             candidate = _sidecar(store / SEGMENTS_DIR / source)
             if source not in intact and candidate is not None:
                 try:
-                    intact[source] = (LoadedSegment(store, candidate.entry), candidate)
+                    intact[source] = (LoadedSegment(store, candidate.entry).checked(), candidate)
                 except (StoreError, OSError, ValueError):
                     continue
     if old is None and intact:
         report.notes.append("with no manifest to tell, a write that was killed before it committed may be back")
 
     replaced = {source for segment, _ in intact.values() for source in segment.entry.sources if source in intact}
-    keys: dict[str, set] = {segment_id: set(segment.row_of) for segment_id, (segment, _) in intact.items()}
+    keys: dict[str, set] = {segment_id: segment.keys() for segment_id, (segment, _) in intact.items()}
     for segment_id, (segment, candidate) in intact.items():
         if candidate.namespaces is None and segment_id not in replaced:
             # a segment without a description: it was merged away if a later segment holds all its rows

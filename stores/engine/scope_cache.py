@@ -52,12 +52,12 @@ def _grouped(pairs: list[tuple[str, object]]) -> Mapping[str, tuple]:
 
 def namespace_rows(segment: LoadedSegment) -> NamespaceRows:
     """Split `segment`'s edges, entity rows, pinned rows and deleted rows by namespace (edges never cross one)."""
-    namespace_of = segment.namespace_of_row
+    namespace_of = segment.namespace_at
     return NamespaceRows(
         edges=segment.live_edges_by_namespace(),
-        entity_rows=_grouped([(namespace_of[row], row) for row in segment.entity_rows]),
-        pinned_rows=_grouped([(namespace_of[row], row) for row in segment.pinned_rows]),
-        dead_rows=_grouped([(namespace_of[row], row) for row in sorted(segment.dead_rows)]),
+        entity_rows=_grouped([(namespace_of(row), row) for row in segment.entity_rows]),
+        pinned_rows=_grouped([(namespace_of(row), row) for row in segment.pinned_rows]),
+        dead_rows=_grouped([(namespace_of(row), row) for row in sorted(segment.dead_rows)]),
     )
 
 
@@ -148,7 +148,7 @@ def extended_adjacency(previous: Adjacency, split: list[tuple[LoadedSegment, Nam
                 if edge.edge_type == CO_MENTIONED:
                     pairs.add((namespace, edge.source, edge.target))
         for row in segment.edge_index.by_owner:
-            if segment.namespace_of_row[row] in scope:
+            if segment.namespace_at(row) in scope:
                 pairs.update(segment.edge_index.pairs_of(row))
             if len(pairs) > MAX_EXTENDED_PAIRS:
                 return None

@@ -11,10 +11,17 @@ column that happened to be all NULL in one write must not become an INTEGER colu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import accumulate
+from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rms_retrieval.stores.engine.codec import ASSERTION_NORM_COLUMNS, row_values
@@ -32,10 +39,12 @@ OBJECTS_SCHEMA = pa.schema([
     ("evidence_refs", _JSON), ("source_ref", _TEXT), ("metadata", _JSON), ("assertion", _JSON), ("quantity", _JSON),
     *((name, _TEXT) for name in ASSERTION_NORM_COLUMNS), ("pinned", pa.bool_()), ("record", _TEXT),
 ])
-# What a reader keeps in memory of each row (stores/engine/segments.py LoadedSegment).
-LOADED_COLUMNS = ("id", "namespace", "owner", "scope", "session_id", "node_type", "pinned", "record", "session_seq",
+# What a reader keeps in memory of each row (`SegmentColumns`); `record` is read on first use.
+LOADED_COLUMNS = ("id", "namespace", "owner", "scope", "session_id", "node_type", "pinned", "session_seq",
                   "entity_canonical_name")
 _COMPRESSION = "zstd"
+# Rows per Parquet row group: what a reader decodes to read one record (`Records`).
+ROW_GROUP_ROWS = 8192
 
 
 def objects_table(rows: Sequence[MemoryObject]) -> pa.Table:
@@ -55,14 +64,14 @@ def objects_table(rows: Sequence[MemoryObject]) -> pa.Table:
 def parquet_bytes(table: pa.Table) -> bytes:
     """The table as one Parquet file, in memory."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression=_COMPRESSION)
+    pq.write_table(table, sink, compression=_COMPRESSION, row_group_size=ROW_GROUP_ROWS)
     return sink.getvalue().to_pybytes()
 
 
-def read_table(data: bytes, columns: Sequence[str] | None = None) -> pa.Table:
-    """A Parquet file's table from its (verified) bytes, read as one file (`ParquetFile`): not
+def read_table(data: Any, columns: Sequence[str] | None = None) -> pa.Table:
+    """A Parquet file's table from its (verified) bytes (any buffer: a memory map too), read as one file (`ParquetFile`): not
     through `pq.read_table`'s dataset layer, which a process sets up on its first call."""
-    return pq.ParquetFile(pa.BufferReader(data)).read(columns=list(columns) if columns is not None else None)
+    return pq.ParquetFile(pa.BufferReader(pa.py_buffer(data))).read(columns=list(columns) if columns is not None else None)
 
 
 def conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -77,10 +86,92 @@ def conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def loaded_columns(table: pa.Table) -> Mapping[str, list[Any]]:
-    """The LOADED_COLUMNS of an objects table as Python lists (UUIDs for ids), except `record`,
-    each object's JSON, which stays one Arrow array: a reader decodes the few objects it packs,
-    and a Python string per stored object cost a store's open time and memory for nothing."""
-    columns = table.select([name for name in LOADED_COLUMNS if name != "record"]).to_pydict()
-    columns["record"] = table.column("record").combine_chunks()
-    return columns
+class Records:
+    """Each row's JSON record, as Arrow arrays: given whole (a segment just written), or read from
+    the segment's verified Parquet bytes one row group at a time, the first time a row of that
+    group is decoded. An open reads the small columns only; a query reads the groups of the rows
+    it packs, not a million records it never looks at."""
+
+    def __init__(self, array: pa.Array | None = None, data: Any = None) -> None:
+        """`array`: every record; or `data`: the Parquet file's bytes (any buffer)."""
+        if (array is None) == (data is None):
+            raise ValueError("Records needs the record array or the Parquet bytes to read it from, not both")
+        self._groups: dict[int, pa.Array] = {}
+        self._starts = [0]
+        self._file: pq.ParquetFile | None = None
+        if array is not None:
+            self._groups[0] = array
+        else:
+            self._file = pq.ParquetFile(pa.BufferReader(pa.py_buffer(data)))
+            metadata = self._file.metadata
+            self._starts = [0, *accumulate(metadata.row_group(group).num_rows for group in range(metadata.num_row_groups))][:-1]
+        self._lock = threading.Lock()
+
+    def at(self, position: int) -> str:
+        """The JSON record of row `position`."""
+        group = bisect_right(self._starts, position) - 1
+        array = self._groups.get(group)
+        if array is None:
+            with self._lock:
+                array = self._groups.get(group)
+                if array is None:
+                    array = self._groups[group] = self._file.read_row_group(group, columns=["record"]).column(0).combine_chunks()
+        return array[position - self._starts[group]].as_py()
+
+
+@dataclass(frozen=True)
+class SegmentColumns:
+    """What a reader keeps of a segment's rows, as arrays: no Python object per row. Ids are
+    16-byte big-endian UUIDs (`ids`, dtype V16); namespaces are codes into `namespaces`."""
+
+    ids: np.ndarray
+    namespaces: tuple[str, ...]
+    namespace_codes: np.ndarray
+    node_types: pa.Array
+    pinned: np.ndarray
+    owners: pa.Array
+    scopes: pa.Array
+    session_ids: pa.Array
+    session_seqs: pa.Array
+    entity_names: pa.Array
+    records: Records
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def id_ints(self, start: int = 0, stop: int | None = None) -> list[int]:
+        """The ids of rows `start`..`stop` as the integers `UUID.int` gives."""
+        data = self.ids[start:stop].tobytes()
+        return [int.from_bytes(data[at:at + 16], "big") for at in range(0, len(data), 16)]
+
+    def uuids(self) -> list[UUID]:
+        return [UUID(int=value) for value in self.id_ints()]
+
+    def namespace_list(self) -> list[str]:
+        names = self.namespaces
+        return [names[code] for code in self.namespace_codes.tolist()]
+
+
+def segment_columns(table: pa.Table, records: Records | None = None) -> SegmentColumns:
+    """The LOADED_COLUMNS of an objects table (and its `record` column, unless `records` reads it
+    later) as arrays."""
+    ids = table.column("id").combine_chunks()
+    if isinstance(ids, pa.ExtensionArray):
+        ids = ids.storage
+    if ids.null_count:
+        raise ValueError("an object id is missing")
+    id_array = np.frombuffer(ids.buffers()[1], dtype="V16", count=len(ids), offset=ids.offset * 16)
+    namespaces = table.column("namespace").combine_chunks().dictionary_encode()
+    return SegmentColumns(
+        ids=id_array,
+        namespaces=tuple(namespaces.dictionary.to_pylist()),
+        namespace_codes=namespaces.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+        node_types=table.column("node_type").combine_chunks(),
+        pinned=pc.fill_null(table.column("pinned").combine_chunks(), False).to_numpy(zero_copy_only=False),
+        owners=table.column("owner").combine_chunks(),
+        scopes=table.column("scope").combine_chunks(),
+        session_ids=table.column("session_id").combine_chunks(),
+        session_seqs=table.column("session_seq").combine_chunks(),
+        entity_names=table.column("entity_canonical_name").combine_chunks(),
+        records=records if records is not None else Records(array=table.column("record").combine_chunks()),
+    )

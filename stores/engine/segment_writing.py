@@ -19,8 +19,9 @@ import pyarrow as pa
 
 from rms_retrieval.stores.engine.edge_columns import EdgeColumns, stored_edge_arrays
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry, fsync_path
-from rms_retrieval.stores.engine.segment_parquet import loaded_columns, objects_table, parquet_bytes
-from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, INDEX_FILE, OBJECTS_FILE, SIDECAR_FILE,
+from rms_retrieval.stores.engine.npz_views import npz_bytes
+from rms_retrieval.stores.engine.segment_parquet import objects_table, parquet_bytes, segment_columns
+from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, INDEX_FILE, OBJECTS_FILE, SIDECAR_FILE, IndexArrays,
                                                   TEMPORARY_PREFIX, LoadedSegment, StoredEdge, owned_edges,
                                                   segment_directory)
 from rms_retrieval.stores.errors import StoreError
@@ -77,13 +78,11 @@ def write_table_segment(
     if vectors.shape[0] != objects.num_rows or postings.num_rows != objects.num_rows:
         raise StoreError(f"segment {segment_id}: {objects.num_rows} rows, {vectors.shape[0]} vectors and "
                          f"{postings.num_rows} postings rows disagree; this is a bug, report it")
-    columns = loaded_columns(objects)
+    columns = segment_columns(objects)
     # every owner known before it is stored (an edge given without one is owned by its source's row)
-    edges = owned_edges(edges, {key: row for row, key in enumerate(zip(columns["namespace"], columns["id"]))}, objects.num_rows)
+    edges = owned_edges(edges, {key: row for row, key in enumerate(zip(columns.namespace_list(), columns.uuids()))}, objects.num_rows)
     edge_arrays = stored_edge_arrays(edges)
-    index = io.BytesIO()
-    np.savez(index, vectors=vectors, **postings.to_arrays(), **edge_arrays)
-    blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: index.getvalue()}
+    blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: npz_bytes({"vectors": vectors, **postings.to_arrays(), **edge_arrays})}
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
     namespaces = Counter(objects.column("namespace").to_pylist())
     sidecar = sidecar_bytes(segment_id, objects.num_rows, digests, sources, dict(sorted(namespaces.items())),
@@ -108,7 +107,9 @@ def write_table_segment(
     entry = SegmentEntry(segment_id, objects.num_rows, digests, sources)
     segment = LoadedSegment.__new__(LoadedSegment)
     segment.entry, segment.directory = entry, segment_directory(store, segment_id)
-    segment._build(store, vectors, postings, columns, EdgeColumns(edge_arrays), edges)
+    edge_columns = EdgeColumns(edge_arrays)
+    edge_columns.check_owners(objects.num_rows, segment.directory)
+    segment._build(store, IndexArrays(vectors, postings, edge_columns, None, None), columns, edges)
     return segment
 
 

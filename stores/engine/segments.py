@@ -12,8 +12,10 @@ they load the same, and a merge rewrites them in the current form.
 
 `segment_writing.write_segment` builds them in memory (no DuckDB connection:
 stores/engine/segment_parquet.py), writes them into a temporary directory, fsyncs, and renames it
-into place; only a manifest that names the segment makes it live. `LoadedSegment` verifies every
-file's sha256 before parsing it.
+into place; only a manifest that names the segment makes it live. `LoadedSegment` memory-maps the
+objects file and verifies its sha256 before parsing it, decodes its small columns only (as
+arrays: `segment_parquet.SegmentColumns`), and memory-maps `index.npz`, whose sha256 it verifies
+the first time the arrays are read (`IndexArrays`).
 
 A segment's rows never change, but some may be deleted: a deletion file
 (`deleted-g<generation>.npy`, the sorted dead row positions) that the manifest names with the
@@ -26,12 +28,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import mmap
+import os
 import re
 import threading
 import uuid
 import zipfile
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from itertools import combinations
 from pathlib import Path
@@ -39,6 +43,7 @@ from uuid import UUID
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rms_retrieval.stores.engine.codec import memory_object
 from rms_retrieval.stores.indexes.entity_graph import entity_names, names_of
@@ -47,10 +52,11 @@ from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, EDGE_ARRAYS,
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry
-from rms_retrieval.stores.engine.npz_views import load_npz, read_npz
+from rms_retrieval.stores.engine.npz_views import load_npz, map_npz, read_npz
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge
-from rms_retrieval.stores.engine.segment_parquet import LOADED_COLUMNS, OBJECTS_SCHEMA, conformed, loaded_columns, read_table
+from rms_retrieval.stores.engine.segment_parquet import (LOADED_COLUMNS, OBJECTS_SCHEMA, Records, SegmentColumns, conformed,
+                                                         read_table, segment_columns)
 
 OBJECTS_FILE = "objects.parquet"
 INDEX_FILE = "index.npz"
@@ -129,24 +135,29 @@ def _parquet_edges(table: pa.Table) -> tuple[StoredEdge, ...]:
 
 
 class LoadedSegment:
-    """A verified segment held in memory: what readers search. Immutable; shared by snapshots."""
+    """A segment as readers search it: its files mapped, its rows as columns. Immutable; shared by snapshots."""
 
     def __init__(self, store: Path, entry: SegmentEntry) -> None:
-        """Load the segment `entry` names from its files' bytes, each verified against its sha256 first."""
+        """Load the segment `entry` names: its rows' small columns from the objects file, verified
+        against its sha256 first, and its index file memory-mapped, verified the first time its
+        arrays are read (`IndexArrays`); an index file written before it was aligned, and the
+        older separate files, are read and verified here."""
         directory = segment_directory(store, entry.id)
         self.entry, self.directory = entry, directory
         separate = VECTORS_FILE in entry.files
-        blobs = {name: self._verified_bytes(name) for name in (SEPARATE_FILES if separate else (OBJECTS_FILE,))}
-        index = None if separate else self._verified_index()  # FileNotFoundError, as above: not a damaged segment
+        blobs = {name: self._verified_bytes(name) for name in (SEPARATE_FILES if separate else ())}
+        blobs[OBJECTS_FILE] = self._verified_map(OBJECTS_FILE)
+        mapped = None if separate else map_npz(directory / INDEX_FILE)  # FileNotFoundError, as above
+        index = None if separate or mapped is not None else self._verified_index()
         try:
-            columns = loaded_columns(read_table(blobs[OBJECTS_FILE], LOADED_COLUMNS))
+            columns = segment_columns(read_table(blobs[OBJECTS_FILE], LOADED_COLUMNS), Records(data=blobs[OBJECTS_FILE]))
             if separate:
                 vectors = np.load(io.BytesIO(blobs[VECTORS_FILE]), allow_pickle=False)
                 with np.load(io.BytesIO(blobs[POSTINGS_FILE]), allow_pickle=False) as arrays:
                     postings = TermPostings.from_arrays(arrays, directory / POSTINGS_FILE)
                 edges = _parquet_edges(read_table(blobs[EDGES_FILE]))
             else:
-                arrays = index if isinstance(index, dict) else load_npz(index)
+                arrays = mapped[1] if mapped is not None else index if isinstance(index, dict) else load_npz(index)
                 vectors = arrays["vectors"]
                 postings = TermPostings.from_arrays(arrays, directory / INDEX_FILE)
                 if "edge_rows" in arrays:
@@ -155,12 +166,15 @@ class LoadedSegment:
                     edges = _legacy_edges(arrays)
             decoded = None
             if not isinstance(edges, EdgeColumns):  # owners unknown: each found by its source's row here
-                row_of = {key: position for position, key in enumerate(zip(columns["namespace"], columns["id"]))}
+                row_of = {key: position for position, key in enumerate(zip(columns.namespace_list(), columns.uuids()))}
                 decoded = owned_edges(edges, row_of, entry.rows)
                 edges = EdgeColumns.from_stored(decoded)
         except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile, pa.ArrowException) as error:
             raise StoreError(f"cannot read segment {directory} ({error}); run `rms check --store {store}`") from error
-        self._build(store, vectors, postings.with_names(columns["entity_canonical_name"]), columns, edges, decoded)
+        if mapped is None:
+            edges.check_owners(entry.rows, directory)
+        check = None if mapped is None else self._index_check(mapped[0])
+        self._build(store, IndexArrays(vectors, postings, edges, columns.entity_names, check), columns, decoded)
 
     def with_deletions(self, entry: SegmentEntry) -> LoadedSegment:
         """This segment read with `entry`'s deletion file (the same segment id): rows, vectors and
@@ -171,8 +185,12 @@ class LoadedSegment:
             return self
         segment = LoadedSegment.__new__(LoadedSegment)
         segment.entry, segment.directory = entry, self.directory
-        segment._build(self.directory.parent.parent, self.vectors, self.postings, self._columns, self.edge_columns,
+        segment._build(self.directory.parent.parent, self._index, self._columns,
                        self.__dict__.get("edges"))  # edges decoded already are shared, not decoded again
+        segment._row_index = self._row_index  # over every row, dead or not
+        for shared in ("ids", "namespace_of_row"):
+            if shared in self.__dict__:
+                segment.__dict__[shared] = self.__dict__[shared]
         segment._checked = self._checked  # the rows' checked table; readers leave the dead rows out
         segment._edge_index = self._edge_index  # over every row, dead or not: shared by every reading
         return segment
@@ -194,19 +212,19 @@ class LoadedSegment:
             raise StoreError(f"{self.directory / deletions.file} names rows this segment does not hold; restore the store from a backup")
         return rows
 
-    def _build(self, store: Path, vectors: np.ndarray, postings: TermPostings, columns: Mapping[str, list],
-               edges: EdgeColumns, decoded: tuple[StoredEdge, ...] | None = None) -> None:
-        """The in-memory lookups over one segment's rows (`columns`: segment_parquet.LOADED_COLUMNS)
-        and its edges, decoded when a caller first asks for them unless `decoded` holds them already."""
+    def _build(self, store: Path, index: IndexArrays, columns: SegmentColumns,
+               decoded: tuple[StoredEdge, ...] | None = None) -> None:
+        """The lookups over one segment's rows and its edges: arrays at once, and what needs a Python
+        object per row (ids, lookups by id, sessions) per namespace or on first use; edges decoded
+        when a caller first asks for them unless `decoded` holds them already."""
         entry = self.entry
-        self.vectors, self.postings = vectors, postings
-        self.vectors.flags.writeable = False
-        if not (len(columns["id"]) == entry.rows == self.vectors.shape[0] == self.postings.num_rows):
-            raise StoreError(f"segment {self.directory} holds {len(columns['id'])} rows, {self.vectors.shape[0]} vectors "
-                             f"and {self.postings.num_rows} postings rows, the manifest says {entry.rows}; "
+        self._index = index
+        vectors, postings = index.unchecked_vectors, index.unchecked_postings  # their shapes only
+        if not (len(columns) == entry.rows == vectors.shape[0] == postings.num_rows):
+            raise StoreError(f"segment {self.directory} holds {len(columns)} rows, {vectors.shape[0]} vectors "
+                             f"and {postings.num_rows} postings rows, the manifest says {entry.rows}; "
                              f"run `rms check --store {store}`")
         self._columns = columns
-        self.ids: list[UUID] = columns["id"]
         dead = self._dead_rows()
         self.dead_rows: frozenset[int] = frozenset(dead.tolist())
         self.dead: np.ndarray | None = None  # per row, True where deleted (None: no row is)
@@ -214,41 +232,98 @@ class LoadedSegment:
             self.dead = np.zeros(entry.rows, dtype=bool)
             self.dead[dead] = True
             self.dead.flags.writeable = False
-        self.namespace_of_row: list[str] = columns["namespace"]
-        # Keyed by (namespace, id): an id is unique within its namespace only, so that what another
-        # namespace holds is invisible to a writer (stores/README.md, "Isolation").
-        # Every row, dead ones too: an id is not reused while a dead row still holds it.
-        self.row_of: dict[tuple[str, UUID], int] = {
-            key: position for position, key in enumerate(zip(self.namespace_of_row, self.ids))}
-        self._records: pa.Array = columns["record"]
-        self.namespace_slices: dict[str, tuple[int, int]] = {}
-        for position, namespace in enumerate(self.namespace_of_row):
-            start, _ = self.namespace_slices.get(namespace, (position, position))
-            self.namespace_slices[namespace] = (start, position + 1)
-        self.pinned_rows = [position for position, pinned in enumerate(columns["pinned"])
-                            if pinned and position not in self.dead_rows]
-        self.entity_rows = [position for position, node_type in enumerate(columns["node_type"])
-                            if node_type == NodeType.ENTITY.value and position not in self.dead_rows]
-        self.sessions: dict[SessionKey, list[tuple[int, int]]] = defaultdict(list)
-        for position, key in enumerate(zip(columns["namespace"], columns["owner"], columns["scope"], columns["session_id"])):
-            session_seq = columns["session_seq"][position]
-            if key[3] is not None and session_seq is not None and position not in self.dead_rows:
-                self.sessions[key].append((session_seq, position))
-        self.edge_columns = edges
+        # Keyed by namespace, then id: an id is unique within its namespace only, so that what another
+        # namespace holds is invisible to a writer (stores/README.md, "Isolation"). Every row, dead
+        # ones too: an id is not reused while a dead row still holds it. Built per namespace on first use.
+        self._row_index = _RowIndex(columns)
+        codes = columns.namespace_codes
+        present, first = np.unique(codes, return_index=True)
+        _, last = np.unique(codes[::-1], return_index=True)
+        self.namespace_slices: dict[str, tuple[int, int]] = {
+            columns.namespaces[code]: (start, entry.rows - end)
+            for code, start, end in sorted(zip(present.tolist(), first.tolist(), last.tolist()), key=lambda item: item[1])}
+        alive = ~self.dead if self.dead is not None else np.ones(entry.rows, dtype=bool)
+        self.pinned_rows: list[int] = np.flatnonzero(columns.pinned & alive).tolist()
+        is_entity = pc.fill_null(pc.equal(columns.node_types, NodeType.ENTITY.value), False).to_numpy(zero_copy_only=False)
+        self.entity_rows: list[int] = np.flatnonzero(is_entity & alive).tolist()
+        self.sessions: SegmentSessions = SegmentSessions(columns, self.namespace_slices, self.dead_rows)
         if decoded is not None:
             self.__dict__["edges"] = tuple(decoded)
-        self.edge_columns.check_owners(entry.rows, self.directory)
-        # The namespaces of the edges: a compacted segment may hold edges of a namespace without its rows.
-        self.edge_namespaces: frozenset[str] = self.edge_columns.namespace_set
         self._edge_index: _EdgeIndex | None = None
         self._decoded: dict[int, MemoryObject] = {}
         self._checked: pa.Table | None = None
         self._table_lock = threading.Lock()
 
+    def checked(self) -> LoadedSegment:
+        """This segment once its index file's sha256 is verified (a StoreError if it differs): what
+        `rms check` and repair read; searches verify it on their first read of the arrays."""
+        self._index.checked()
+        return self
+
+    @property
+    def columns(self) -> SegmentColumns:
+        """The rows' columns, as arrays (ids, namespace codes, ...)."""
+        return self._columns
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """The unit vectors, one per row (read-only)."""
+        return self._index.checked().vectors
+
+    @property
+    def postings(self) -> TermPostings:
+        return self._index.checked().postings
+
+    @property
+    def edge_columns(self) -> EdgeColumns:
+        return self._index.checked().edges
+
+    @property
+    def edge_namespaces(self) -> frozenset[str]:
+        """The namespaces of the edges: a compacted segment may hold edges of a namespace without its rows."""
+        return self.edge_columns.namespace_set
+
+    def _index_check(self, mapped: mmap.mmap) -> Callable[[IndexArrays], None]:
+        """What verifies this segment's memory-mapped index file: its sha256, then its edges' owners
+        (it holds no reference to the segment, which holds it)."""
+        expected, rows, directory = self.entry.files.get(INDEX_FILE), self.entry.rows, self.directory
+        damaged = str(self._damaged(self.directory / INDEX_FILE))
+
+        def check(index: IndexArrays) -> None:
+            if expected is None or hashlib.sha256(mapped).hexdigest() != expected:
+                raise StoreError(damaged)
+            index.edges.check_owners(rows, directory)
+
+        return check
+
+    @cached_property
+    def ids(self) -> list[UUID]:
+        """Every row's object id, dead rows too, in row order (built on first use: `id_at` reads one)."""
+        return self._columns.uuids()
+
+    @cached_property
+    def namespace_of_row(self) -> list[str]:
+        """Every row's namespace, in row order (built on first use: `namespace_at` reads one)."""
+        return self._columns.namespace_list()
+
+    def id_at(self, row: int) -> UUID:
+        return self._row_index.id_at(row)
+
+    def namespace_at(self, row: int) -> str:
+        return self._columns.namespaces[self._columns.namespace_codes[row]]
+
     def live_row(self, namespace: str, object_id: UUID) -> int | None:
         """The row of `object_id` in `namespace` unless it is deleted here."""
-        row = self.row_of.get((namespace, object_id))
+        row = self._row_index.row(namespace, object_id)
         return None if row is None or row in self.dead_rows else row
+
+    def holds(self, namespace: str, object_id: UUID) -> bool:
+        """Whether a row of `namespace` here, dead or not, holds `object_id`."""
+        return self._row_index.row(namespace, object_id) is not None
+
+    def keys(self) -> set[tuple[str, UUID]]:
+        """(namespace, id) of every row, dead ones too."""
+        return set(zip(self.namespace_of_row, self.ids))
 
     def live_positions(self) -> np.ndarray:
         """The rows no deletion file names, ascending."""
@@ -277,6 +352,17 @@ class LoadedSegment:
             raise self._damaged(path)
         return data
 
+    def _verified_map(self, name: str) -> mmap.mmap | bytes:
+        """The file `name` memory-mapped (its pages shared by every process that reads the store),
+        verified against its sha256; an empty file as bytes."""
+        path = self.directory / name
+        expected = self.entry.files.get(name)
+        with path.open("rb") as handle:  # FileNotFoundError is the caller's cue that a merge retired it
+            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(handle.fileno()).st_size else b""
+        if expected is None or hashlib.sha256(data).hexdigest() != expected:
+            raise self._damaged(path)
+        return data
+
     def _verified_index(self) -> dict[str, np.ndarray] | bytes:
         """index.npz's arrays, read in one pass that checks the file's sha256, each in an aligned
         place of one buffer (stores/engine/npz_views.py); the verified bytes of a file that pass
@@ -295,7 +381,7 @@ class LoadedSegment:
     def object_at(self, position: int) -> MemoryObject:
         memory = self._decoded.get(position)
         if memory is None:
-            memory = memory_object(self._records[position].as_py())
+            memory = memory_object(self._columns.records.at(position))
             if len(self._decoded) >= _DECODED_CACHE_LIMIT:
                 self._decoded.clear()
             self._decoded[position] = memory
@@ -307,7 +393,7 @@ class LoadedSegment:
         memory = self._decoded.get(position)
         if memory is not None:
             return memory.entity_canonical_name or "", entity_names(memory)
-        fields = json.loads(self._records[position].as_py())
+        fields = json.loads(self._columns.records.at(position))
         canonical = fields["entity_canonical_name"]
         return canonical or "", names_of(canonical, (fields["metadata"] or {}).get("aliases"))
 
@@ -327,7 +413,7 @@ class LoadedSegment:
     @property
     def last_edge_id(self) -> int:
         """The largest edge id stored here (edges are stored in id order), 0 for none."""
-        return self.edge_columns.last_edge_id
+        return self._index.unchecked_edges.last_edge_id  # one value: a snapshot's fingerprint reads it at open
 
     def live_edges_by_namespace(self) -> LiveEdgeGroups:
         """The edges with a live owner row (or none) by namespace, each namespace's decoded on first lookup."""
@@ -434,3 +520,135 @@ class _EdgeIndex:
         namespace = mentioned[0].namespace
         return [(namespace, first, second)
                 for first, second in combinations(sorted({stored.edge.target for stored in mentioned}), 2)]
+
+
+class _RowIndex:
+    """Row by (namespace, object id) over every row of a segment, each namespace's dictionary
+    built the first time that namespace is asked about: a query reads one namespace."""
+
+    def __init__(self, columns: SegmentColumns) -> None:
+        self._columns = columns
+        self._codes = {name: code for code, name in enumerate(columns.namespaces)}
+        self._by_namespace: dict[str, dict[int, int]] = {}
+        self._ids: dict[int, UUID] = {}
+
+    def id_at(self, row: int) -> UUID:
+        """The object id of `row` (each made once: searches ask for the same rows again)."""
+        found = self._ids.get(row)
+        if found is None:
+            found = self._ids[row] = UUID(bytes=self._columns.ids[row].tobytes())
+        return found
+
+    def row(self, namespace: str, object_id: UUID) -> int | None:
+        rows = self._by_namespace.get(namespace)
+        if rows is None:
+            rows = self._by_namespace[namespace] = self._rows_of(namespace)  # racing builds are equal
+        return rows.get(object_id.int)
+
+    def _rows_of(self, namespace: str) -> dict[int, int]:
+        code = self._codes.get(namespace)
+        if code is None:
+            return {}
+        positions = np.flatnonzero(self._columns.namespace_codes == code)
+        if not len(positions):
+            return {}
+        start, stop = int(positions[0]), int(positions[-1]) + 1
+        ints = self._columns.id_ints(start, stop)
+        if len(positions) == stop - start:
+            return dict(zip(ints, range(start, stop)))
+        return {ints[position - start]: position for position in positions.tolist()}
+
+
+class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
+    """(session_seq, row) of each session's live rows in one segment, in row order, by session key;
+    a namespace's sessions are gathered the first time one of them is asked for."""
+
+    def __init__(self, columns: SegmentColumns, slices: Mapping[str, tuple[int, int]], dead: frozenset[int]) -> None:
+        self._columns, self._slices, self._dead = columns, slices, dead
+        self._by_namespace: dict[str, dict[SessionKey, list[tuple[int, int]]]] = {}
+
+    def _of(self, namespace: str) -> dict[SessionKey, list[tuple[int, int]]]:
+        found = self._by_namespace.get(namespace)
+        if found is None:
+            found = self._by_namespace[namespace] = self._gathered(namespace)  # racing builds are equal
+        return found
+
+    def _gathered(self, namespace: str) -> dict[SessionKey, list[tuple[int, int]]]:
+        span = self._slices.get(namespace)
+        if span is None:
+            return {}
+        start, stop = span
+        columns, length = self._columns, stop - start
+        codes = columns.namespace_codes[start:stop].tolist()
+        code = columns.namespaces.index(namespace)
+        sessions: dict[SessionKey, list[tuple[int, int]]] = defaultdict(list)
+        for offset, (owner, scope, session_id, seq) in enumerate(zip(
+                columns.owners.slice(start, length).to_pylist(), columns.scopes.slice(start, length).to_pylist(),
+                columns.session_ids.slice(start, length).to_pylist(), columns.session_seqs.slice(start, length).to_pylist())):
+            position = start + offset
+            if session_id is not None and seq is not None and codes[offset] == code and position not in self._dead:
+                sessions[(namespace, owner, scope, session_id)].append((seq, position))
+        return dict(sessions)
+
+    def __getitem__(self, key: SessionKey) -> list[tuple[int, int]]:
+        return self._of(key[0])[key]
+
+    def get(self, key: SessionKey, default=None):
+        return self._of(key[0]).get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and len(key) == 4 and key in self._of(key[0])
+
+    def __iter__(self):
+        return (key for namespace in self._slices for key in self._of(namespace))
+
+    def __len__(self) -> int:
+        return sum(len(self._of(namespace)) for namespace in self._slices)
+
+
+class IndexArrays:
+    """A segment's vectors, postings and edge columns, and the check they wait for when they are
+    views of a memory-mapped index file: run once, the first time any of them is read (a failed
+    check raises again at the next read). Shared by every reading of the segment."""
+
+    def __init__(self, vectors: np.ndarray, postings: TermPostings, edges: EdgeColumns, names: pa.Array | None,
+                 check: Callable[[IndexArrays], None] | None) -> None:
+        """`names`: each row's entity name, for the postings' name counts (None: `postings` has them)."""
+        vectors.flags.writeable = False
+        self.unchecked_vectors, self.unchecked_postings, self.unchecked_edges = vectors, postings, edges
+        self._names, self._check = names, check
+        self._named: TermPostings | None = None
+        self._lock = threading.Lock()
+
+    def checked(self) -> IndexArrays:
+        if self._check is not None:
+            with self._lock:
+                if self._check is not None:
+                    self._check(self)
+                    self._check = None
+        return self
+
+    @property
+    def columns(self) -> SegmentColumns:
+        """The rows' columns, as arrays (ids, namespace codes, ...)."""
+        return self._columns
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return self.unchecked_vectors
+
+    @property
+    def edges(self) -> EdgeColumns:
+        return self.unchecked_edges
+
+    @property
+    def postings(self) -> TermPostings:
+        if self._names is None:
+            return self.unchecked_postings
+        named = self._named
+        if named is None:
+            with self._lock:
+                if self._named is None:
+                    self._named = self.unchecked_postings.with_names(self._names.to_pylist())
+                named = self._named
+        return named

@@ -13,6 +13,7 @@ of 1 a score is match_bm25's over the two as one text; other weights (RFC-0005 S
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -43,49 +44,68 @@ class _Part:
     name_tfs: np.ndarray  # int32 per posting: the part of its tf in the entity name
     name_lengths: np.ndarray  # int32 per posting: its row's entity-name length
     total_name_length: int
-    object_ids: np.ndarray  # object array of UUID per row
-    id_keys: np.ndarray  # (rows, 2) uint64: the ids' big-endian halves, for vectorised tie order
+    id_keys: np.ndarray  # (rows, 2) uint64: the ids' big-endian halves, for tie order and the ids found
     num_docs: int
     total_length: int
-    segment: Hashable | None
 
 
-def _namespace_parts(
-    postings: TermPostings, namespaces: Sequence[str], object_ids: Sequence[UUID], segment: Hashable | None
-) -> dict[str, _Part]:
-    names, row_namespace = np.unique(np.asarray(namespaces, dtype=object), return_inverse=True)
-    ids = np.empty(len(object_ids), dtype=object)
-    ids[:] = list(object_ids)
-    id_keys = np.frombuffer(b"".join(object_id.bytes for object_id in object_ids), dtype=">u8").reshape(-1, 2)
-    posting_namespace = row_namespace[postings.rows]
-    name_tfs = postings.name_counts
-    row_name_lengths = np.bincount(postings.rows, weights=name_tfs, minlength=postings.num_rows).astype(np.int32)
-    parts = {}
-    for code, name in enumerate(names):
-        members = np.flatnonzero(row_namespace == code)
+class _SegmentParts:
+    """One segment's postings split by namespace, each namespace's part made the first time a
+    search names it: a store of many namespaces pays, in time and memory, for those it is asked
+    about. Rows `alive` leaves out (deleted ones) are not indexed."""
+
+    def __init__(self, postings: TermPostings, names: Sequence[str], codes: np.ndarray, id_keys: np.ndarray,
+                 alive: np.ndarray | None, key: Hashable | None) -> None:
+        self.key = key
+        self._postings, self._names, self._codes, self._id_keys, self._alive = postings, names, codes, id_keys, alive
+        live_codes = codes if alive is None else codes[alive]
+        self.namespaces = [names[code] for code in np.unique(live_codes).tolist()]
+        self._posting_codes: np.ndarray | None = None
+        self._parts: dict[str, _Part] = {}
+        self._lock = threading.Lock()
+
+    def part(self, namespace: str) -> _Part:
+        found = self._parts.get(namespace)
+        if found is None:
+            with self._lock:
+                found = self._parts.get(namespace)
+                if found is None:
+                    found = self._parts[namespace] = self._made(self._names.index(namespace))
+        return found
+
+    def _made(self, code: int) -> _Part:
+        postings = self._postings
+        if self._posting_codes is None:
+            codes = self._codes.astype(np.int64)
+            if self._alive is not None:
+                codes[~self._alive] = -1
+            self._posting_codes = codes[postings.rows]
+        member = self._codes == code
+        if self._alive is not None:
+            member &= self._alive
+        members = np.flatnonzero(member)
         local_row = np.full(postings.num_rows, -1, dtype=np.int32)
         local_row[members] = np.arange(len(members))
-        chosen = np.flatnonzero(posting_namespace == code)
+        chosen = np.flatnonzero(self._posting_codes == code)
         term_ids = postings.term_ids[chosen]
         starts = np.flatnonzero(np.r_[True, term_ids[1:] != term_ids[:-1]]) if len(chosen) else np.empty(0, int)
         ends = np.r_[starts[1:], len(chosen)]
         global_rows = postings.rows[chosen]
-        parts[str(name)] = _Part(
+        name_tfs = postings.name_counts[chosen]
+        row_name_lengths = np.bincount(global_rows, weights=name_tfs, minlength=postings.num_rows).astype(np.int32)
+        return _Part(
             slices=MappingProxyType(dict(zip(postings.vocabulary[term_ids[starts]].tolist(),
                                              zip(starts.tolist(), ends.tolist())))),
             rows=read_only(local_row[global_rows]),
             tfs=read_only(postings.tfs[chosen]),
             lengths=read_only(postings.lengths[global_rows]),
-            name_tfs=read_only(name_tfs[chosen]),
+            name_tfs=read_only(name_tfs),
             name_lengths=read_only(row_name_lengths[global_rows]),
             total_name_length=int(row_name_lengths[members].sum()),
-            object_ids=read_only(ids[members]),
-            id_keys=read_only(id_keys[members].astype(np.uint64)),
+            id_keys=read_only(self._id_keys[members].astype(np.uint64)),
             num_docs=len(members),
             total_length=int(postings.lengths[members].sum()),
-            segment=segment,
         )
-    return parts
 
 
 def _subscores(tf: np.ndarray, length: np.ndarray, idf: float, avgdl: float) -> np.ndarray:
@@ -126,7 +146,7 @@ def _round_half_away(values: np.ndarray, decimals: int) -> np.ndarray:
 class Bm25Index:
     """Immutable BM25 over segments; `with_segment` returns a new index sharing this one's parts."""
 
-    _parts: Mapping[str, tuple[_Part, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    _parts: Mapping[str, tuple[_SegmentParts, ...]] = field(default_factory=lambda: MappingProxyType({}))
     _segments: frozenset[Hashable] = frozenset()
 
     @classmethod
@@ -147,11 +167,27 @@ class Bm25Index:
                 f"a segment of {postings.num_rows} rows needs one namespace and one object id per row "
                 f"(got {len(namespaces_per_row)} namespaces and {len(object_ids_per_row)} ids)"
             )
+        names, codes = np.unique(np.asarray(namespaces_per_row, dtype=object), return_inverse=True)
+        ids = np.frombuffer(b"".join(object_id.bytes for object_id in object_ids_per_row), dtype="V16")
+        return self.with_segment_columns(postings, [str(name) for name in names], codes, ids, key=key)
+
+    def with_segment_columns(self, postings: TermPostings, namespaces: Sequence[str], namespace_codes: np.ndarray,
+                             object_ids: np.ndarray, alive: np.ndarray | None = None,
+                             key: Hashable | None = None) -> Bm25Index:
+        """`with_segment` from a segment's columns: each row's namespace as a code into `namespaces`,
+        its object id as 16 big-endian bytes (dtype V16), and the rows to index (`alive`; None:
+        all). Each namespace's part is made when a search first names it."""
+        if not len(namespace_codes) == len(object_ids) == postings.num_rows or (
+                alive is not None and len(alive) != postings.num_rows):
+            raise ValueError(f"a segment of {postings.num_rows} rows needs a namespace, an object id (and a liveness) "
+                             f"per row (got {len(namespace_codes)} and {len(object_ids)})")
         if key is not None and key in self._segments:
             raise ValueError(f"segment {key!r} is in the index already; take it out with without_segments first")
+        parts = _SegmentParts(postings, list(namespaces), np.asarray(namespace_codes),
+                              np.asarray(object_ids).view(">u8").reshape(-1, 2), alive, key)
         merged = dict(self._parts)
-        for namespace, part in _namespace_parts(postings, namespaces_per_row, object_ids_per_row, key).items():
-            merged[namespace] = (*merged.get(namespace, ()), part)
+        for namespace in parts.namespaces:
+            merged[namespace] = (*merged.get(namespace, ()), parts)
         keys = self._segments if key is None else self._segments | {key}
         return Bm25Index(MappingProxyType(merged), keys)
 
@@ -164,7 +200,7 @@ class Bm25Index:
             raise ValueError(f"segments {sorted(map(repr, removed - self._segments))} are not in the index")
         kept = {}
         for namespace, parts in self._parts.items():
-            remaining = tuple(part for part in parts if part.segment not in removed)
+            remaining = tuple(part for part in parts if part.key not in removed)
             if remaining:
                 kept[namespace] = remaining
         return Bm25Index(MappingProxyType(kept), self._segments - removed)
@@ -182,7 +218,7 @@ class Bm25Index:
         return sum(part.num_docs for part in self._scope(namespaces))
 
     def _scope(self, namespaces: Iterable[str]) -> list[_Part]:
-        return [part for namespace in sorted(set(namespaces)) for part in self._parts.get(namespace, ())]
+        return [parts.part(namespace) for namespace in sorted(set(namespaces)) for parts in self._parts.get(namespace, ())]
 
     def search(self, text: str, namespaces: Sequence[str], limit: int,
                fields: FieldWeights = PLAIN_FIELDS) -> list[tuple[UUID, float]]:
@@ -234,11 +270,9 @@ class Bm25Index:
             matched, scores = matched[keep], scores[keep]
         owner = np.searchsorted(offsets, matched, side="right") - 1
         id_keys = np.empty((len(matched), 2), dtype=np.uint64)
-        object_ids = np.empty(len(matched), dtype=object)
         for index in np.unique(owner).tolist():
             chosen = owner == index
-            local = matched[chosen] - offsets[index]
-            id_keys[chosen] = parts[index].id_keys[local]
-            object_ids[chosen] = parts[index].object_ids[local]
+            id_keys[chosen] = parts[index].id_keys[matched[chosen] - offsets[index]]
         order = np.lexsort((id_keys[:, 1], id_keys[:, 0], -scores))[:limit]
-        return list(zip(object_ids[order].tolist(), scores[order].tolist()))
+        return [(UUID(int=(high << 64) | low), score)
+                for (high, low), score in zip(id_keys[order].tolist(), scores[order].tolist())]
