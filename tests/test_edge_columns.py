@@ -96,16 +96,42 @@ def test_an_owner_outside_the_segment_is_refused() -> None:
 
 
 def test_damaged_text_columns_are_refused() -> None:
+    for arrays in (stored_edge_arrays(_edges(count=5)), _text_form(_edges(count=5))):
+        ends = "edge_namespace_name_ends" if "edge_namespace_name_ends" in arrays else "edge_namespace_ends"
+        texts = "edge_type_names" if "edge_type_names" in arrays else "edge_type_bytes"
+        broken = dict(arrays, **{ends: arrays[ends] + 1})
+        with pytest.raises(ValueError):
+            EdgeColumns(broken)
+        invalid = dict(arrays, **{texts: np.frombuffer(b"\xff" * len(arrays[texts]), dtype=np.uint8)})
+        with pytest.raises(ValueError):
+            EdgeColumns(invalid)
+        short = dict(arrays, edge_confidences=arrays["edge_confidences"][:-1])
+        with pytest.raises(ValueError):
+            EdgeColumns(short)
     arrays = stored_edge_arrays(_edges(count=5))
-    broken = dict(arrays, edge_namespace_ends=arrays["edge_namespace_ends"] + 1)
-    with pytest.raises(ValueError):
-        EdgeColumns(broken)
-    invalid = dict(arrays, edge_type_bytes=np.frombuffer(b"\xff" * len(arrays["edge_type_bytes"]), dtype=np.uint8))
-    with pytest.raises(ValueError):
-        EdgeColumns(invalid)
-    short = dict(arrays, edge_confidences=arrays["edge_confidences"][:-1])
-    with pytest.raises(ValueError):
-        EdgeColumns(short)
+    with pytest.raises(ValueError, match="codes do not match"):
+        EdgeColumns(dict(arrays, edge_type_codes=arrays["edge_type_codes"] + 7))
+
+
+def _text_form(edges: list[StoredEdge]) -> dict[str, np.ndarray]:
+    """The arrays of segments written before codes: each edge's type and namespace as text."""
+    arrays = {name: array for name, array in stored_edge_arrays(edges).items()
+              if not name.startswith(("edge_type_", "edge_namespace_"))}
+    for name, texts in (("type", [stored.edge.edge_type for stored in edges]), ("namespace", [stored.namespace for stored in edges])):
+        encoded = [text.encode() for text in texts]
+        arrays[f"edge_{name}_bytes"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        arrays[f"edge_{name}_ends"] = np.cumsum([len(text) for text in encoded], dtype=np.int64)
+    return arrays
+
+
+def test_types_and_namespaces_are_stored_as_codes_and_read_from_either_form() -> None:
+    edges = _edges(count=40)
+    arrays = stored_edge_arrays(edges)
+    assert arrays["edge_type_codes"].dtype == np.uint8 and len(arrays["edge_type_codes"]) == 40
+    assert "edge_type_bytes" not in arrays and "edge_namespace_bytes" not in arrays
+    coded, texts = EdgeColumns(arrays), EdgeColumns(_text_form(edges))
+    assert coded.decoded() == texts.decoded() == tuple(edges)
+    assert coded.namespace_set == texts.namespace_set
 
 
 def test_a_co_mentioned_edge_is_found_by_its_namespace_and_ends() -> None:

@@ -24,9 +24,11 @@ from rms_retrieval.stores.protocols import Edge
 MENTIONS = "MENTIONS"
 SPOKEN_BY = "SPOKEN_BY"
 CO_MENTIONED = "CO_MENTIONED"
-# index.npz's arrays of the edges (edge_rows is absent in segments written before owners were stored)
-EDGE_ARRAYS = ("edge_ids", "edge_ends", "edge_confidences", "edge_type_bytes", "edge_type_ends",
-               "edge_namespace_bytes", "edge_namespace_ends")
+# index.npz's arrays of the edges all start with this. Types and namespaces are codes into their
+# distinct names (`edge_type_codes` and `edge_type_names`/`edge_type_name_ends`, the same for
+# namespaces); segments written before stored each edge's texts (`edge_type_bytes` and
+# `edge_type_ends`, ...), and those written before owners were stored have no `edge_rows`.
+EDGE_PREFIX = "edge_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,19 +50,38 @@ def _texts_array(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(encoded), dtype=np.uint8), np.cumsum([len(text) for text in encoded], dtype=np.int64)
 
 
+def _coded(texts: Sequence[str], name: str) -> dict[str, np.ndarray]:
+    """`texts` as codes into their distinct values (in order of first appearance), those values as
+    UTF-8 bytes and ends: `edge_<name>_codes`, `edge_<name>_names` and `edge_<name>_name_ends`."""
+    distinct: dict[str, int] = {}
+    codes = [distinct.setdefault(text, len(distinct)) for text in texts]
+    names, ends = _texts_array(list(distinct))
+    return {f"edge_{name}_codes": np.asarray(codes, dtype=np.uint8 if len(distinct) <= 256 else np.int32),
+            f"edge_{name}_names": names, f"edge_{name}_name_ends": ends}
+
+
 def stored_edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
-    """The edges as plain arrays for index.npz (ids as 16-byte rows, texts as bytes and ends)."""
-    type_bytes, type_ends = _texts_array([stored.edge.edge_type for stored in edges])
-    namespace_bytes, namespace_ends = _texts_array([stored.namespace for stored in edges])
+    """The edges as plain arrays for index.npz (ids as 16-byte rows, types and namespaces as codes)."""
     ends = np.frombuffer(b"".join(stored.edge.source.bytes + stored.edge.target.bytes for stored in edges), dtype=np.uint8)
     return {
         "edge_ids": np.asarray([stored.edge.edge_id for stored in edges], dtype=np.int64),
         "edge_ends": ends.reshape(len(edges), 32),
         "edge_confidences": np.asarray([stored.edge.confidence for stored in edges], dtype=np.float64),
-        "edge_type_bytes": type_bytes, "edge_type_ends": type_ends,
-        "edge_namespace_bytes": namespace_bytes, "edge_namespace_ends": namespace_ends,
+        **_coded([stored.edge.edge_type for stored in edges], "type"),
+        **_coded([stored.namespace for stored in edges], "namespace"),
         "edge_rows": np.asarray([-1 if stored.row is None else stored.row for stored in edges], dtype=np.int64),
     }
+
+
+def _codes(arrays: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The codes and names of the edges' `name` texts, from either stored form."""
+    if f"edge_{name}_codes" not in arrays:  # each edge's text (segments written before codes)
+        return _dictionary(arrays[f"edge_{name}_bytes"], arrays[f"edge_{name}_ends"])
+    codes = np.asarray(arrays[f"edge_{name}_codes"])
+    _, names = _dictionary(arrays[f"edge_{name}_names"], arrays[f"edge_{name}_name_ends"])
+    if codes.dtype.kind not in "iu" or (len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= len(names))):
+        raise ValueError(f"edge {name} codes do not match their names")
+    return codes, names
 
 
 def id_keys(ends: np.ndarray) -> np.ndarray:
@@ -103,8 +124,8 @@ class EdgeColumns:
         self.ends = np.asarray(arrays["edge_ends"], dtype=np.uint8).reshape(count, 32)
         self.confidences = np.asarray(arrays["edge_confidences"], dtype=np.float64)
         self.rows = np.asarray(arrays["edge_rows"], dtype=np.int64)
-        self.types, self.type_names = _dictionary(arrays["edge_type_bytes"], arrays["edge_type_ends"])
-        self.namespaces, self.namespace_names = _dictionary(arrays["edge_namespace_bytes"], arrays["edge_namespace_ends"])
+        self.types, self.type_names = _codes(arrays, "type")
+        self.namespaces, self.namespace_names = _codes(arrays, "namespace")
         if not (len(self.confidences) == len(self.rows) == len(self.types) == len(self.namespaces) == count):
             raise ValueError("the edge arrays differ in length")
         for array in (self.ids, self.ends, self.confidences, self.rows, self.types, self.namespaces):

@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 
 from rms_retrieval.stores.engine.codec import memory_object
 from rms_retrieval.stores.indexes.entity_graph import entity_names, names_of
-from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, EDGE_ARRAYS, MENTIONS, SPOKEN_BY, EdgeColumns,
+from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, EDGE_PREFIX, MENTIONS, SPOKEN_BY, EdgeColumns,
                                                       LiveEdgeGroups, StoredEdge)
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
@@ -107,7 +107,8 @@ def latest_deletions(directory: Path) -> Deletions | None:
 
 def _legacy_edges(arrays: Mapping[str, np.ndarray]) -> tuple[StoredEdge, ...]:
     """The edges of an index.npz written before owners were stored, owners unknown (found on load)."""
-    columns = EdgeColumns({name: arrays[name] for name in EDGE_ARRAYS} | {"edge_rows": np.full(len(arrays["edge_ids"]), -1)})
+    columns = EdgeColumns({name: array for name, array in arrays.items() if name.startswith(EDGE_PREFIX)}
+                          | {"edge_rows": np.full(len(arrays["edge_ids"]), -1)})
     return tuple(StoredEdge(stored.edge, stored.namespace, None) for stored in columns.decoded())
 
 
@@ -161,7 +162,7 @@ class LoadedSegment:
                 vectors = arrays["vectors"]
                 postings = TermPostings.from_arrays(arrays, directory / INDEX_FILE)
                 if "edge_rows" in arrays:
-                    edges = EdgeColumns({name: arrays[name] for name in (*EDGE_ARRAYS, "edge_rows")})
+                    edges = EdgeColumns({name: array for name, array in arrays.items() if name.startswith(EDGE_PREFIX)})
                 else:
                     edges = _legacy_edges(arrays)
             decoded = None
