@@ -630,11 +630,6 @@ class IndexArrays:
         return self
 
     @property
-    def columns(self) -> SegmentColumns:
-        """The rows' columns, as arrays (ids, namespace codes, ...)."""
-        return self._columns
-
-    @property
     def vectors(self) -> np.ndarray:
         return self.unchecked_vectors
 

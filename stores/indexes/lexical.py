@@ -76,7 +76,7 @@ class _SegmentParts:
     def _made(self, code: int) -> _Part:
         postings = self._postings
         if self._posting_codes is None:
-            codes = self._codes.astype(np.int64)
+            codes = self._codes.astype(np.int32)
             if self._alive is not None:
                 codes[~self._alive] = -1
             self._posting_codes = codes[postings.rows]
