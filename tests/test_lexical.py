@@ -197,3 +197,32 @@ def test_a_heavier_name_field_puts_the_named_entity_first():
 def test_field_weights_must_be_finite_non_negative_and_not_all_zero(weights):
     with pytest.raises(ValueError, match="field weights must be finite, at least 0 and not all 0"):
         FieldWeights(*weights)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rows_left_out_by_alive_score_as_a_segment_without_them(interleaved):
+    """`with_segment_columns` with dead rows equals an index of the live rows alone, whether a
+    namespace's rows are one run (read as slices of the segment's postings) or interleaved."""
+    import numpy as np
+
+    documents = CORPUS * 3
+    ids = make_ids(len(documents))
+    names = ["a", "b"]
+    codes = np.asarray([index % 2 if interleaved else index * 2 // len(documents) for index in range(len(documents))])
+    alive = np.ones(len(documents), dtype=bool)
+    alive[[1, 4, 5, 17]] = False
+    postings = term_postings(documents)
+    keys = np.frombuffer(b"".join(object_id.bytes for object_id in ids), dtype="V16")
+    mapped = Bm25Index.empty().with_segment_columns(postings, names, codes, keys, alive)
+    kept = np.flatnonzero(alive)
+    alone = Bm25Index.empty().with_segment(postings.subset(kept), [names[codes[row]] for row in kept], [ids[row] for row in kept])
+    for text in QUERIES:
+        for scope in (["a"], ["b"], ["a", "b"]):
+            for fields in (FieldWeights(), FieldWeights(value=2.0, entity_canonical_name=0.5)):
+                assert mapped.search(text, scope, 100, fields) == alone.search(text, scope, 100, fields), (text, scope)
+    whole = Bm25Index.empty().with_segment_columns(postings, names, codes, keys)
+    part = whole._parts["a"][0].part("a")
+    hit = part.postings_of("caroline") or part.postings_of("run")
+    assert (part.members is None) == (not interleaved)
+    if not interleaved:  # one run of rows: the segment's own postings, not a copy
+        assert np.shares_memory(hit.tfs, postings.tfs) and np.shares_memory(part.id_keys, keys)

@@ -16,12 +16,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores.indexes.postings import TermPostings, query_terms, read_only
+from rms_retrieval.stores.indexes.postings import TermPostings, query_terms
 from rms_retrieval.stores.protocols import PLAIN_FIELDS, FieldWeights
 
 # match_bm25's defaults, which the store has always used.
@@ -33,26 +34,49 @@ BM25_TIE_DECIMALS = 9
 _ROUNDING_MARGIN = 2 * 10.0**-BM25_TIE_DECIMALS
 
 
+@dataclass(frozen=True)
+class _Hit:
+    """One part's postings of one term: rows within the part, and per posting its tf and its row's
+    document length; the entity-name counts (`names`) are read only for weighted fields."""
+
+    rows: np.ndarray
+    tfs: np.ndarray
+    lengths: np.ndarray
+    segment: _SegmentParts
+    segment_rows: np.ndarray
+    positions: slice | np.ndarray
+
+    def names(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per posting, the part of its tf in the entity name, and its row's entity-name length."""
+        name_tfs = self.segment.postings.name_tfs
+        return (np.zeros(len(self.rows), dtype=np.int32) if name_tfs is None else name_tfs[self.positions],
+                self.segment.name_lengths[self.segment_rows])
+
+
 @dataclass(frozen=True, eq=False)
 class _Part:
-    """One segment's rows of one namespace, postings sliced by term."""
+    """One segment's live rows of one namespace: rows `first`..`last` of the segment (those of
+    `members` among them, in row order, where the namespace's rows are not one unbroken run or some
+    are deleted). A term's postings are read from the segment's own arrays when asked for."""
 
-    slices: Mapping[str, tuple[int, int]]
-    rows: np.ndarray  # int32 per posting, row within the part
-    tfs: np.ndarray  # int32 per posting
-    lengths: np.ndarray  # int32 per posting: its row's document length
-    name_tfs: np.ndarray  # int32 per posting: the part of its tf in the entity name
-    name_lengths: np.ndarray  # int32 per posting: its row's entity-name length
-    total_name_length: int
-    id_keys: np.ndarray  # (rows, 2) uint64: the ids' big-endian halves, for tie order and the ids found
+    segment: _SegmentParts
+    first: int
+    stop: int
+    members: np.ndarray | None  # the part's rows, None: all of first..stop
+    id_keys: np.ndarray  # (rows, 2) big-endian uint64: the ids' halves, for tie order and the ids found
     num_docs: int
     total_length: int
+    total_name_length: int
+
+    def postings_of(self, term: str) -> _Hit | None:
+        return self.segment.postings_of(self, term)
 
 
 class _SegmentParts:
-    """One segment's postings split by namespace, each namespace's part made the first time a
-    search names it: a store of many namespaces pays, in time and memory, for those it is asked
-    about. Rows `alive` leaves out (deleted ones) are not indexed."""
+    """One segment's postings split by namespace. A part is a few numbers and, for each term a
+    search names, a slice of the segment's postings (sorted by term, then row): nothing per
+    posting is copied, so a store of many namespaces, memory-mapped, costs a reader what its
+    searches read. Rows `alive` leaves out (deleted ones) are not indexed."""
 
     def __init__(self, postings: TermPostings, names: Sequence[str], codes: np.ndarray, id_keys: np.ndarray,
                  alive: np.ndarray | None, key: Hashable | None) -> None:
@@ -60,9 +84,33 @@ class _SegmentParts:
         self._postings, self._names, self._codes, self._id_keys, self._alive = postings, names, codes, id_keys, alive
         live_codes = codes if alive is None else codes[alive]
         self.namespaces = [names[code] for code in np.unique(live_codes).tolist()]
-        self._posting_codes: np.ndarray | None = None
         self._parts: dict[str, _Part] = {}
         self._lock = threading.Lock()
+
+    @property
+    def postings(self) -> TermPostings:
+        return self._postings
+
+    @cached_property
+    def name_lengths(self) -> np.ndarray:
+        """Each row's entity-name length (terms in its name)."""
+        postings = self._postings
+        if postings.name_tfs is None:
+            return np.zeros(postings.num_rows, dtype=np.int32)
+        return np.bincount(postings.rows, weights=postings.name_tfs, minlength=postings.num_rows).astype(np.int32)
+
+    @cached_property
+    def _local(self) -> np.ndarray:
+        """Each row's place among the segment's live rows of its namespace (-1 for a dead row)."""
+        codes = self._codes.astype(np.int64)
+        if self._alive is not None:
+            codes[~self._alive] = -1
+        order = np.argsort(codes, kind="stable")
+        ordered = codes[order]
+        local = np.empty(len(codes), dtype=np.int64)
+        local[order] = np.arange(len(codes)) - np.searchsorted(ordered, ordered)
+        local[codes < 0] = -1
+        return local
 
     def part(self, namespace: str) -> _Part:
         found = self._parts.get(namespace)
@@ -74,38 +122,40 @@ class _SegmentParts:
         return found
 
     def _made(self, code: int) -> _Part:
-        postings = self._postings
-        if self._posting_codes is None:
-            codes = self._codes.astype(np.int32)
-            if self._alive is not None:
-                codes[~self._alive] = -1
-            self._posting_codes = codes[postings.rows]
         member = self._codes == code
-        if self._alive is not None:
-            member &= self._alive
-        members = np.flatnonzero(member)
-        local_row = np.full(postings.num_rows, -1, dtype=np.int32)
-        local_row[members] = np.arange(len(members))
-        chosen = np.flatnonzero(self._posting_codes == code)
-        term_ids = postings.term_ids[chosen]
-        starts = np.flatnonzero(np.r_[True, term_ids[1:] != term_ids[:-1]]) if len(chosen) else np.empty(0, int)
-        ends = np.r_[starts[1:], len(chosen)]
-        global_rows = postings.rows[chosen]
-        name_tfs = postings.name_counts[chosen]
-        row_name_lengths = np.bincount(global_rows, weights=name_tfs, minlength=postings.num_rows).astype(np.int32)
-        return _Part(
-            slices=MappingProxyType(dict(zip(postings.vocabulary[term_ids[starts]].tolist(),
-                                             zip(starts.tolist(), ends.tolist())))),
-            rows=read_only(local_row[global_rows]),
-            tfs=read_only(postings.tfs[chosen]),
-            lengths=read_only(postings.lengths[global_rows]),
-            name_tfs=read_only(name_tfs),
-            name_lengths=read_only(row_name_lengths[global_rows]),
-            total_name_length=int(row_name_lengths[members].sum()),
-            id_keys=read_only(self._id_keys[members].astype(np.uint64)),
-            num_docs=len(members),
-            total_length=int(postings.lengths[members].sum()),
-        )
+        rows = np.flatnonzero(member)
+        first, stop = int(rows[0]), int(rows[-1]) + 1
+        whole = len(rows) == stop - first and (self._alive is None or bool(self._alive[first:stop].all()))
+        members = None if whole else (rows if self._alive is None else rows[self._alive[rows]])
+        kept = slice(first, stop) if whole else members
+        lengths = self._postings.lengths[kept]
+        return _Part(self, first, stop, members, self._id_keys[kept], len(lengths), int(lengths.sum()),
+                     int(self.name_lengths[kept].sum()))
+
+    def postings_of(self, part: _Part, term: str) -> _Hit | None:
+        postings = self._postings
+        vocabulary = postings.vocabulary
+        term_id = int(np.searchsorted(vocabulary, term))
+        if term_id >= len(vocabulary) or vocabulary[term_id] != term:
+            return None
+        # keys of the arrays' own dtype: other keys would make numpy cast every posting first
+        term_ids, rows = postings.term_ids, postings.rows
+        low, high = np.searchsorted(term_ids, np.asarray([term_id, term_id + 1], dtype=term_ids.dtype))
+        start, end = np.searchsorted(rows[low:high], np.asarray([part.first, part.stop], dtype=rows.dtype)) + low
+        if start == end:
+            return None
+        rows = postings.rows[start:end]
+        positions = slice(start, end)
+        if part.members is not None:
+            chosen = np.flatnonzero(self._local[rows] >= 0) if self._alive is not None else np.arange(len(rows))
+            chosen = chosen[self._codes[rows[chosen]] == self._codes[part.first]]
+            if not len(chosen):
+                return None
+            rows, positions = rows[chosen], start + chosen
+            local = self._local[rows]
+        else:
+            local = rows - part.first
+        return _Hit(local, postings.tfs[positions], postings.lengths[rows], self, rows, positions)
 
 
 def _subscores(tf: np.ndarray, length: np.ndarray, idf: float, avgdl: float) -> np.ndarray:
@@ -126,8 +176,9 @@ def _weighted(tf: np.ndarray, length: np.ndarray, rows: np.ndarray, hits: list, 
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One term's postings with each field's tf and length times its weight, those left with no
     weighted tf dropped."""
-    name_tf = np.concatenate([part.name_tfs[start:end] for (start, end), part, _ in hits]).astype(np.float64)
-    name_length = np.concatenate([part.name_lengths[start:end] for (start, end), part, _ in hits]).astype(np.float64)
+    names = [hit.names() for hit, _ in hits]
+    name_tf = np.concatenate([name_tfs for name_tfs, _ in names]).astype(np.float64)
+    name_length = np.concatenate([name_lengths for _, name_lengths in names]).astype(np.float64)
     tf = fields.value * (tf - name_tf) + fields.entity_canonical_name * name_tf
     length = fields.value * (length - name_length) + fields.entity_canonical_name * name_length
     kept = tf > 0
@@ -239,13 +290,13 @@ class Bm25Index:
         offsets = np.cumsum([0, *(part.num_docs for part in parts)])
         keys, subscores = [], []
         for term in terms:
-            hits = [(part.slices[term], part, offset) for part, offset in zip(parts, offsets) if term in part.slices]
+            hits = [(hit, offset) for part, offset in zip(parts, offsets) if (hit := part.postings_of(term)) is not None]
             if not hits:
                 continue
             # Integers are exact in float64, so these equal DuckDB's BIGINT-to-DOUBLE operands.
-            tf = np.concatenate([part.tfs[start:end] for (start, end), part, _ in hits]).astype(np.float64)
-            length = np.concatenate([part.lengths[start:end] for (start, end), part, _ in hits]).astype(np.float64)
-            rows = np.concatenate([part.rows[start:end].astype(np.int64) + offset for (start, end), part, offset in hits])
+            tf = np.concatenate([hit.tfs for hit, _ in hits]).astype(np.float64)
+            length = np.concatenate([hit.lengths for hit, _ in hits]).astype(np.float64)
+            rows = np.concatenate([hit.rows.astype(np.int64) + offset for hit, offset in hits])
             if not fields.plain:
                 tf, length, rows = _weighted(tf, length, rows, hits, fields)
                 if not len(tf):
