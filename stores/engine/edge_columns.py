@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from uuid import UUID
 
 import numpy as np
@@ -154,7 +155,7 @@ class EdgeColumns:
         """The id of the last stored edge (0 for none): edges are stored in id order."""
         return int(self.ids[-1]) if len(self.ids) else 0
 
-    @property
+    @cached_property
     def namespace_set(self) -> frozenset[str]:
         """The namespaces of the edges (a compacted segment may hold edges of a namespace without its rows)."""
         return frozenset(self.namespace_names)
