@@ -299,7 +299,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         key = tuple(sorted(set(namespaces)))
 
         def build() -> list[EntityRef]:
-            refs = {EntityRef(segment.ids[row], namespace, canonical, name)
+            refs = {EntityRef(segment.id_at(row), namespace, canonical, name)
                     for segment, namespace, row in self._entity_rows(key)
                     for canonical, names in (segment.entity_names_at(row),) for name in names}
             return sorted(refs, key=lambda ref: (ref.namespace, ref.alias.lower(), ref.alias, ref.object_id))

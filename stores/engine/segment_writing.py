@@ -79,8 +79,11 @@ def write_table_segment(
         raise StoreError(f"segment {segment_id}: {objects.num_rows} rows, {vectors.shape[0]} vectors and "
                          f"{postings.num_rows} postings rows disagree; this is a bug, report it")
     columns = segment_columns(objects)
-    # every owner known before it is stored (an edge given without one is owned by its source's row)
-    edges = owned_edges(edges, {key: row for row, key in enumerate(zip(columns.namespace_list(), columns.uuids()))}, objects.num_rows)
+    # every owner known before it is stored (an edge given without one is owned by its source's row;
+    # merges and compaction give every owner, so their rows are not looked up by id)
+    unowned = any(stored.row is None for stored in edges)
+    row_of = {key: row for row, key in enumerate(zip(columns.namespace_list(), columns.uuids()))} if unowned else {}
+    edges = owned_edges(edges, row_of, objects.num_rows)
     edge_arrays = stored_edge_arrays(edges)
     blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: npz_bytes({"vectors": vectors, **postings.to_arrays(), **edge_arrays})}
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
