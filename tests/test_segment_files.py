@@ -21,8 +21,8 @@ from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, Manifest, Segmen
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
 from rms_retrieval.stores.engine import segment_parquet
-from rms_retrieval.stores.engine.segment_parquet import Records, objects_table, parquet_bytes, segment_columns
-from rms_retrieval.stores.engine.segments import LoadedSegment, SegmentSessions, StoredEdge, _RowIndex
+from rms_retrieval.stores.engine.segment_parquet import Records, objects_table, parquet_bytes
+from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.engine.segment_writing import write_deletions, write_segment
 
 RICH = MemoryObject(
@@ -139,16 +139,6 @@ def test_an_open_reads_ids_sessions_and_records_only_as_they_are_asked_for(tmp_p
     assert later.live_row("live", UUID(int=2)) is None and later.holds("live", UUID(int=2))
     assert later.sessions.get(("live", "default", "default", "s")) == [(0, 1), (2, 3), (3, 4)]
     assert segment.sessions.get(("live", "default", "default", "s")) == [(0, 1), (1, 2), (2, 3), (3, 4)]
-
-
-def test_rows_of_one_namespace_need_not_be_contiguous_for_the_lookups(tmp_path):
-    rows = [store_workers.turn(0), RICH, store_workers.turn(1)]  # live, a, live as the table lies
-    columns = segment_columns(objects_table(rows))
-    index = _RowIndex(columns)
-    assert [index.row("live", UUID(int=number)) for number in (1, 2)] == [0, 2] and index.row("live", RICH.id) is None
-    sessions = SegmentSessions(columns, {"live": (0, 3), "a": (1, 2)}, frozenset())
-    assert sessions.get(("live", "default", "default", "s")) == [(0, 0), (1, 2)]
-    assert columns.uuids() == [UUID(int=1), RICH.id, UUID(int=2)] and columns.namespace_list() == ["live", "a", "live"]
 
 
 def test_records_are_read_one_row_group_at_a_time(monkeypatch):

@@ -23,7 +23,8 @@ from uuid import UUID
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 from rms_retrieval.stores.protocols import Edge
-from rms_retrieval.stores.engine.segments import CO_MENTIONED, LoadedSegment
+from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED
+from rms_retrieval.stores.engine.segments import LoadedSegment
 
 Scope = tuple[str, ...]
 Value = TypeVar("Value")

@@ -151,6 +151,10 @@ class SegmentColumns:
         names = self.namespaces
         return [names[code] for code in self.namespace_codes.tolist()]
 
+    def rows_by_key(self) -> dict[tuple[str, UUID], int]:
+        """Row by (namespace, object id), every row (a later row wins a repeated key)."""
+        return {key: row for row, key in enumerate(zip(self.namespace_list(), self.uuids()))}
+
 
 def segment_columns(table: pa.Table, records: Records | None = None) -> SegmentColumns:
     """The LOADED_COLUMNS of an objects table (and its `record` column, unless `records` reads it

@@ -21,9 +21,9 @@ from rms_retrieval.stores.engine.edge_columns import EdgeColumns, stored_edge_ar
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry, fsync_path
 from rms_retrieval.stores.engine.npz_views import npz_bytes
 from rms_retrieval.stores.engine.segment_parquet import objects_table, parquet_bytes, segment_columns
-from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, INDEX_FILE, OBJECTS_FILE, SIDECAR_FILE, IndexArrays,
-                                                  TEMPORARY_PREFIX, LoadedSegment, StoredEdge, owned_edges,
-                                                  segment_directory)
+from rms_retrieval.stores.engine.segment_index import IndexArrays, owned_edges
+from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, INDEX_FILE, OBJECTS_FILE, SIDECAR_FILE,
+                                                  TEMPORARY_PREFIX, LoadedSegment, StoredEdge, segment_directory)
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings, term_postings
 from rms_retrieval.stores.models import MemoryObject
@@ -82,7 +82,7 @@ def write_table_segment(
     # every owner known before it is stored (an edge given without one is owned by its source's row;
     # merges and compaction give every owner, so their rows are not looked up by id)
     unowned = any(stored.row is None for stored in edges)
-    row_of = {key: row for row, key in enumerate(zip(columns.namespace_list(), columns.uuids()))} if unowned else {}
+    row_of = columns.rows_by_key() if unowned else {}
     edges = owned_edges(edges, row_of, objects.num_rows)
     edge_arrays = stored_edge_arrays(edges)
     blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: npz_bytes({"vectors": vectors, **postings.to_arrays(), **edge_arrays})}

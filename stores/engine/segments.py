@@ -34,10 +34,9 @@ import re
 import threading
 import uuid
 import zipfile
-from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping
 from functools import cached_property
-from itertools import combinations
 from pathlib import Path
 from uuid import UUID
 
@@ -47,14 +46,16 @@ import pyarrow.compute as pc
 
 from rms_retrieval.stores.engine.codec import memory_object
 from rms_retrieval.stores.indexes.entity_graph import entity_names, names_of
-from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, EDGE_PREFIX, MENTIONS, SPOKEN_BY, EdgeColumns,
-                                                      LiveEdgeGroups, StoredEdge)
+from rms_retrieval.stores.analysis.positions import SessionKey
+from rms_retrieval.stores.engine.edge_columns import (EDGE_PREFIX, EdgeColumns, EdgeIndex, LiveCounts, LiveEdgeGroups,
+                                                      StoredEdge)
+from rms_retrieval.stores.engine.segment_index import IndexArrays, legacy_edges, owned_edges, parquet_edges
+from rms_retrieval.stores.engine.segment_lookups import RowIndex, SegmentSessions
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry
 from rms_retrieval.stores.engine.npz_views import load_npz, map_npz, read_npz
 from rms_retrieval.stores.models import MemoryObject, NodeType
-from rms_retrieval.stores.protocols import Edge
 from rms_retrieval.stores.engine.segment_parquet import (LOADED_COLUMNS, OBJECTS_SCHEMA, Records, SegmentColumns, conformed,
                                                          read_table, segment_columns)
 
@@ -74,7 +75,6 @@ DELETIONS_PREFIX = "deleted-"
 _DECODED_CACHE_LIMIT = 50_000
 NO_ROWS: frozenset[int] = frozenset()
 
-SessionKey = tuple[str, str, str, str]  # namespace, owner, scope, session id
 
 
 def segment_directory(store: Path, segment_id: str) -> Path:
@@ -105,36 +105,6 @@ def latest_deletions(directory: Path) -> Deletions | None:
     return Deletions(found[-1].name, hashlib.sha256(data).hexdigest(), len(rows))
 
 
-def _legacy_edges(arrays: Mapping[str, np.ndarray]) -> tuple[StoredEdge, ...]:
-    """The edges of an index.npz written before owners were stored, owners unknown (found on load)."""
-    columns = EdgeColumns({name: array for name, array in arrays.items() if name.startswith(EDGE_PREFIX)}
-                          | {"edge_rows": np.full(len(arrays["edge_ids"]), -1)})
-    return tuple(StoredEdge(stored.edge, stored.namespace, None) for stored in columns.decoded())
-
-
-def owned_edges(edges: Sequence[StoredEdge], row_of: Mapping[tuple[str, UUID], int], rows: int) -> tuple[StoredEdge, ...]:
-    """`edges` with every unknown owner found (the source's row here, for the edges an object's
-    analysis makes), each owner checked to be a row of the segment."""
-    owned = []
-    for stored in edges:
-        if stored.row is None:
-            row = -1 if stored.edge.edge_type == CO_MENTIONED else row_of.get((stored.namespace, stored.edge.source), -1)
-            stored = StoredEdge(stored.edge, stored.namespace, row)
-        elif not -1 <= stored.row < rows:
-            raise StoreError(f"edge {stored.edge.edge_id} names row {stored.row} of a segment of {rows} rows")
-        owned.append(stored)
-    return tuple(owned)
-
-
-def _parquet_edges(table: pa.Table) -> tuple[StoredEdge, ...]:
-    edges = table.to_pydict()
-    return tuple(
-        StoredEdge(Edge(edge_id, source, target, edge_type, confidence), namespace)
-        for edge_id, source, target, edge_type, confidence, namespace in zip(
-            edges["edge_id"], edges["source"], edges["target"], edges["edge_type"], edges["confidence"], edges["namespace"])
-    )
-
-
 class LoadedSegment:
     """A segment as readers search it: its files mapped, its rows as columns. Immutable; shared by snapshots."""
 
@@ -146,8 +116,7 @@ class LoadedSegment:
         directory = segment_directory(store, entry.id)
         self.entry, self.directory = entry, directory
         separate = VECTORS_FILE in entry.files
-        blobs = {name: self._verified_bytes(name) for name in (SEPARATE_FILES if separate else ())}
-        blobs[OBJECTS_FILE] = self._verified_map(OBJECTS_FILE)
+        blobs = {name: self._verified_bytes(name) for name in (SEPARATE_FILES if separate else (OBJECTS_FILE,))}
         mapped = None if separate else map_npz(directory / INDEX_FILE)  # FileNotFoundError, as above
         index = None if separate or mapped is not None else self._verified_index()
         try:
@@ -156,7 +125,7 @@ class LoadedSegment:
                 vectors = np.load(io.BytesIO(blobs[VECTORS_FILE]), allow_pickle=False)
                 with np.load(io.BytesIO(blobs[POSTINGS_FILE]), allow_pickle=False) as arrays:
                     postings = TermPostings.from_arrays(arrays, directory / POSTINGS_FILE)
-                edges = _parquet_edges(read_table(blobs[EDGES_FILE]))
+                edges = parquet_edges(read_table(blobs[EDGES_FILE]))
             else:
                 arrays = mapped[1] if mapped is not None else index if isinstance(index, dict) else load_npz(index)
                 vectors = arrays["vectors"]
@@ -164,11 +133,10 @@ class LoadedSegment:
                 if "edge_rows" in arrays:
                     edges = EdgeColumns({name: array for name, array in arrays.items() if name.startswith(EDGE_PREFIX)})
                 else:
-                    edges = _legacy_edges(arrays)
+                    edges = legacy_edges(arrays)
             decoded = None
             if not isinstance(edges, EdgeColumns):  # owners unknown: each found by its source's row here
-                row_of = {key: position for position, key in enumerate(zip(columns.namespace_list(), columns.uuids()))}
-                decoded = owned_edges(edges, row_of, entry.rows)
+                decoded = owned_edges(edges, columns.rows_by_key(), entry.rows)
                 edges = EdgeColumns.from_stored(decoded)
         except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile, pa.ArrowException) as error:
             raise StoreError(f"cannot read segment {directory} ({error}); run `rms check --store {store}`") from error
@@ -220,10 +188,9 @@ class LoadedSegment:
         when a caller first asks for them unless `decoded` holds them already."""
         entry = self.entry
         self._index = index
-        vectors, postings = index.unchecked_vectors, index.unchecked_postings  # their shapes only
-        if not (len(columns) == entry.rows == vectors.shape[0] == postings.num_rows):
-            raise StoreError(f"segment {self.directory} holds {len(columns)} rows, {vectors.shape[0]} vectors "
-                             f"and {postings.num_rows} postings rows, the manifest says {entry.rows}; "
+        if not (len(columns) == entry.rows == index.vectors.shape[0] == index.num_rows):  # shapes: nothing read
+            raise StoreError(f"segment {self.directory} holds {len(columns)} rows, {index.vectors.shape[0]} vectors "
+                             f"and {index.num_rows} postings rows, the manifest says {entry.rows}; "
                              f"run `rms check --store {store}`")
         self._columns = columns
         dead = self._dead_rows()
@@ -233,16 +200,16 @@ class LoadedSegment:
             self.dead = np.zeros(entry.rows, dtype=bool)
             self.dead[dead] = True
             self.dead.flags.writeable = False
-        # Keyed by namespace, then id: an id is unique within its namespace only, so that what another
-        # namespace holds is invisible to a writer (stores/README.md, "Isolation"). Every row, dead
-        # ones too: an id is not reused while a dead row still holds it. Built per namespace on first use.
-        self._row_index = _RowIndex(columns)
         codes = columns.namespace_codes
         present, first = np.unique(codes, return_index=True)
         _, last = np.unique(codes[::-1], return_index=True)
         self.namespace_slices: dict[str, tuple[int, int]] = {
             columns.namespaces[code]: (start, entry.rows - end)
             for code, start, end in sorted(zip(present.tolist(), first.tolist(), last.tolist()), key=lambda item: item[1])}
+        # Keyed by namespace, then id: an id is unique within its namespace only, so that what another
+        # namespace holds is invisible to a writer (stores/README.md, "Isolation"). Every row, dead
+        # ones too: an id is not reused while a dead row still holds it. Built per namespace on first use.
+        self._row_index = RowIndex(columns, self.namespace_slices)
         alive = ~self.dead if self.dead is not None else np.ones(entry.rows, dtype=bool)
         self.pinned_rows: list[int] = np.flatnonzero(columns.pinned & alive).tolist()
         is_entity = pc.fill_null(pc.equal(columns.node_types, NodeType.ENTITY.value), False).to_numpy(zero_copy_only=False)
@@ -250,7 +217,7 @@ class LoadedSegment:
         self.sessions: SegmentSessions = SegmentSessions(columns, self.namespace_slices, self.dead_rows)
         if decoded is not None:
             self.__dict__["edges"] = tuple(decoded)
-        self._edge_index: _EdgeIndex | None = None
+        self._edge_index: EdgeIndex | None = None
         self._decoded: dict[int, MemoryObject] = {}
         self._checked: pa.Table | None = None
         self._table_lock = threading.Lock()
@@ -345,15 +312,7 @@ class LoadedSegment:
                 self._checked = self.objects_table()
             return self._checked
 
-    def _verified_bytes(self, name: str) -> bytes:
-        path = self.directory / name
-        expected = self.entry.files.get(name)
-        data = path.read_bytes()  # FileNotFoundError is the caller's cue that a merge retired it
-        if expected is None or hashlib.sha256(data).hexdigest() != expected:
-            raise self._damaged(path)
-        return data
-
-    def _verified_map(self, name: str) -> mmap.mmap | bytes:
+    def _verified_bytes(self, name: str) -> mmap.mmap | bytes:
         """The file `name` memory-mapped (its pages shared by every process that reads the store),
         verified against its sha256; an empty file as bytes."""
         path = self.directory / name
@@ -364,7 +323,7 @@ class LoadedSegment:
             raise self._damaged(path)
         return data
 
-    def _verified_index(self) -> dict[str, np.ndarray] | bytes:
+    def _verified_index(self) -> dict[str, np.ndarray] | mmap.mmap | bytes:
         """index.npz's arrays, read in one pass that checks the file's sha256, each in an aligned
         place of one buffer (stores/engine/npz_views.py); the verified bytes of a file that pass
         does not lay out, for `load_npz`."""
@@ -414,7 +373,7 @@ class LoadedSegment:
     @property
     def last_edge_id(self) -> int:
         """The largest edge id stored here (edges are stored in id order), 0 for none."""
-        return self._index.unchecked_edges.last_edge_id  # one value: a snapshot's fingerprint reads it at open
+        return self._index.edges.last_edge_id  # unchecked, one value: a snapshot's fingerprint reads it at open
 
     def live_edges_by_namespace(self) -> LiveEdgeGroups:
         """The edges with a live owner row (or none) by namespace, each namespace's decoded on first lookup."""
@@ -435,11 +394,11 @@ class LoadedSegment:
         return self.edge_columns.co_mentioned_id(namespace, source, target)
 
     @property
-    def edge_index(self) -> _EdgeIndex:
+    def edge_index(self) -> EdgeIndex:
         """This segment's edges by owner row and by target, over every row (built once, shared
         with every reading of the segment with another deletion file)."""
         if self._edge_index is None:
-            self._edge_index = _EdgeIndex(self.edges)
+            self._edge_index = EdgeIndex(self.edges)
         return self._edge_index
 
     def edge_alive(self, stored: StoredEdge) -> bool:
@@ -469,182 +428,3 @@ class LoadedSegment:
         for row in self.dead_rows:
             dead.update(self.edge_index.pairs_of(row))
         return LiveCounts(self.edge_index.co_mentions, dead)
-
-
-class LiveCounts(Mapping[tuple[str, UUID, UUID], int]):
-    """Counts over every row less those of the dead rows; a pair no live row counts is absent."""
-
-    def __init__(self, every: Mapping[tuple[str, UUID, UUID], int], dead: Mapping[tuple[str, UUID, UUID], int]) -> None:
-        self._every, self._dead = every, dead
-
-    def __getitem__(self, key: tuple[str, UUID, UUID]) -> int:
-        count = self._every[key] - self._dead.get(key, 0)
-        if count <= 0:
-            raise KeyError(key)
-        return count
-
-    def __iter__(self):
-        return (key for key, count in self._every.items() if count > self._dead.get(key, 0))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-class _EdgeIndex:
-    """One segment's edges grouped by owner row, its owners by target entity, and co-mention
-    counts over every row (what a deletion file subtracts from)."""
-
-    def __init__(self, edges: Sequence[StoredEdge]) -> None:
-        self._edges = edges
-        self.by_owner: dict[int, list[int]] = defaultdict(list)
-        # (namespace, entity) -> (owner row, MENTIONS or SPOKEN_BY) of the edges into it
-        self.owners_into: dict[tuple[str, UUID], list[tuple[int, str]]] = defaultdict(list)
-        for position, stored in enumerate(edges):
-            if stored.row is not None and stored.row >= 0:
-                self.by_owner[stored.row].append(position)
-                if stored.edge.edge_type in (MENTIONS, SPOKEN_BY):
-                    self.owners_into[(stored.namespace, stored.edge.target)].append((stored.row, stored.edge.edge_type))
-
-    @cached_property
-    def co_mentions(self) -> Counter[tuple[str, UUID, UUID]]:
-        counts: Counter[tuple[str, UUID, UUID]] = Counter()
-        for row in self.by_owner:
-            counts.update(self.pairs_of(row))
-        return counts
-
-    def pairs_of(self, row: int) -> list[tuple[str, UUID, UUID]]:
-        """The (namespace, smaller id, larger id) entity pairs the object of `row` mentions."""
-        mentioned = [self._edges[position] for position in self.by_owner.get(row, ())
-                     if self._edges[position].edge.edge_type == MENTIONS]
-        if not mentioned:
-            return []
-        namespace = mentioned[0].namespace
-        return [(namespace, first, second)
-                for first, second in combinations(sorted({stored.edge.target for stored in mentioned}), 2)]
-
-
-class _RowIndex:
-    """Row by (namespace, object id) over every row of a segment, each namespace's dictionary
-    built the first time that namespace is asked about: a query reads one namespace."""
-
-    def __init__(self, columns: SegmentColumns) -> None:
-        self._columns = columns
-        self._codes = {name: code for code, name in enumerate(columns.namespaces)}
-        self._by_namespace: dict[str, dict[int, int]] = {}
-        self._ids: dict[int, UUID] = {}
-
-    def id_at(self, row: int) -> UUID:
-        """The object id of `row` (each made once: searches ask for the same rows again)."""
-        found = self._ids.get(row)
-        if found is None:
-            found = self._ids[row] = UUID(bytes=self._columns.ids[row].tobytes())
-        return found
-
-    def row(self, namespace: str, object_id: UUID) -> int | None:
-        rows = self._by_namespace.get(namespace)
-        if rows is None:
-            rows = self._by_namespace[namespace] = self._rows_of(namespace)  # racing builds are equal
-        return rows.get(object_id.int)
-
-    def _rows_of(self, namespace: str) -> dict[int, int]:
-        code = self._codes.get(namespace)
-        if code is None:
-            return {}
-        positions = np.flatnonzero(self._columns.namespace_codes == code)
-        if not len(positions):
-            return {}
-        start, stop = int(positions[0]), int(positions[-1]) + 1
-        ints = self._columns.id_ints(start, stop)
-        if len(positions) == stop - start:
-            return dict(zip(ints, range(start, stop)))
-        return {ints[position - start]: position for position in positions.tolist()}
-
-
-class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
-    """(session_seq, row) of each session's live rows in one segment, in row order, by session key;
-    a namespace's sessions are gathered the first time one of them is asked for."""
-
-    def __init__(self, columns: SegmentColumns, slices: Mapping[str, tuple[int, int]], dead: frozenset[int]) -> None:
-        self._columns, self._slices, self._dead = columns, slices, dead
-        self._by_namespace: dict[str, dict[SessionKey, list[tuple[int, int]]]] = {}
-
-    def _of(self, namespace: str) -> dict[SessionKey, list[tuple[int, int]]]:
-        found = self._by_namespace.get(namespace)
-        if found is None:
-            found = self._by_namespace[namespace] = self._gathered(namespace)  # racing builds are equal
-        return found
-
-    def _gathered(self, namespace: str) -> dict[SessionKey, list[tuple[int, int]]]:
-        span = self._slices.get(namespace)
-        if span is None:
-            return {}
-        start, stop = span
-        columns, length = self._columns, stop - start
-        codes = columns.namespace_codes[start:stop].tolist()
-        code = columns.namespaces.index(namespace)
-        sessions: dict[SessionKey, list[tuple[int, int]]] = defaultdict(list)
-        for offset, (owner, scope, session_id, seq) in enumerate(zip(
-                columns.owners.slice(start, length).to_pylist(), columns.scopes.slice(start, length).to_pylist(),
-                columns.session_ids.slice(start, length).to_pylist(), columns.session_seqs.slice(start, length).to_pylist())):
-            position = start + offset
-            if session_id is not None and seq is not None and codes[offset] == code and position not in self._dead:
-                sessions[(namespace, owner, scope, session_id)].append((seq, position))
-        return dict(sessions)
-
-    def __getitem__(self, key: SessionKey) -> list[tuple[int, int]]:
-        return self._of(key[0])[key]
-
-    def get(self, key: SessionKey, default=None):
-        return self._of(key[0]).get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, tuple) and len(key) == 4 and key in self._of(key[0])
-
-    def __iter__(self):
-        return (key for namespace in self._slices for key in self._of(namespace))
-
-    def __len__(self) -> int:
-        return sum(len(self._of(namespace)) for namespace in self._slices)
-
-
-class IndexArrays:
-    """A segment's vectors, postings and edge columns, and the check they wait for when they are
-    views of a memory-mapped index file: run once, the first time any of them is read (a failed
-    check raises again at the next read). Shared by every reading of the segment."""
-
-    def __init__(self, vectors: np.ndarray, postings: TermPostings, edges: EdgeColumns, names: pa.Array | None,
-                 check: Callable[[IndexArrays], None] | None) -> None:
-        """`names`: each row's entity name, for the postings' name counts (None: `postings` has them)."""
-        vectors.flags.writeable = False
-        self.unchecked_vectors, self.unchecked_postings, self.unchecked_edges = vectors, postings, edges
-        self._names, self._check = names, check
-        self._named: TermPostings | None = None
-        self._lock = threading.Lock()
-
-    def checked(self) -> IndexArrays:
-        if self._check is not None:
-            with self._lock:
-                if self._check is not None:
-                    self._check(self)
-                    self._check = None
-        return self
-
-    @property
-    def vectors(self) -> np.ndarray:
-        return self.unchecked_vectors
-
-    @property
-    def edges(self) -> EdgeColumns:
-        return self.unchecked_edges
-
-    @property
-    def postings(self) -> TermPostings:
-        if self._names is None:
-            return self.unchecked_postings
-        named = self._named
-        if named is None:
-            with self._lock:
-                if self._named is None:
-                    self._named = self.unchecked_postings.with_names(self._names.to_pylist())
-                named = self._named
-        return named

@@ -1,0 +1,30 @@
+"""A segment's lookups by namespace: rows by object id and sessions' turns, made on first use."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from uuid import UUID
+
+from tests import store_workers
+from rms_retrieval.stores.engine.segment_lookups import RowIndex, SegmentSessions
+from rms_retrieval.stores.engine.segment_parquet import objects_table, segment_columns
+from rms_retrieval.stores.models import MemoryObject
+
+OTHER = MemoryObject(id=UUID(int=7), namespace="a", content="another namespace's turn", session_id="s", session_seq=3,
+                     created_at=datetime(2024, 1, 1, tzinfo=timezone.utc))
+
+
+def test_rows_of_one_namespace_need_not_be_contiguous_for_the_lookups():
+    rows = [store_workers.turn(0), OTHER, store_workers.turn(1)]  # live, a, live as the table lies
+    columns = segment_columns(objects_table(rows))
+    slices = {"live": (0, 3), "a": (1, 2)}
+    index = RowIndex(columns, slices)
+    assert [index.row("live", UUID(int=number)) for number in (1, 2)] == [0, 2] and index.row("live", OTHER.id) is None
+    assert index.row("a", OTHER.id) == 1 and index.row("b", OTHER.id) is None
+    assert [index.id_at(row) for row in range(3)] == [UUID(int=1), OTHER.id, UUID(int=2)]
+    sessions = SegmentSessions(columns, slices, frozenset())
+    assert sessions.get(("live", "default", "default", "s")) == [(0, 0), (1, 2)]
+    assert sessions.get(("a", "default", "default", "s")) == [(3, 1)] and len(sessions) == 2
+    assert SegmentSessions(columns, slices, frozenset({2})).get(("live", "default", "default", "s")) == [(0, 0)]
+    assert columns.uuids() == [UUID(int=1), OTHER.id, UUID(int=2)] and columns.namespace_list() == ["live", "a", "live"]
+    assert columns.rows_by_key() == {("live", UUID(int=1)): 0, ("a", OTHER.id): 1, ("live", UUID(int=2)): 2}
