@@ -332,22 +332,19 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def get_objects(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, MemoryObject]:
         """The objects of `namespaces` among `ids`, by id; ids those namespaces do not hold are left
         out. Two namespaces may hold one id: the first of `namespaces` in sorted order answers."""
+        wanted = sorted(set(ids), key=lambda object_id: object_id.int)  # UUID order, compared in C
         found: dict[UUID, MemoryObject] = {}
-        scope = sorted(set(namespaces))
-        for object_id in sorted(set(ids), key=lambda object_id: object_id.int):  # UUID order, compared in C
-            for namespace in scope:
-                memory = self._object(namespace, object_id)
-                if memory is not None:
-                    found[object_id] = memory
+        for namespace in sorted(set(namespaces)):
+            missing = [object_id for object_id in wanted if object_id not in found]
+            for segment in self.segments:  # the first segment with a live row answers
+                if not missing:
                     break
-        return found
-
-    def _object(self, namespace: str, object_id: UUID) -> MemoryObject | None:
-        for segment in self.segments:
-            row = segment.live_row(namespace, object_id)
-            if row is not None:
-                return segment.object_at(row)
-        return None
+                rows = segment.live_rows(namespace, missing)
+                for object_id, row in zip(missing, rows):
+                    if row is not None:
+                        found[object_id] = segment.object_at(row)
+                missing = [object_id for object_id, row in zip(missing, rows) if row is None]
+        return {object_id: found[object_id] for object_id in wanted if object_id in found}
 
     def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
         """Pinned objects (MemoryObject.is_pinned) of the namespaces, by id."""

@@ -7,7 +7,7 @@ import pytest
 from rms_retrieval.stores.analysis.claims import Assertion, Quantity
 from rms_retrieval.stores.exact.enumeration import iter_objects, scan_objects
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.engine.manifest import MANIFEST_FILE
+from rms_retrieval.stores.engine.manifest import FORMAT_VERSION, MANIFEST_FILE
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 from tests.factories import FakeEncoder
@@ -146,8 +146,10 @@ def test_claims_round_trip_through_a_scan(tmp_path):
 def test_a_store_of_another_format_version_is_named(tmp_path):
     MemoryStore.open(tmp_path / "other").close()
     manifest = tmp_path / "other" / MANIFEST_FILE
-    manifest.write_text(manifest.read_text().replace('"format_version": 4', '"format_version": 99'))
-    with pytest.raises(StoreError, match="format version 99, this version reads 3 and 4"):
+    text = manifest.read_text()
+    assert f'"format_version": {FORMAT_VERSION}' in text
+    manifest.write_text(text.replace(f'"format_version": {FORMAT_VERSION}', '"format_version": 99'))
+    with pytest.raises(StoreError, match="format version 99, this version reads 3, 4 and 5; upgrade"):
         MemoryStore.open(tmp_path / "other")
 
 

@@ -21,7 +21,7 @@ from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, Manifest, Segmen
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
 from rms_retrieval.stores.engine import segment_parquet
-from rms_retrieval.stores.engine.segment_parquet import Records, objects_table, parquet_bytes
+from rms_retrieval.stores.engine.segment_parquet import MappedRecords, Records, objects_table, parquet_bytes
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.engine.segment_writing import write_deletions, write_segment
 
@@ -112,6 +112,7 @@ def test_a_segment_of_separate_files_loads_as_its_one_index_file_form(tmp_path):
     pq.write_table(pa.table({name: pa.array(values, type=types.get(name)) for name, values in edge_columns.items()}),
                    directory / "edges.parquet")
     (directory / "index.npz").unlink()
+    pq.write_table(written.objects_table(), directory / "objects.parquet")  # records in the objects file, as then
     files = {name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
              for name in ("objects.parquet", "vectors.npy", "edges.parquet", "postings.npz")}
     separate = LoadedSegment(tmp_path, SegmentEntry("g1-x", 2, files))
@@ -125,20 +126,68 @@ def test_an_open_reads_ids_sessions_and_records_only_as_they_are_asked_for(tmp_p
     rows = [store_workers.turn(number) for number in range(4)] + [RICH]
     written = write_segment(tmp_path, "g1-x", rows, np.eye(5, 8, dtype=np.float32), [])
     segment = LoadedSegment(tmp_path, written.entry)
-    assert segment._columns.records._groups == {}  # no record read by the open
+    assert isinstance(segment._columns.records, MappedRecords) and segment._index._check is not None  # nothing read
     assert {"ids", "namespace_of_row"}.isdisjoint(segment.__dict__)
     assert segment.live_row("live", UUID(int=2)) == 2 and segment.live_row("a", UUID(int=2)) is None
     assert segment.holds("a", RICH.id) and not segment.holds("live", RICH.id) and not segment.holds("b", RICH.id)
     assert (segment.id_at(0), segment.namespace_at(0)) == (RICH.id, "a")
     assert segment.sessions.get(("live", "default", "default", "s")) == [(0, 1), (1, 2), (2, 3), (3, 4)]
     assert segment.sessions.get(("a", "default", "default", "s"), ()) == [(3, 0)] and len(segment.sessions) == 2
-    assert segment.object_at(4) == rows[3] and list(segment._columns.records._groups) == [0]
+    assert segment.object_at(4) == rows[3] and segment._index._check is None  # a record is read once the file is checked
     assert segment.keys() == {(memory.namespace, memory.id) for memory in rows}
     entry = replace(written.entry, deletions=write_deletions(tmp_path, "g1-x", 2, [2]))
     later = segment.with_deletions(entry)
     assert later.live_row("live", UUID(int=2)) is None and later.holds("live", UUID(int=2))
     assert later.sessions.get(("live", "default", "default", "s")) == [(0, 1), (2, 3), (3, 4)]
     assert segment.sessions.get(("live", "default", "default", "s")) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+
+
+def test_records_live_in_the_index_file_and_the_objects_file_holds_none(tmp_path):
+    rows = [RICH, store_workers.turn(0), store_workers.turn(1)]
+    written = write_segment(tmp_path, "g1-x", rows, np.eye(3, 8, dtype=np.float32), [])
+    on_disk = pq.read_table(written.directory / "objects.parquet")
+    assert on_disk.column("record").null_count == 3 and on_disk.column("content").null_count == 0
+    with np.load(written.directory / "index.npz") as arrays:
+        offsets, data = arrays["record_offsets"], arrays["record_bytes"]
+        ordered = written.objects()
+        assert [data[offsets[row]:offsets[row + 1]].tobytes().decode() for row in range(3)] == [object_record(memory) for memory in ordered]
+    loaded = LoadedSegment(tmp_path, written.entry)
+    assert loaded.objects() == ordered
+    assert loaded.objects_table().column("record").to_pylist() == [object_record(memory) for memory in ordered]
+    assert loaded.objects_table().equals(written.objects_table())
+
+
+def test_a_segment_with_its_records_in_the_objects_file_loads_the_same(tmp_path):
+    """Format-4 segments kept each row's record in objects.parquet and none in index.npz."""
+    rows = [RICH, store_workers.turn(0), store_workers.turn(1)]
+    written = write_segment(tmp_path, "g1-x", rows, np.eye(3, 8, dtype=np.float32), [])
+    directory, table, objects = written.directory, written.objects_table(), written.objects()
+    with np.load(directory / "index.npz") as arrays:
+        kept = {name: arrays[name] for name in arrays.files if not name.startswith("record_")}
+    np.savez(directory / "index.npz", **kept)
+    pq.write_table(table, directory / "objects.parquet")
+    files = {name: hashlib.sha256((directory / name).read_bytes()).hexdigest() for name in ("objects.parquet", "index.npz")}
+    older = LoadedSegment(tmp_path, SegmentEntry("g1-x", 3, files))
+    assert isinstance(older._columns.records, Records)
+    assert older.objects() == objects and older.objects_table().equals(table)
+
+
+def test_mapped_records_read_one_record_after_the_check_and_refuse_bad_arrays():
+    records = [object_record(RICH), "{}", ""]
+    arrays = segment_parquet.record_arrays(pa.chunked_array([records[:1], records[1:]]))
+    checks = []
+    mapped = MappedRecords(arrays["record_offsets"], arrays["record_bytes"], lambda: checks.append(1))
+    assert len(mapped) == 3 and [mapped.at(row) for row in range(3)] == records and len(checks) == 3
+    assert mapped.array().to_pylist() == records
+    with pytest.raises(IndexError, match="row 3 of 3"):
+        mapped.at(3)
+    with pytest.raises(ValueError, match="no record"):
+        segment_parquet.record_arrays(pa.array(["{}", None]))
+    with pytest.raises(ValueError, match="int64 offsets"):
+        MappedRecords(arrays["record_offsets"].astype(np.int32), arrays["record_bytes"], lambda: None)
+    broken = MappedRecords(np.array([0, 9, 4], dtype=np.int64), arrays["record_bytes"][:4], lambda: None)
+    with pytest.raises(ValueError, match="do not run through"):
+        broken.array()
 
 
 def test_records_are_read_one_row_group_at_a_time(monkeypatch):

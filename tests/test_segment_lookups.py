@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from uuid import UUID
 
+import numpy as np
+import pytest
+
 from tests import store_workers
 from rms_retrieval.stores.engine.segment_lookups import RowIndex, SegmentSessions
 from rms_retrieval.stores.engine.segment_parquet import objects_table, segment_columns
@@ -22,9 +25,26 @@ def test_rows_of_one_namespace_need_not_be_contiguous_for_the_lookups():
     assert [index.row("live", UUID(int=number)) for number in (1, 2)] == [0, 2] and index.row("live", OTHER.id) is None
     assert index.row("a", OTHER.id) == 1 and index.row("b", OTHER.id) is None
     assert [index.id_at(row) for row in range(3)] == [UUID(int=1), OTHER.id, UUID(int=2)]
-    sessions = SegmentSessions(columns, slices, frozenset())
+    sessions = SegmentSessions(columns, slices, None)
     assert sessions.get(("live", "default", "default", "s")) == [(0, 0), (1, 2)]
     assert sessions.get(("a", "default", "default", "s")) == [(3, 1)] and len(sessions) == 2
-    assert SegmentSessions(columns, slices, frozenset({2})).get(("live", "default", "default", "s")) == [(0, 0)]
+    assert SegmentSessions(columns, slices, np.array([False, False, True])).get(("live", "default", "default", "s")) == [(0, 0)]
     assert columns.uuids() == [UUID(int=1), OTHER.id, UUID(int=2)] and columns.namespace_list() == ["live", "a", "live"]
     assert columns.rows_by_key() == {("live", UUID(int=1)): 0, ("a", OTHER.id): 1, ("live", UUID(int=2)): 2}
+
+
+def test_a_repeated_id_answers_with_its_last_row_and_lookups_run_together():
+    older, newer = store_workers.turn(0), store_workers.turn(0).model_copy(update={"content": "edited", "session_seq": 5})
+    rows = [older, store_workers.turn(1), newer, OTHER.model_copy(update={"namespace": "live", "id": UUID(bytes=b"\x01" + bytes(15))})]
+    columns = segment_columns(objects_table(rows))
+    index = RowIndex(columns, {"live": (0, 4)})
+    trailing_zeros, near = UUID(bytes=b"\x01" + bytes(15)), UUID(bytes=b"\x01" + bytes(14) + b"\x01")
+    assert index.rows("live", [UUID(int=1), UUID(int=2), trailing_zeros, near, UUID(int=1 << 127)]) == [2, 1, 3, None, None]
+    assert index.row("live", trailing_zeros) == 3 and index.rows("live", []) == []
+    assert index.rows("none", [UUID(int=1)]) == [None]
+    sessions = SegmentSessions(columns, {"live": (0, 4)}, None)
+    assert sessions[("live", "default", "default", "s")] == [(0, 0), (1, 1), (5, 2), (3, 3)]  # in row order
+    assert sessions[("live", "default", "default", "s")] is not sessions[("live", "default", "default", "s")]
+    assert ("live", "default", "default", "t") not in sessions and ("live",) not in sessions
+    with pytest.raises(KeyError):
+        sessions[("live", "default", "default", "t")]

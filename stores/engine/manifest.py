@@ -19,9 +19,10 @@ from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.analysis.expansion import OFF, TurnExpansion, expansion_from_json
 from rms_retrieval.stores.protocols import EmbeddingIdentity
 
-FORMAT_VERSION = 4
-# Format 3 differs only in its segments' files (stores/engine/segments.py reads both), so it is read as is.
-READABLE_VERSIONS = (3, 4)
+FORMAT_VERSION = 5
+# Formats 3 and 4 differ from 5 only in their segments' files (stores/engine/segments.py reads each
+# form), so they are read as is; a write adds segments of the current form.
+READABLE_VERSIONS = (3, 4, 5)
 MANIFEST_FILE = "manifest.json"
 SEGMENTS_DIR = "segments"
 LEGACY_DATABASE_FILE = "store.duckdb"
@@ -136,7 +137,7 @@ def read_manifest(store: Path) -> Manifest:
         if version in READABLE_VERSIONS and recorded != _body_digest(document):
             raise ValueError("its sha256 does not match its content")
         if version not in READABLE_VERSIONS:
-            raise StoreError(f"{path} has format version {version!r}, this version reads {' and '.join(map(str, READABLE_VERSIONS))}; "
+            raise StoreError(f"{path} has format version {version!r}, this version reads {', '.join(map(str, READABLE_VERSIONS[:-1]))} and {READABLE_VERSIONS[-1]}; "
                              "upgrade rms-retrieval, or rebuild the store with `rms ingest`")
         embedding = document["embedding"]
         identity = None if embedding is None else EmbeddingIdentity(

@@ -1,16 +1,17 @@
-"""A segment's lookups that need a Python object per row, each namespace's made the first time
-that namespace is asked about: a row by object id (`RowIndex`) and a session's turns
+"""A segment's lookups by namespace, each namespace's made as arrays the first time that
+namespace is asked about: a row by object id (`RowIndex`) and a session's turns
 (`SegmentSessions`). A query reads one namespace, so a store of many pays for the ones it is
-asked about, and opening a segment makes none of them.
+asked about, opening a segment makes none of them, and none holds a Python object per row.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from uuid import UUID
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from rms_retrieval.stores.analysis.positions import SessionKey
 from rms_retrieval.stores.engine.segment_parquet import SegmentColumns
@@ -29,12 +30,14 @@ def _namespace_rows(columns: SegmentColumns, slices: Mapping[str, tuple[int, int
 
 
 class RowIndex:
-    """Row by (namespace, object id) over every row of a segment, each namespace's dictionary
-    built the first time that namespace is asked about: a query reads one namespace."""
+    """Row by (namespace, object id) over every row of a segment, as arrays: each namespace's ids
+    sorted (16-byte strings, compared as bytes) beside their rows, made the first time that
+    namespace is asked about. A repeated id (an object's older version and its newer one, both
+    kept by a merge) answers with its last row."""
 
     def __init__(self, columns: SegmentColumns, slices: Mapping[str, tuple[int, int]]) -> None:
         self._columns, self._slices = columns, slices
-        self._by_namespace: dict[str, dict[int, int]] = {}
+        self._by_namespace: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._ids: dict[int, UUID] = {}
 
     def id_at(self, row: int) -> UUID:
@@ -45,65 +48,95 @@ class RowIndex:
         return found
 
     def row(self, namespace: str, object_id: UUID) -> int | None:
-        rows = self._by_namespace.get(namespace)
-        if rows is None:
-            rows = self._by_namespace[namespace] = self._rows_of(namespace)  # racing builds are equal
-        return rows.get(object_id.int)
+        return self.rows(namespace, [object_id])[0]
 
-    def _rows_of(self, namespace: str) -> dict[int, int]:
+    def rows(self, namespace: str, object_ids: Sequence[UUID]) -> list[int | None]:
+        """The row of each of `object_ids` in `namespace` (None where it holds no such id)."""
+        found = self._by_namespace.get(namespace)
+        if found is None:
+            found = self._by_namespace[namespace] = self._sorted(namespace)  # racing builds are equal
+        ids, rows = found
+        if not len(ids) or not object_ids:
+            return [None] * len(object_ids)
+        keys = np.frombuffer(b"".join(object_id.bytes for object_id in object_ids), dtype="S16")
+        at = np.searchsorted(ids, keys, side="right") - 1
+        hit = (at >= 0) & (ids[np.maximum(at, 0)] == keys)
+        return [row if held else None for row, held in zip(rows[np.maximum(at, 0)].tolist(), hit.tolist())]
+
+    def _sorted(self, namespace: str) -> tuple[np.ndarray, np.ndarray]:
         positions = _namespace_rows(self._columns, self._slices, namespace)
-        if not len(positions):
-            return {}
-        start, stop = int(positions[0]), int(positions[-1]) + 1
-        ints = self._columns.id_ints(start, stop)
-        if len(positions) == stop - start:
-            return dict(zip(ints, range(start, stop)))
-        return {ints[position - start]: position for position in positions.tolist()}
+        ids = self._columns.ids[positions].view("S16")
+        order = np.argsort(ids, kind="stable")  # a repeated id keeps its rows in row order
+        return ids[order], positions[order]
 
 
 class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
-    """(session_seq, row) of each session's live rows in one segment, in row order, by session key;
-    a namespace's sessions are gathered the first time one of them is asked for."""
+    """(session_seq, row) of each session's live rows in one segment, in row order, by session key.
+    A namespace's sessions are gathered the first time one of them is asked for, as two arrays
+    (its sessions' rows one session after another, and their positions) and each session's run of
+    them; a session's list is made when it is asked for."""
 
-    def __init__(self, columns: SegmentColumns, slices: Mapping[str, tuple[int, int]], dead: frozenset[int]) -> None:
+    def __init__(self, columns: SegmentColumns, slices: Mapping[str, tuple[int, int]], dead: np.ndarray | None) -> None:
         self._columns, self._slices, self._dead = columns, slices, dead
-        self._by_namespace: dict[str, dict[SessionKey, list[tuple[int, int]]]] = {}
+        self._by_namespace: dict[str, tuple[dict[SessionKey, tuple[int, int]], np.ndarray, np.ndarray]] = {}
 
-    def _of(self, namespace: str) -> dict[SessionKey, list[tuple[int, int]]]:
+    def _of(self, namespace: str) -> tuple[dict[SessionKey, tuple[int, int]], np.ndarray, np.ndarray]:
         found = self._by_namespace.get(namespace)
         if found is None:
             found = self._by_namespace[namespace] = self._gathered(namespace)  # racing builds are equal
         return found
 
-    def _gathered(self, namespace: str) -> dict[SessionKey, list[tuple[int, int]]]:
+    def _gathered(self, namespace: str) -> tuple[dict[SessionKey, tuple[int, int]], np.ndarray, np.ndarray]:
         rows = _namespace_rows(self._columns, self._slices, namespace)
+        columns = self._columns
+        keys = [columns.owners, columns.scopes, columns.session_ids]
+        if len(rows):
+            taken = pa.array(rows)
+            seqs = columns.session_seqs.take(taken)
+            wanted = pc.and_(pc.is_valid(keys[2].take(taken)), pc.is_valid(seqs)).to_numpy(zero_copy_only=False)
+            if self._dead is not None:
+                wanted &= ~self._dead[rows]
+            rows = rows[wanted]
         if not len(rows):
-            return {}
-        columns, start = self._columns, int(rows[0])
-        length = int(rows[-1]) + 1 - start
-        member = np.zeros(length, dtype=bool)
-        member[rows - start] = True
-        members = member.tolist()
-        sessions: dict[SessionKey, list[tuple[int, int]]] = defaultdict(list)
-        for offset, (owner, scope, session_id, seq) in enumerate(zip(
-                columns.owners.slice(start, length).to_pylist(), columns.scopes.slice(start, length).to_pylist(),
-                columns.session_ids.slice(start, length).to_pylist(), columns.session_seqs.slice(start, length).to_pylist())):
-            position = start + offset
-            if session_id is not None and seq is not None and members[offset] and position not in self._dead:
-                sessions[(namespace, owner, scope, session_id)].append((seq, position))
-        return dict(sessions)
+            return {}, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        taken = pa.array(rows)
+        encoded = [column.take(taken).dictionary_encode() for column in keys]
+        codes = [pc.fill_null(part.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64) for part in encoded]
+        sizes = [len(part.dictionary) + 1 for part in encoded]
+        session = (codes[0] + 1) * sizes[1] * sizes[2] + (codes[1] + 1) * sizes[2] + (codes[2] + 1)
+        order = np.lexsort((rows, session))  # by session, then row
+        session, rows = session[order], rows[order]
+        seqs = columns.session_seqs.take(pa.array(rows)).to_numpy(zero_copy_only=False).astype(np.int64)
+        starts = np.flatnonzero(np.r_[True, session[1:] != session[:-1]])
+        ends = np.r_[starts[1:], len(session)]
+        names = [part.dictionary.to_pylist() for part in encoded]
+        by_first_row = np.argsort(rows[starts], kind="stable")  # sessions in the order they start
+        starts, ends = starts[by_first_row], ends[by_first_row]
+        first = order[starts]  # each session's first row, as a position among the taken rows
+        runs = {(namespace, names[0][codes[0][at]] if codes[0][at] >= 0 else None,
+                 names[1][codes[1][at]] if codes[1][at] >= 0 else None, names[2][codes[2][at]]): (start, end)
+                for at, start, end in zip(first.tolist(), starts.tolist(), ends.tolist())}
+        return runs, seqs, rows
 
     def __getitem__(self, key: SessionKey) -> list[tuple[int, int]]:
-        return self._of(key[0])[key]
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
 
     def get(self, key: SessionKey, default=None):
-        return self._of(key[0]).get(key, default)
+        runs, seqs, rows = self._of(key[0])
+        run = runs.get(key)
+        if run is None:
+            return default
+        start, end = run
+        return list(zip(seqs[start:end].tolist(), rows[start:end].tolist()))
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, tuple) and len(key) == 4 and key in self._of(key[0])
+        return isinstance(key, tuple) and len(key) == 4 and key in self._of(key[0])[0]
 
     def __iter__(self):
-        return (key for namespace in self._slices for key in self._of(namespace))
+        return (key for namespace in self._slices for key in self._of(namespace)[0])
 
     def __len__(self) -> int:
-        return sum(len(self._of(namespace)) for namespace in self._slices)
+        return sum(len(self._of(namespace)[0]) for namespace in self._slices)

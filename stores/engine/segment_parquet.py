@@ -7,13 +7,19 @@ read from checked bytes: ids are Parquet UUIDs, JSON columns carry the JSON logi
 are UTC microsecond timestamps, as DuckDB itself writes them. The schema is fixed so that every
 file of a store has the same column types and the tables of all segments concatenate: a text
 column that happened to be all NULL in one write must not become an INTEGER column there.
+
+Each row's `record` (the whole object as JSON) is written to the segment's index file rather than
+to its Parquet file (`record_arrays`): there it is memory-mapped, so a reader decodes the rows it
+reads and nothing else, and every process that reads the store shares the pages
+(`MappedRecords`). Segments written before keep the records in their Parquet file, read one row
+group at a time (`Records`).
 """
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +49,8 @@ OBJECTS_SCHEMA = pa.schema([
 LOADED_COLUMNS = ("id", "namespace", "owner", "scope", "session_id", "node_type", "pinned", "session_seq",
                   "entity_canonical_name")
 _COMPRESSION = "zstd"
-# Rows per Parquet row group: what a reader decodes to read one record (`Records`).
+# Rows per Parquet row group: what a reader decodes to read one record of a segment written with
+# its records in the Parquet file (`Records`).
 ROW_GROUP_ROWS = 8192
 
 
@@ -86,6 +93,53 @@ def conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def record_arrays(records: pa.Array | pa.ChunkedArray) -> dict[str, np.ndarray]:
+    """The records as the index file keeps them: `record_bytes`, every record's UTF-8 end to end,
+    and `record_offsets`, where each starts (one offset more than rows)."""
+    array = records.combine_chunks() if isinstance(records, pa.ChunkedArray) else records
+    if array.null_count:
+        raise ValueError("a row has no record")
+    array = array.cast(pa.large_string())
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64, count=len(array) + 1, offset=array.offset * 8)
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.empty(0, dtype=np.uint8)
+    return {"record_offsets": offsets - offsets[0], "record_bytes": data[offsets[0]:offsets[-1]]}
+
+
+def without_records(table: pa.Table) -> pa.Table:
+    """`table` with an empty `record` column: what the Parquet file of a segment holds when its
+    index file holds the records."""
+    return table.set_column(table.schema.get_field_index("record"), "record", pa.nulls(table.num_rows, _TEXT))
+
+
+class MappedRecords:
+    """Each row's JSON record, from the two `record_arrays` of a memory-mapped index file: a read
+    decodes the one record it asks for. `ready` runs before every read (the index file's sha256
+    check, which returns at once after the first)."""
+
+    def __init__(self, offsets: np.ndarray, data: np.ndarray, ready: Callable[[], object]) -> None:
+        if offsets.ndim != 1 or data.ndim != 1 or offsets.dtype != np.int64 or data.dtype != np.uint8:
+            raise ValueError("the record arrays are not one-dimensional int64 offsets and uint8 bytes")
+        self._offsets, self._data, self._ready = offsets, data, ready
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def at(self, position: int) -> str:
+        """The JSON record of row `position`."""
+        self._ready()
+        if not 0 <= position < len(self._offsets) - 1:
+            raise IndexError(f"row {position} of {len(self._offsets) - 1}")
+        return self._data[self._offsets[position]:self._offsets[position + 1]].tobytes().decode()
+
+    def array(self) -> pa.Array:
+        """Every record, as a string array over the mapped bytes (for SQL over the rows)."""
+        self._ready()
+        if len(self._data) and (self._offsets[-1] != len(self._data) or np.any(np.diff(self._offsets) < 0)):
+            raise ValueError("the record offsets do not run through the record bytes")
+        return pa.LargeStringArray.from_buffers(len(self), pa.py_buffer(self._offsets), pa.py_buffer(self._data)).cast(_TEXT)
+
+
 class Records:
     """Each row's JSON record, as Arrow arrays: given whole (a segment just written), or read from
     the segment's verified Parquet bytes one row group at a time, the first time a row of that
@@ -118,6 +172,12 @@ class Records:
                     array = self._groups[group] = self._file.read_row_group(group, columns=["record"]).column(0).combine_chunks()
         return array[position - self._starts[group]].as_py()
 
+    def array(self) -> pa.Array:
+        """Every record (read from the Parquet file unless given whole)."""
+        if self._file is None:
+            return self._groups[0]
+        return self._file.read(columns=["record"]).column(0).combine_chunks()
+
 
 @dataclass(frozen=True)
 class SegmentColumns:
@@ -134,7 +194,7 @@ class SegmentColumns:
     session_ids: pa.Array
     session_seqs: pa.Array
     entity_names: pa.Array
-    records: Records
+    records: Records | MappedRecords
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -156,7 +216,7 @@ class SegmentColumns:
         return {key: row for row, key in enumerate(zip(self.namespace_list(), self.uuids()))}
 
 
-def segment_columns(table: pa.Table, records: Records | None = None) -> SegmentColumns:
+def segment_columns(table: pa.Table, records: Records | MappedRecords | None = None) -> SegmentColumns:
     """The LOADED_COLUMNS of an objects table (and its `record` column, unless `records` reads it
     later) as arrays."""
     ids = table.column("id").combine_chunks()

@@ -20,7 +20,8 @@ import pyarrow as pa
 from rms_retrieval.stores.engine.edge_columns import EdgeColumns, stored_edge_arrays
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry, fsync_path
 from rms_retrieval.stores.engine.npz_views import npz_bytes
-from rms_retrieval.stores.engine.segment_parquet import objects_table, parquet_bytes, segment_columns
+from rms_retrieval.stores.engine.segment_parquet import (objects_table, parquet_bytes, record_arrays, segment_columns,
+                                                         without_records)
 from rms_retrieval.stores.engine.segment_index import IndexArrays, owned_edges
 from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, INDEX_FILE, OBJECTS_FILE, SIDECAR_FILE,
                                                   TEMPORARY_PREFIX, LoadedSegment, StoredEdge, segment_directory)
@@ -85,7 +86,9 @@ def write_table_segment(
     row_of = columns.rows_by_key() if unowned else {}
     edges = owned_edges(edges, row_of, objects.num_rows)
     edge_arrays = stored_edge_arrays(edges)
-    blobs = {OBJECTS_FILE: parquet_bytes(objects), INDEX_FILE: npz_bytes({"vectors": vectors, **postings.to_arrays(), **edge_arrays})}
+    blobs = {OBJECTS_FILE: parquet_bytes(without_records(objects)),
+             INDEX_FILE: npz_bytes({"vectors": vectors, **record_arrays(objects.column("record")), **postings.to_arrays(),
+                                    **edge_arrays})}
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
     namespaces = Counter(objects.column("namespace").to_pylist())
     sidecar = sidecar_bytes(segment_id, objects.num_rows, digests, sources, dict(sorted(namespaces.items())),

@@ -1,12 +1,15 @@
 """One segment: the rows, vectors, edges and lexical postings of one write, immutable once named.
 
 Files under `segments/<id>/`:
-- `objects.parquet`: the rows (typed columns for SQL, plus each object's JSON `record`), grouped by
-  namespace so that each namespace's vectors are one contiguous slice;
-- `index.npz`: plain arrays (no pickles) of the float32 unit vectors in row order, the BM25 term
-  postings of the rows (stores/indexes/lexical.py) and the graph edges this write added or re-weighted
-  (a later segment's edge wins over an earlier one with the same edge id). One file, not three,
-  because every file of a write costs an fsync.
+- `objects.parquet`: the rows as typed columns for SQL, grouped by namespace so that each
+  namespace's vectors are one contiguous slice;
+- `index.npz`: plain arrays (no pickles) of the float32 unit vectors in row order, each row's JSON
+  `record` (the object, end to end in one byte array with its offsets), the BM25 term postings of
+  the rows (stores/indexes/lexical.py) and the graph edges this write added or re-weighted (a later
+  segment's edge wins over an earlier one with the same edge id). One file, not three, because
+  every file of a write costs an fsync.
+Segments written before the records moved to index.npz hold them in objects.parquet's `record`
+column; they load the same.
 Segments written before index.npz have `vectors.npy`, `edges.parquet` and `postings.npz` instead;
 they load the same, and a merge rewrites them in the current form.
 
@@ -35,7 +38,7 @@ import threading
 import uuid
 import zipfile
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from uuid import UUID
@@ -56,8 +59,8 @@ from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry
 from rms_retrieval.stores.engine.npz_views import load_npz, map_npz, read_npz
 from rms_retrieval.stores.models import MemoryObject, NodeType
-from rms_retrieval.stores.engine.segment_parquet import (LOADED_COLUMNS, OBJECTS_SCHEMA, Records, SegmentColumns, conformed,
-                                                         read_table, segment_columns)
+from rms_retrieval.stores.engine.segment_parquet import (LOADED_COLUMNS, OBJECTS_SCHEMA, MappedRecords, Records, SegmentColumns,
+                                                         conformed, read_table, segment_columns)
 
 OBJECTS_FILE = "objects.parquet"
 INDEX_FILE = "index.npz"
@@ -120,7 +123,7 @@ class LoadedSegment:
         mapped = None if separate else map_npz(directory / INDEX_FILE)  # FileNotFoundError, as above
         index = None if separate or mapped is not None else self._verified_index()
         try:
-            columns = segment_columns(read_table(blobs[OBJECTS_FILE], LOADED_COLUMNS), Records(data=blobs[OBJECTS_FILE]))
+            table = read_table(blobs[OBJECTS_FILE], LOADED_COLUMNS)
             if separate:
                 vectors = np.load(io.BytesIO(blobs[VECTORS_FILE]), allow_pickle=False)
                 with np.load(io.BytesIO(blobs[POSTINGS_FILE]), allow_pickle=False) as arrays:
@@ -134,6 +137,10 @@ class LoadedSegment:
                     edges = EdgeColumns({name: array for name, array in arrays.items() if name.startswith(EDGE_PREFIX)})
                 else:
                     edges = legacy_edges(arrays)
+            records = Records(data=blobs[OBJECTS_FILE])
+            if not separate and "record_offsets" in arrays:  # read once the index file is checked
+                records = MappedRecords(arrays["record_offsets"], arrays["record_bytes"], lambda: self._index.checked())
+            columns = segment_columns(table, records)
             decoded = None
             if not isinstance(edges, EdgeColumns):  # owners unknown: each found by its source's row here
                 decoded = owned_edges(edges, columns.rows_by_key(), entry.rows)
@@ -214,7 +221,7 @@ class LoadedSegment:
         self.pinned_rows: list[int] = np.flatnonzero(columns.pinned & alive).tolist()
         is_entity = pc.fill_null(pc.equal(columns.node_types, NodeType.ENTITY.value), False).to_numpy(zero_copy_only=False)
         self.entity_rows: list[int] = np.flatnonzero(is_entity & alive).tolist()
-        self.sessions: SegmentSessions = SegmentSessions(columns, self.namespace_slices, self.dead_rows)
+        self.sessions: SegmentSessions = SegmentSessions(columns, self.namespace_slices, self.dead)
         if decoded is not None:
             self.__dict__["edges"] = tuple(decoded)
         self._edge_index: EdgeIndex | None = None
@@ -285,6 +292,11 @@ class LoadedSegment:
         row = self._row_index.row(namespace, object_id)
         return None if row is None or row in self.dead_rows else row
 
+    def live_rows(self, namespace: str, object_ids: Sequence[UUID]) -> list[int | None]:
+        """`live_row` of each of `object_ids`, looked up together."""
+        dead = self.dead_rows
+        return [None if row is None or row in dead else row for row in self._row_index.rows(namespace, object_ids)]
+
     def holds(self, namespace: str, object_id: UUID) -> bool:
         """Whether a row of `namespace` here, dead or not, holds `object_id`."""
         return self._row_index.row(namespace, object_id) is not None
@@ -300,7 +312,11 @@ class LoadedSegment:
     def objects_table(self) -> pa.Table:
         """This segment's objects file as a table of OBJECTS_SCHEMA, read again and verified."""
         try:
-            return conformed(read_table(self._verified_bytes(OBJECTS_FILE)), OBJECTS_SCHEMA)
+            table = read_table(self._verified_bytes(OBJECTS_FILE))
+            record = table.schema.get_field_index("record")
+            if table.num_rows and table.column(record).null_count == table.num_rows:  # the index file holds them
+                table = table.set_column(record, "record", self._columns.records.array())
+            return conformed(table, OBJECTS_SCHEMA)
         except (ValueError, pa.ArrowException) as error:
             raise StoreError(f"cannot read {self.parquet_path} ({error}); run `rms check`") from error
 
