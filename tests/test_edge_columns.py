@@ -147,3 +147,30 @@ def test_a_co_mentioned_edge_is_found_by_its_namespace_and_ends() -> None:
     mentions = next(stored for stored in edges if stored.edge.edge_type == MENTIONS)
     assert columns.co_mentioned_id(mentions.namespace, mentions.edge.source, mentions.edge.target) is None
     assert columns.co_mentioned_id("absent", co_mentioned[0].edge.source, co_mentioned[0].edge.target) is None
+
+
+def _byte_form(edges: tuple[StoredEdge, ...]) -> dict[str, np.ndarray]:
+    """The arrays of segments written before end codes: each edge's two ids, 32 bytes."""
+    arrays = {name: array for name, array in stored_edge_arrays(edges).items() if not name.startswith("edge_end_")}
+    arrays["edge_ends"] = np.frombuffer(b"".join(stored.edge.source.bytes + stored.edge.target.bytes for stored in edges),
+                                        dtype=np.uint8).reshape(len(edges), 32)
+    return arrays
+
+
+def test_ends_are_stored_as_codes_into_distinct_ids_and_read_from_either_form() -> None:
+    edges = _edges()
+    arrays = stored_edge_arrays(edges)
+    distinct = {stored.edge.source for stored in edges} | {stored.edge.target for stored in edges}
+    assert arrays["edge_end_ids"].shape == (len(distinct), 16) and arrays["edge_end_codes"].shape == (400, 2)
+    assert [UUID(bytes=row.tobytes()) for row in arrays["edge_end_ids"]] == sorted(distinct, key=lambda end: end.int)
+    coded, older = EdgeColumns(arrays), EdgeColumns(_byte_form(edges))
+    assert coded.decoded() == older.decoded() == edges
+    mask = np.zeros(400, dtype=bool)
+    mask[::3] = True
+    for chosen in (np.asarray([399, 0, 5]), mask, np.asarray([], dtype=np.int64)):
+        assert np.array_equal(coded.ends_at(chosen), older.ends_at(chosen))
+    assert all(coded.mentioners(namespace) == older.mentioners(namespace) for namespace in ("alpha", "béta", "tenant/γ"))
+    with pytest.raises(ValueError, match="end codes do not match"):
+        EdgeColumns(dict(arrays, edge_end_codes=arrays["edge_end_codes"] + len(distinct)))
+    with pytest.raises(ValueError, match="end codes do not match"):
+        EdgeColumns(dict(arrays, edge_end_codes=arrays["edge_end_codes"].astype(np.int64)))

@@ -30,7 +30,10 @@ CO_MENTIONED = "CO_MENTIONED"
 # index.npz's arrays of the edges all start with this. Types and namespaces are codes into their
 # distinct names (`edge_type_codes` and `edge_type_names`/`edge_type_name_ends`, the same for
 # namespaces); segments written before stored each edge's texts (`edge_type_bytes` and
-# `edge_type_ends`, ...), and those written before owners were stored have no `edge_rows`.
+# `edge_type_ends`, ...), and those written before owners were stored have no `edge_rows`. The
+# ends are codes too (`edge_end_codes`, a source and a target per edge, into `edge_end_ids`, the
+# segment's distinct ends as rows of 16 id bytes, sorted); segments written before stored each
+# edge's two ids (`edge_ends`, 32 bytes per edge).
 EDGE_PREFIX = "edge_"
 
 
@@ -66,9 +69,11 @@ def _coded(texts: Sequence[str], name: str) -> dict[str, np.ndarray]:
 def stored_edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
     """The edges as plain arrays for index.npz (ids as 16-byte rows, types and namespaces as codes)."""
     ends = np.frombuffer(b"".join(stored.edge.source.bytes + stored.edge.target.bytes for stored in edges), dtype=np.uint8)
+    distinct, codes = np.unique(id_keys(ends), return_inverse=True)
     return {
         "edge_ids": np.asarray([stored.edge.edge_id for stored in edges], dtype=np.int64),
-        "edge_ends": ends.reshape(len(edges), 32),
+        "edge_end_ids": np.frombuffer(distinct.tobytes(), dtype=np.uint8).reshape(len(distinct), 16),
+        "edge_end_codes": codes.astype(np.int32).reshape(len(edges), 2),
         "edge_confidences": np.asarray([stored.edge.confidence for stored in edges], dtype=np.float64),
         **_coded([stored.edge.edge_type for stored in edges], "type"),
         **_coded([stored.namespace for stored in edges], "namespace"),
@@ -116,22 +121,30 @@ def _dictionary(blob: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, tuple[s
 
 
 class EdgeColumns:
-    """One segment's edges in stored order: ids, both ends (16 bytes each), type and namespace
-    codes, confidences and owner rows (-1 for none). Immutable once made."""
+    """One segment's edges in stored order: ids, both ends (codes into the segment's distinct
+    ends, or 16 bytes each in older segments: `ends_at` reads either), type and namespace codes,
+    confidences and owner rows (-1 for none). Immutable once made."""
 
     def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
         """From index.npz's arrays, which must hold `edge_rows` (older segments' edges are decoded
         and given owners first: `from_stored`). Raises ValueError or KeyError where they disagree."""
         self.ids = np.asarray(arrays["edge_ids"], dtype=np.int64)
         count = len(self.ids)
-        self.ends = np.asarray(arrays["edge_ends"], dtype=np.uint8).reshape(count, 32)
+        self._end_ids: np.ndarray | None = None
+        if "edge_end_codes" in arrays:
+            self._end_ids = np.asarray(arrays["edge_end_ids"], dtype=np.uint8).reshape(-1, 16)
+            self._ends = np.asarray(arrays["edge_end_codes"]).reshape(count, 2)
+            if self._ends.dtype != np.int32 or (count and (int(self._ends.min()) < 0 or int(self._ends.max()) >= len(self._end_ids))):
+                raise ValueError("edge end codes do not match their ids")
+        else:
+            self._ends = np.asarray(arrays["edge_ends"], dtype=np.uint8).reshape(count, 32)
         self.confidences = np.asarray(arrays["edge_confidences"], dtype=np.float64)
         self.rows = np.asarray(arrays["edge_rows"], dtype=np.int64)
         self.types, self.type_names = _codes(arrays, "type")
         self.namespaces, self.namespace_names = _codes(arrays, "namespace")
         if not (len(self.confidences) == len(self.rows) == len(self.types) == len(self.namespaces) == count):
             raise ValueError("the edge arrays differ in length")
-        for array in (self.ids, self.ends, self.confidences, self.rows, self.types, self.namespaces):
+        for array in (self.ids, self._ends, self.confidences, self.rows, self.types, self.namespaces):
             array.flags.writeable = False
         self._lock = threading.Lock()
         self._mentioners: dict[str, dict[int, frozenset[int]]] = {}
@@ -144,6 +157,14 @@ class EdgeColumns:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def ends_at(self, positions: np.ndarray) -> np.ndarray:
+        """The ends of the edges at `positions` (indices or a mask), one row of 32 bytes per edge:
+        the source's id bytes, then the target's."""
+        if self._end_ids is None:
+            return self._ends[positions]
+        codes = self._ends[positions]
+        return self._end_ids[codes.reshape(-1)].reshape(len(codes), 32)
 
     def check_owners(self, rows: int, directory: object) -> None:
         """Every owner row is -1 or a row of a segment of `rows` rows (a StoreError names the first that is not)."""
@@ -174,7 +195,7 @@ class EdgeColumns:
         """The graph edges at `positions`, in the order given. Each distinct end is made a UUID
         once (an entity is the end of many edges), which halves the cost of a namespace's first
         graph."""
-        ends, inverse = np.unique(id_keys(self.ends[positions]), return_inverse=True)
+        ends, inverse = np.unique(id_keys(self.ends_at(positions)), return_inverse=True)
         ids = [UUID(bytes=end.tobytes()) for end in ends]
         numbers = inverse.reshape(-1, 2)
         types = self.type_names
@@ -216,7 +237,7 @@ class EdgeColumns:
         """The targets (rows of 16 id bytes) and owner rows of `namespace`'s MENTIONS edges that
         have an owner, dead rows included."""
         mask = self._of(namespace, MENTIONS) & (self.rows >= 0)
-        return self.ends[mask, 16:], self.rows[mask]
+        return self.ends_at(mask)[:, 16:], self.rows[mask]
 
     def co_mentioned_id(self, namespace: str, source: UUID, target: UUID) -> int | None:
         """The id of the CO_MENTIONED edge from `source` to `target` in `namespace` stored here (the
@@ -225,7 +246,7 @@ class EdgeColumns:
         found = self._co_mentioned.get(namespace)
         if found is None:
             mask = self._of(namespace, CO_MENTIONED)
-            ends = self.ends[mask].tobytes()
+            ends = self.ends_at(mask).tobytes()
             found = {ends[32 * i:32 * i + 32]: edge_id for i, edge_id in enumerate(self.ids[mask].tolist())}
             with self._lock:
                 found = self._co_mentioned.setdefault(namespace, found)

@@ -102,7 +102,7 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     if not blocks:
         return Adjacency([])
     ids = np.concatenate([block.columns.ids[block.positions] for block in blocks])
-    ends = np.concatenate([block.columns.ends[block.positions] for block in blocks])
+    ends = np.concatenate([block.columns.ends_at(block.positions) for block in blocks])
     types = np.concatenate([np.asarray(block.columns.type_names, dtype=object)[block.columns.types[block.positions]]
                             for block in blocks])
     confidence = np.concatenate([block.columns.confidences[block.positions] for block in blocks])
