@@ -169,6 +169,10 @@ def test_ends_are_stored_as_codes_into_distinct_ids_and_read_from_either_form() 
     mask[::3] = True
     for chosen in (np.asarray([399, 0, 5]), mask, np.asarray([], dtype=np.int64)):
         assert np.array_equal(coded.ends_at(chosen), older.ends_at(chosen))
+        for columns in (coded, older):
+            codes, ids = columns.end_codes_at(chosen)
+            assert np.array_equal(ids[codes.reshape(-1)].reshape(-1, 32), coded.ends_at(chosen))
+            assert len({row.tobytes() for row in ids}) == len(ids) == len(np.unique(codes))  # each used id once
     assert all(coded.mentioners(namespace) == older.mentioners(namespace) for namespace in ("alpha", "béta", "tenant/γ"))
     with pytest.raises(ValueError, match="end codes do not match"):
         EdgeColumns(dict(arrays, edge_end_codes=arrays["edge_end_codes"] + len(distinct)))

@@ -7,7 +7,7 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, EdgeColumns, StoredEdge
+from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, EdgeColumns, StoredEdge, stored_edge_arrays
 from rms_retrieval.stores.engine.scope_graph import EdgeBlock, co_mention_counts, mentions_of, scope_graph
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
@@ -81,10 +81,19 @@ def _expected(segments, scope: tuple[str, ...], dead_ids: frozenset[tuple[str, U
     return sorted(kept, key=lambda edge: edge.edge_id)
 
 
-def _built(segments, scope, dead_ids) -> Adjacency:
+def _byte_form(edges) -> dict[str, np.ndarray]:
+    """The arrays of segments written before end codes: each edge's two ids, 32 bytes."""
+    arrays = {name: array for name, array in stored_edge_arrays(edges).items() if not name.startswith("edge_end_")}
+    arrays["edge_ends"] = np.frombuffer(b"".join(stored.edge.source.bytes + stored.edge.target.bytes for stored in edges),
+                                        dtype=np.uint8).reshape(len(edges), 32)
+    return arrays
+
+
+def _built(segments, scope, dead_ids, older: tuple[int, ...] = ()) -> Adjacency:
+    """The graph from the segments' columns, those at `older` in the byte form of their ends."""
     blocks, mentions = [], {name: [] for name in scope}
-    for edges, dead in segments:
-        columns = EdgeColumns.from_stored(edges)
+    for number, (edges, dead) in enumerate(segments):
+        columns = EdgeColumns(_byte_form(edges)) if number in older else EdgeColumns.from_stored(edges)
         groups = columns.live_by_namespace(dead)
         blocks += [EdgeBlock(name, groups.columns, groups.positions(name)) for name in scope]
         for name in scope:
@@ -99,7 +108,7 @@ def test_the_graph_of_columns_is_the_graph_of_the_rule() -> None:
         owner = next(stored for stored in segments[1][0] if stored.edge.edge_type == MENTIONS)
         dead_ids = frozenset({(owner.namespace, some_entity), (owner.namespace, owner.edge.source)})
         for scope in (("a",), ("b",), ("a", "b")):
-            built = _built(segments, scope, dead_ids if seed % 2 else frozenset())
+            built = _built(segments, scope, dead_ids if seed % 2 else frozenset(), older=((), (1,), (0, 2))[seed % 3])
             expected = _expected(segments, scope, dead_ids if seed % 2 else frozenset())
             assert built.edges == tuple(expected)
             assert any(edge.edge_type == CO_MENTIONED for edge in expected)
@@ -119,9 +128,11 @@ def test_co_mention_counts_need_the_smaller_id_first_and_live_rows() -> None:
     edges = tuple(StoredEdge(Edge(i + 1, UUID(int=100 + row), entity, MENTIONS, 0.9), "a", row)
                   for i, (row, entity) in enumerate([(0, low), (0, high), (1, low), (1, high), (2, low), (2, other)]))
     columns = EdgeColumns.from_stored(edges)
-    ends = lambda ids: np.frombuffer(b"".join(u.bytes for u in ids), dtype=np.uint8).reshape(-1, 16)  # noqa: E731
+    keys = np.frombuffer(b"".join(u.bytes for u in (low, high, other, UUID(int=9))), dtype="V16")  # codes 0, 1, 2, 3
+    code = lambda ids: np.asarray([[low, high, other, UUID(int=9)].index(u) for u in ids])  # noqa: E731
     live = [mentions_of(columns, "a", None, 3)]
-    assert co_mention_counts(ends([low, high, low, low]), ends([high, low, other, UUID(int=9)]), live).tolist() == [2, 0, 1, 0]
+    assert co_mention_counts(code([low, high, low, low]), code([high, low, other, UUID(int=9)]), keys, live).tolist() == [2, 0, 1, 0]
     one_dead = [mentions_of(columns, "a", np.array([True, False, False]), 3)]
-    assert co_mention_counts(ends([low]), ends([high]), one_dead).tolist() == [1]
-    assert co_mention_counts(ends([low]), ends([high]), live * 2).tolist() == [4]  # summed over segments
+    assert co_mention_counts(code([low]), code([high]), keys, one_dead).tolist() == [1]
+    assert co_mention_counts(code([low]), code([high]), keys, live * 2).tolist() == [4]  # summed over segments
+    assert co_mention_counts(code([low]), code([high]), keys[1:2], live).tolist() == [0]  # mentions of ids not in keys count for none

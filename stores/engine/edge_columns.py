@@ -166,6 +166,19 @@ class EdgeColumns:
         codes = self._ends[positions]
         return self._end_ids[codes.reshape(-1)].reshape(len(codes), 32)
 
+    def end_codes_at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ends of the edges at `positions` as (source, target) codes, one row per edge, into
+        the distinct ids they use (rows of 16 bytes, each once): what a scope's graph numbers its
+        nodes from without sorting every edge's two ids."""
+        if self._end_ids is None:
+            keys, inverse = np.unique(id_keys(self._ends[positions]), return_inverse=True)
+            return inverse.reshape(-1, 2), np.frombuffer(keys.tobytes(), dtype=np.uint8).reshape(-1, 16)
+        codes = self._ends[positions]
+        used = np.zeros(len(self._end_ids), dtype=bool)
+        used[codes.reshape(-1)] = True
+        renumbered = np.cumsum(used) - 1
+        return renumbered[codes], self._end_ids[used]
+
     def check_owners(self, rows: int, directory: object) -> None:
         """Every owner row is -1 or a row of a segment of `rows` rows (a StoreError names the first that is not)."""
         bad = np.flatnonzero((self.rows < -1) | (self.rows >= rows))

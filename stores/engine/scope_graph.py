@@ -47,22 +47,26 @@ def mentions_of(columns: EdgeColumns, namespace: str, dead: np.ndarray | None, r
     return Mentions(id_keys(entities), rows, row_count)
 
 
-def co_mention_counts(sources: np.ndarray, targets: np.ndarray, segments: Sequence[Mentions]) -> np.ndarray:
-    """For each (source, target) entity pair (rows of 16 id bytes), the live objects mentioning
-    both, summed over `segments`; 0 unless source < target (pairs are stored smaller id first).
-    Each pair costs the rows of its less mentioned entity, never a listing of every pair."""
+def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray, segments: Sequence[Mentions]) -> np.ndarray:
+    """For each (source, target) entity pair (codes into `keys`, the ids as a sorted V16 column),
+    the live objects mentioning both, summed over `segments`; 0 unless source < target (pairs are
+    stored smaller id first, and codes sort as ids do). Each pair costs the rows of its less
+    mentioned entity, never a listing of every pair."""
     totals = np.zeros(len(sources), dtype=np.int64)
-    source_keys, target_keys = id_keys(sources), id_keys(targets)
-    ordered = np.flatnonzero(_smaller(sources, targets))
+    ordered = np.flatnonzero(sources < targets)
     for mentions in segments:
         if not len(mentions.rows) or not len(ordered):
             continue
-        entity_keys, entity_of = np.unique(mentions.entities, return_inverse=True)
+        entity_codes = _found(keys, mentions.entities)  # an entity no edge of the scope touches pairs with none
+        known = entity_codes >= 0
+        entity_keys, entity_of = np.unique(entity_codes[known], return_inverse=True)
+        if not len(entity_keys):
+            continue
         stride = max(mentions.row_count, 1)
-        codes = np.unique(entity_of.astype(np.int64).reshape(-1) * stride + mentions.rows)  # by entity, then row
+        codes = np.unique(entity_of.astype(np.int64).reshape(-1) * stride + mentions.rows[known])  # by entity, then row
         indptr = np.searchsorted(codes // stride, np.arange(len(entity_keys) + 1))
-        first = _found(entity_keys, source_keys[ordered])
-        second = _found(entity_keys, target_keys[ordered])
+        first = _found(entity_keys, sources[ordered])
+        second = _found(entity_keys, targets[ordered])
         both = (first >= 0) & (second >= 0)
         pairs, first, second = ordered[both], first[both], second[both]
         first_count = indptr[first + 1] - indptr[first]
@@ -79,12 +83,15 @@ def co_mention_counts(sources: np.ndarray, targets: np.ndarray, segments: Sequen
     return totals
 
 
-def _smaller(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """Per row, whether the first id is below the second (as integers: big-endian halves)."""
-    first_halves = np.ascontiguousarray(first).reshape(-1, 16).view(">u8")
-    second_halves = np.ascontiguousarray(second).reshape(-1, 16).view(">u8")
-    return (first_halves[:, 0] < second_halves[:, 0]) | (
-        (first_halves[:, 0] == second_halves[:, 0]) & (first_halves[:, 1] < second_halves[:, 1]))
+def scope_ends(blocks: Sequence[EdgeBlock]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The distinct ends of the blocks' edges as one sorted V16 column (UUID order), and each
+    block's (source, target) pairs as codes into it: sorted once over the distinct ends, not over
+    every edge's two ids."""
+    local = [block.columns.end_codes_at(block.positions) for block in blocks]
+    ids = np.concatenate([np.zeros((0, 16), dtype=np.uint8), *(used for _, used in local)])
+    keys, code_of = np.unique(id_keys(ids), return_inverse=True)
+    offsets = np.cumsum([0, *(len(used) for _, used in local)])
+    return keys, [code_of.reshape(-1)[offset + codes] for (codes, _), offset in zip(local, offsets.tolist())]
 
 
 def _found(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -102,7 +109,8 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     if not blocks:
         return Adjacency([])
     ids = np.concatenate([block.columns.ids[block.positions] for block in blocks])
-    ends = np.concatenate([block.columns.ends_at(block.positions) for block in blocks])
+    keys, block_ends = scope_ends(blocks)
+    ends = np.concatenate(block_ends).astype(np.int64)
     types = np.concatenate([np.asarray(block.columns.type_names, dtype=object)[block.columns.types[block.positions]]
                             for block in blocks])
     confidence = np.concatenate([block.columns.confidences[block.positions] for block in blocks])
@@ -111,19 +119,20 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     _, last = np.unique(ids[::-1], return_index=True)  # a later segment's edge replaces one with its id
     keep = len(ids) - 1 - last
     ids, ends, types, confidence, namespace = ids[keep], ends[keep], types[keep], confidence[keep], namespace[keep]
-    sources, targets = ends[:, :16], ends[:, 16:]
+    sources, targets = ends[:, 0], ends[:, 1]
     alive = np.ones(len(ids), dtype=bool)
     for number, name in enumerate(names):
         dead = [memory_id.bytes for dead_namespace, memory_id in dead_ids if dead_namespace == name]
         if dead:
-            gone = id_keys(np.frombuffer(b"".join(dead), dtype=np.uint8))
-            alive &= ~((namespace == number) & (np.isin(id_keys(sources), gone) | np.isin(id_keys(targets), gone)))
+            gone = _found(keys, id_keys(np.frombuffer(b"".join(dead), dtype=np.uint8)))
+            gone = gone[gone >= 0]
+            alive &= ~((namespace == number) & (np.isin(sources, gone) | np.isin(targets, gone)))
     co_mentioned = types == CO_MENTIONED
     counts = np.zeros(len(ids), dtype=np.int64)
     for number, name in enumerate(names):
         chosen = np.flatnonzero(co_mentioned & alive & (namespace == number))
-        counts[chosen] = co_mention_counts(sources[chosen], targets[chosen], mentions.get(name, []))
+        counts[chosen] = co_mention_counts(sources[chosen], targets[chosen], keys, mentions.get(name, []))
     alive &= ~co_mentioned | (counts > 0)
     for found in np.unique(counts[co_mentioned & alive]).tolist():
         confidence[co_mentioned & (counts == found)] = co_mention_confidence(found)
-    return Adjacency.from_columns(ids[alive], sources[alive], targets[alive], types[alive], confidence[alive])
+    return Adjacency.from_codes(ids[alive], keys, sources[alive], targets[alive], types[alive], confidence[alive])

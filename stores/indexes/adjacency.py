@@ -41,6 +41,22 @@ class Adjacency:
                             np.asarray(confidence, dtype=float))
         return graph
 
+    @classmethod
+    def from_codes(cls, edge_id: np.ndarray, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray,
+                   edge_types: np.ndarray, confidence: np.ndarray) -> Adjacency:
+        """`from_columns` of edges whose ends are codes into `keys`, node ids as a sorted V16
+        column (codes sort as the ids do); ids no edge uses are no nodes."""
+        graph = cls.__new__(cls)
+        order = np.argsort(np.asarray(edge_id, dtype=np.int64), kind="stable")
+        count = len(order)
+        used, numbers = np.unique(np.concatenate([sources[order], targets[order]]), return_inverse=True)
+        nodes = tuple(UUID(bytes=key.tobytes()) for key in keys[used])
+        numbers = numbers.reshape(-1).astype(np.int64)
+        graph._install(nodes, {node.int: i for i, node in enumerate(nodes)}, numbers[:count], numbers[count:],
+                       np.asarray(confidence, dtype=float)[order], np.asarray(edge_id, dtype=np.int64)[order],
+                       edge_types[order])
+        return graph
+
     def _from_columns(self, edge_id: np.ndarray, sources: np.ndarray, targets: np.ndarray, edge_types: np.ndarray,
                       confidence: np.ndarray) -> None:
         order = np.argsort(edge_id, kind="stable")
