@@ -95,12 +95,27 @@ _LIST = _rx(
     r"[a-z]{3,}s\s+(?:has|have|did|does|do)\b"
 )
 
-# A question's pronouns name speakers of a chat: its first person the user who asks, its second
-# person the assistant asked (scoring.pronoun_speakers).
+# The speakers of a chat a question names (scoring.pronoun_speakers): the assistant when it asks
+# back for what the assistant said ("you mentioned", "you recommended", "our previous
+# conversation", "we talked"), and then the assistant alone, although such a question speaks in
+# the first person too ("can you remind me"); otherwise the user who asks, when it is in the first
+# person. A request ("can you suggest ...") names no one: the answer lies in what the user said.
 _FIRST_PERSON = re.compile(r"\b(?:I(?:['’](?:m|ve|d|ll))?|(?i:me|my|mine|myself))\b")
-_SECOND_PERSON = re.compile(r"\b(?i:you(?:['’](?:ve|re|d|ll))?|your|yours|yourself)\b")
+_ASSISTANT_RECALLED = re.compile(
+    r"\byou\s+(?:\w+\s+){0,2}?(?:mentioned|recommended|suggested|provided|said|told|gave|wrote|made|listed|shared"
+    r"|described|explained|named|showed|came\s+up\s+with)\b"
+    r"|\bour\s+(?:previous|last|earlier)\s+(?:conversation|chat|discussion)\b|\bwe\s+(?:talked|discussed|chatted)\b",
+    re.IGNORECASE,
+)
 
 _EXTRACTOR_TYPES = {t.value: t for t in EntityType}
+
+
+def _speaker_roles(query: str) -> tuple[str, ...]:
+    """The chat roles `query` names as its speakers (see _ASSISTANT_RECALLED)."""
+    if _ASSISTANT_RECALLED.search(query):
+        return ("assistant",)
+    return ("user",) if _FIRST_PERSON.search(query) else ()
 
 
 def _occurrences(name: str, query: str) -> list[tuple[int, int]]:
@@ -333,8 +348,7 @@ def query_analysis(
         intent=intent,
         current_state=_is_current_state(query, intent, signals),
         aggregation=_aggregation(query),
-        speaker_roles=tuple(role for role, pronoun in (("user", _FIRST_PERSON), ("assistant", _SECOND_PERSON))
-                            if pronoun.search(query)),
+        speaker_roles=_speaker_roles(query),
         namespace_scope=request.namespaces,
         retrieval_mode=request.retrieval_mode,
         reference_time=request.reference_time,

@@ -132,10 +132,12 @@ class ScoringSettings(BaseModel):
     )
     pronoun_speakers: tuple[Literal["user", "assistant"], ...] = Field(
         default=(),
-        description='The chat roles a question\'s pronouns name as its speakers, lifted by speaker_boost as a named '
-                    'speaker\'s turns are: "user" for a question in the first person (I, me, my), "assistant" for '
-                    'one in the second (you, your). A turn\'s role is its metadata role, or a leading "user:" or '
-                    '"assistant:" label.',
+        description='The chat roles a question names as its speakers, lifted by speaker_boost as a named '
+                    'speaker\'s turns are: "assistant" for a question that asks back for what the assistant said '
+                    '("you mentioned", "you recommended", "our previous conversation", "we talked"), and then the '
+                    'assistant alone; otherwise "user" for a question in the first person (I, me, my). A request '
+                    '("can you suggest ...") names no assistant. A turn\'s role is its metadata role, or a leading '
+                    '"user:" or "assistant:" label.',
     )
     current_update_multiplier: float = Field(default=1.30, ge=1.0, le=4.0)
     relevance_floor: float = Field(default=0.2, ge=0.0, le=1.0)

@@ -119,6 +119,12 @@ def test_the_entity_catalog_reads_names_and_aliases_from_records_as_from_objects
     from_record = segment.entity_names_at(row)
     segment.object_at(row)  # decoded now: read from the object
     assert from_record == segment.entity_names_at(row) == ("Melanie Brown", ["Melanie Brown", "Mel", "Mels"])
+    # without an aliases key the name column answers, whatever the texts hold ("aliases" in quotes included)
+    quoted = _memory(21, 'Her "aliases" list', node_type=NodeType.ENTITY, entity_canonical_name="Ann Lee",
+                     metadata={"note": '"aliases"'})
+    store.add([quoted])
+    segment = next(s for s in store.snapshot().segments if s.holds("a", quoted.id))
+    assert segment.entity_names_at(segment.live_row("a", quoted.id)) == ("Ann Lee", ["Ann Lee"])
 
 
 def test_namespace_filter_applies_before_top_k(store, encoder):

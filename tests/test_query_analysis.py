@@ -259,15 +259,19 @@ def test_aggregation(query, aggregation):
         ("How many items of clothing do I need to return?", ("user",)),
         ("I've been having trouble with my phone. Any tips?", ("user",)),
         ("What's MY favourite colour?", ("user",)),
-        ("What did you recommend for the trip?", ("assistant",)),
-        ("You're sure? What did YOUR list say?", ("assistant",)),
-        ("Can you remind me what we said about Lisbon?", ("user", "assistant")),
+        ("What was the hotel you recommended for the trip?", ("assistant",)),
+        ("Can you remind me of the example you gave in our previous chat?", ("assistant",)),  # not the user
+        ("I think we discussed jobs for seniors earlier. What was the 7th?", ("assistant",)),
+        ("In our last conversation YOU SUGGESTED three names; which was first?", ("assistant",)),
+        ("Can you suggest a hotel for my trip to Miami?", ("user",)),  # a request names no assistant words
+        ("Do you have any tips?", ()),
+        ("What did my sister say about the trip you planned?", ("user",)),  # "planned" tells nothing said
         ("When did Caroline go to the support group?", ()),
         ("i think so", ()),  # a lower-case i is not read as the pronoun
         ("Is Iowa in the Midwest? Is Yourk a town?", ()),
     ],
 )
-def test_the_chat_roles_a_questions_pronouns_name(query, roles):
+def test_the_chat_roles_a_question_names(query, roles):
     assert _analyse(query).speaker_roles == roles
 
 

@@ -369,7 +369,11 @@ class LoadedSegment:
         memory = self._decoded.get(position)
         if memory is not None:
             return memory.entity_canonical_name or "", entity_names(memory)
-        fields = json.loads(self._columns.records.at(position))
+        record = self._columns.records.at(position)
+        if '"aliases"' not in record:  # no aliases key (JSON escapes a quote in a text): the name column is all
+            canonical = self._columns.entity_names[position].as_py()
+            return canonical or "", names_of(canonical, None)
+        fields = json.loads(record)
         canonical = fields["entity_canonical_name"]
         return canonical or "", names_of(canonical, (fields["metadata"] or {}).get("aliases"))
 
