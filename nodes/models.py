@@ -147,8 +147,8 @@ class QueryAnalysis(BaseModel):
     intent: QueryIntent = QueryIntent.SEMANTIC
     current_state: bool = False
     aggregation: AggregationKind | None = None
-    # The chat roles its pronouns name: "user" for the first person (I, me, my, ...), "assistant"
-    # for the second (you, your, ...).
+    # The chat roles it names as its speakers: "assistant" alone when it asks back for what the
+    # assistant said, else "user" when it is in the first person (nodes/query_analysis.py).
     speaker_roles: tuple[str, ...] = ()
     namespace_scope: tuple[str, ...]
     retrieval_mode: RetrievalMode = RetrievalMode.DEFAULT

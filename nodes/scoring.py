@@ -142,7 +142,7 @@ class _Inputs:
         self.path_count = np.bitwise_count(self.path_mask & _PRIMARY_BITS).astype(np.int64)
         self.semantic_relevance = np.maximum(np.nan_to_num(self.semantic, nan=0.0), 0.0)
         boost = settings.scoring.speaker_boost
-        # scoring.pronoun_speakers: the chat roles the question's pronouns name speak as named speakers do.
+        # scoring.pronoun_speakers: the chat roles the question names speak as named speakers do.
         roles = frozenset(analysis.speaker_roles).intersection(settings.scoring.pronoun_speakers)
         self.speaker_value = np.fromiter(
             (1.0 + boost if obj.id.int in spoken or (roles and role_of(obj) in roles) else 1.0 for obj in self.objects),

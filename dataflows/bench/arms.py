@@ -88,8 +88,8 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     "context_packing_adjacent": _variant(lambda s: _with_session(s, context_packing=True),
                                          lambda s: _with_packing(s, order="adjacent")),
     "temporal_guidance": _variant(lambda s: _with_packing(s, temporal_guidance=True)),
-    # The chat roles a question's pronouns name (scoring.pronoun_speakers): the user for the first
-    # person, and also the assistant for the second; alone and with tiers 2 and 3 offered as one
+    # The chat roles a question names (scoring.pronoun_speakers): the user for the first person,
+    # and also the assistant for a question about its words; alone and with tiers 2 and 3 offered as one
     # (packing.tier_order="score")
     **{f"{name}{suffix}": _variant(lambda s, r=roles: _with_scoring(s, pronoun_speakers=r), *extra)
        for name, roles in (("first_person", ("user",)), ("pronouns", ("user", "assistant")))

@@ -14,7 +14,7 @@ speaker lift (`scoring.speaker_boost`) never fires.
 A turn's chat role (`role_of`) is `metadata["role"]` (what `add_messages` records), else, for a
 TURN written the way flattened chat logs are ("user: ...", "Assistant: ..."), its leading role
 label: user or human for the user, assistant or ai for the assistant. Scoring can lift the turns of
-the roles a question's pronouns name (`scoring.pronoun_speakers`, nodes/scoring.py).
+the roles a question names (`scoring.pronoun_speakers`, nodes/scoring.py).
 
 The writer gives each speaker one ENTITY per namespace, created the first time the speaker
 speaks (stores/indexes/entity_graph.py), and a SPOKEN_BY edge from each of their turns. A turn whose
