@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, MENTIONS, SPOKEN_BY, EdgeColumns, StoredEdge,
-                                                      stored_edge_arrays)
+                                                      merged_edge_arrays, stored_edge_arrays)
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.protocols import Edge
 
@@ -178,3 +178,22 @@ def test_ends_are_stored_as_codes_into_distinct_ids_and_read_from_either_form() 
         EdgeColumns(dict(arrays, edge_end_codes=arrays["edge_end_codes"] + len(distinct)))
     with pytest.raises(ValueError, match="end codes do not match"):
         EdgeColumns(dict(arrays, edge_end_codes=arrays["edge_end_codes"].astype(np.int64)))
+
+
+def test_merged_edges_keep_the_last_of_each_id_with_owner_rows_moved() -> None:
+    first, second = _edges(count=300, seed=3), _edges(count=200, rows=60, seed=4)  # ids 1-200 in both
+    extra = (StoredEdge(Edge(900, UUID(int=5), UUID(int=6), "SUPERSEDES", 1.0), "only-here", 2),)
+    parts = [(EdgeColumns(_byte_form(first)), np.arange(60) + 100), (EdgeColumns.from_stored(second + extra), np.arange(60)[::-1])]
+    latest: dict[int, StoredEdge] = {}
+    for (columns, new_row) in parts:
+        for stored in columns.decoded():
+            row = -1 if stored.row < 0 else int(new_row[stored.row])
+            latest[stored.edge.edge_id] = StoredEdge(stored.edge, stored.namespace, row)
+    expected = tuple(latest[edge_id] for edge_id in sorted(latest))
+    merged = EdgeColumns(merged_edge_arrays(parts))
+    assert merged.decoded() == expected and merged.namespace_set == {"alpha", "béta", "tenant/γ", "only-here"}
+    assert merged_edge_arrays([(EdgeColumns.from_stored(()), np.arange(0))])["edge_ids"].shape == (0,)
+    superseded = merged_edge_arrays([(EdgeColumns.from_stored(extra), np.arange(3)),
+                                     (EdgeColumns.from_stored((StoredEdge(Edge(900, UUID(int=5), UUID(int=6), "X", 1.0), "b", 1),)),
+                                      np.arange(3))])
+    assert EdgeColumns(superseded).namespace_set == {"b"} and EdgeColumns(superseded).type_names == ("X",)  # unused names go

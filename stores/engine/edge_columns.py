@@ -81,6 +81,54 @@ def stored_edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
     }
 
 
+def _recoded(parts: Sequence[tuple[np.ndarray, tuple[str, ...]]], kept: np.ndarray, name: str) -> dict[str, np.ndarray]:
+    """`_coded`'s arrays for the texts given as each part's (codes, names), concatenated, at `kept`:
+    the names the kept edges use, in order of first use by a part."""
+    every = list(dict.fromkeys(text for _, names in parts for text in names))
+    codes = np.concatenate([np.zeros(0, dtype=np.int64),
+                            *(np.asarray([every.index(text) for text in names], dtype=np.int64)[part_codes]
+                              for part_codes, names in parts)])[kept]
+    used = np.unique(codes)
+    names, ends = _texts_array([every[code] for code in used.tolist()])
+    return {f"edge_{name}_codes": np.searchsorted(used, codes).astype(np.uint8 if len(used) <= 256 else np.int32),
+            f"edge_{name}_names": names, f"edge_{name}_name_ends": ends}
+
+
+def joined_ends(parts: Sequence[tuple[EdgeColumns, np.ndarray]]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The distinct ends of the edges at each part's positions as one sorted V16 column (UUID
+    order), and each part's (source, target) pairs as codes into it: sorted once over the
+    distinct ends, not over every edge's two ids."""
+    local = [columns.end_codes_at(positions) for columns, positions in parts]
+    ids = np.concatenate([np.zeros((0, 16), dtype=np.uint8), *(used for _, used in local)])
+    keys, code_of = np.unique(id_keys(ids), return_inverse=True)
+    offsets = np.cumsum([0, *(len(used) for _, used in local)])
+    return keys, [code_of.reshape(-1)[offset + codes] for (codes, _), offset in zip(local, offsets.tolist())]
+
+
+def merged_edge_arrays(parts: Sequence[tuple[EdgeColumns, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The edges of several segments as one segment's arrays, with no edge made an object: each
+    part is a segment's columns and where its rows went (`new_row[row]`); of the edges with one
+    id the last wins (a later part, or later in a part), and they are stored in id order."""
+    ids = np.concatenate([np.zeros(0, dtype=np.int64), *(columns.ids for columns, _ in parts)])
+    keys, part_ends = joined_ends([(columns, np.arange(len(columns))) for columns, _ in parts])
+    ends = np.concatenate([np.zeros((0, 2), dtype=np.int64), *part_ends])
+    rows = np.concatenate([np.zeros(0, dtype=np.int64), *(np.where(columns.rows >= 0, new_row[np.maximum(columns.rows, 0)], -1)
+                                                          for columns, new_row in parts)])
+    confidences = np.concatenate([np.zeros(0, dtype=np.float64), *(columns.confidences for columns, _ in parts)])
+    _, last = np.unique(ids[::-1], return_index=True)
+    kept = len(ids) - 1 - last  # the last of each id, in id order
+    used, codes = np.unique(ends[kept], return_inverse=True)  # the ends the kept edges use, in id order
+    return {
+        "edge_ids": ids[kept],
+        "edge_end_ids": np.frombuffer(keys[used].tobytes(), dtype=np.uint8).reshape(len(used), 16),
+        "edge_end_codes": codes.astype(np.int32).reshape(len(kept), 2),
+        "edge_confidences": confidences[kept],
+        **_recoded([(columns.types, columns.type_names) for columns, _ in parts], kept, "type"),
+        **_recoded([(columns.namespaces, columns.namespace_names) for columns, _ in parts], kept, "namespace"),
+        "edge_rows": rows[kept].astype(np.int64),
+    }
+
+
 def _codes(arrays: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray, tuple[str, ...]]:
     """The codes and names of the edges' `name` texts, from either stored form."""
     if f"edge_{name}_codes" not in arrays:  # each edge's text (segments written before codes)

@@ -35,7 +35,8 @@ import pyarrow as pa
 
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Manifest, SegmentEntry, committed_generation, write_manifest
 from rms_retrieval.stores.engine.segment_writing import write_deletions, write_table_segment
-from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge, new_segment_id, segment_generation
+from rms_retrieval.stores.engine.edge_columns import merged_edge_arrays
+from rms_retrieval.stores.engine.segments import LoadedSegment, new_segment_id, segment_generation
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.snapshot import StoreSnapshot
@@ -99,15 +100,12 @@ def staged_merge(store: Path, segments: Sequence[LoadedSegment]) -> StagedMerge:
     vectors = np.concatenate([segment.vectors for segment in segments])[order]
     objects = pa.concat_tables([segment.objects_table() for segment in segments]).take(pa.array(order))
     objects = objects.set_column(0, "row", pa.array(np.arange(len(order), dtype=np.int64)))
-    latest: dict[int, StoredEdge] = {}
     offsets = np.cumsum([0, *(segment.entry.rows for segment in segments)]).tolist()
-    for segment, offset in zip(segments, offsets):
-        for stored in segment.edges:
-            row = -1 if stored.row is None or stored.row < 0 else int(new_row[offset + stored.row])
-            latest[stored.edge.edge_id] = StoredEdge(stored.edge, stored.namespace, row)
+    edges = merged_edge_arrays([(segment.edge_columns, new_row[offset:offset + segment.entry.rows])
+                                for segment, offset in zip(segments, offsets)])
     segment_id = new_segment_id(segment_generation(segments[-1].entry.id))
     merged = write_table_segment(
-        store, segment_id, objects, vectors, [latest[edge_id] for edge_id in sorted(latest)], postings,
+        store, segment_id, objects, vectors, edges, postings,
         sources=tuple(segment.entry.id for segment in segments), staging_prefix=MERGE_PREFIX, publish=False,
     )
     return StagedMerge(merged, tuple(segment.entry for segment in segments), new_row, tuple(offsets[:-1]))

@@ -15,7 +15,7 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, EdgeColumns, id_keys
+from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, EdgeColumns, id_keys, joined_ends
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 
@@ -83,17 +83,6 @@ def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray
     return totals
 
 
-def scope_ends(blocks: Sequence[EdgeBlock]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The distinct ends of the blocks' edges as one sorted V16 column (UUID order), and each
-    block's (source, target) pairs as codes into it: sorted once over the distinct ends, not over
-    every edge's two ids."""
-    local = [block.columns.end_codes_at(block.positions) for block in blocks]
-    ids = np.concatenate([np.zeros((0, 16), dtype=np.uint8), *(used for _, used in local)])
-    keys, code_of = np.unique(id_keys(ids), return_inverse=True)
-    offsets = np.cumsum([0, *(len(used) for _, used in local)])
-    return keys, [code_of.reshape(-1)[offset + codes] for (codes, _), offset in zip(local, offsets.tolist())]
-
-
 def _found(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The position of each wanted key in the sorted `keys`, -1 where absent."""
     at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
@@ -109,7 +98,7 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     if not blocks:
         return Adjacency([])
     ids = np.concatenate([block.columns.ids[block.positions] for block in blocks])
-    keys, block_ends = scope_ends(blocks)
+    keys, block_ends = joined_ends([(block.columns, block.positions) for block in blocks])
     ends = np.concatenate(block_ends).astype(np.int64)
     types = np.concatenate([np.asarray(block.columns.type_names, dtype=object)[block.columns.types[block.positions]]
                             for block in blocks])

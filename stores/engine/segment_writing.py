@@ -61,14 +61,15 @@ def write_table_segment(
     segment_id: str,
     objects: pa.Table,
     vectors: np.ndarray,
-    edges: Sequence[StoredEdge],
+    edges: Sequence[StoredEdge] | Mapping[str, np.ndarray],
     postings: TermPostings,
     sources: tuple[str, ...] = (),
     staging_prefix: str = TEMPORARY_PREFIX,
     publish: bool = True,
 ) -> LoadedSegment:
     """Write one segment from its objects table (OBJECTS_SCHEMA, rows grouped by namespace, `row`
-    counting from 0), vectors, edges and postings; a merge passes its sources' ids as `sources`.
+    counting from 0), vectors, edges (as `StoredEdge`s, or as the arrays a merge builds) and
+    postings; a merge passes its sources' ids as `sources`.
 
     Each file is serialised in memory, hashed, written and fsynced once, with the staging
     directory `segments/<staging_prefix><id>/`; then (with `publish`) that is renamed into place:
@@ -80,12 +81,16 @@ def write_table_segment(
         raise StoreError(f"segment {segment_id}: {objects.num_rows} rows, {vectors.shape[0]} vectors and "
                          f"{postings.num_rows} postings rows disagree; this is a bug, report it")
     columns = segment_columns(objects)
-    # every owner known before it is stored (an edge given without one is owned by its source's row;
-    # merges and compaction give every owner, so their rows are not looked up by id)
-    unowned = any(stored.row is None for stored in edges)
-    row_of = columns.rows_by_key() if unowned else {}
-    edges = owned_edges(edges, row_of, objects.num_rows)
-    edge_arrays = stored_edge_arrays(edges)
+    decoded = None
+    if isinstance(edges, Mapping):  # a merge's edges, as arrays (edge_columns.merged_edge_arrays)
+        edge_arrays = dict(edges)
+    else:
+        # every owner known before it is stored (an edge given without one is owned by its source's
+        # row; compaction gives every owner, so its rows are not looked up by id)
+        unowned = any(stored.row is None for stored in edges)
+        row_of = columns.rows_by_key() if unowned else {}
+        decoded = owned_edges(edges, row_of, objects.num_rows)
+        edge_arrays = stored_edge_arrays(decoded)
     blobs = {OBJECTS_FILE: parquet_bytes(without_records(objects)),
              INDEX_FILE: npz_bytes({"vectors": vectors, **record_arrays(objects.column("record")), **postings.to_arrays(),
                                     **edge_arrays})}
@@ -115,7 +120,7 @@ def write_table_segment(
     segment.entry, segment.directory = entry, segment_directory(store, segment_id)
     edge_columns = EdgeColumns(edge_arrays)
     edge_columns.check_owners(objects.num_rows, segment.directory)
-    segment._build(store, IndexArrays(vectors, postings, edge_columns, None, None), columns, edges)
+    segment._build(store, IndexArrays(vectors, postings, edge_columns, None, None), columns, decoded)
     return segment
 
 
