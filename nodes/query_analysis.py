@@ -19,7 +19,7 @@ from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.temporal import date_words_read_as_names, parse_temporal_signals
 from rms_retrieval.stores.providers.embedding import validated_query_vector
-from rms_retrieval.stores.analysis.entities import ExtractedEntity, NameMatcher, extract_entities
+from rms_retrieval.stores.analysis.entities import EntityCatalog, ExtractedEntity, NameMatcher, extract_entities
 from rms_retrieval.stores.analysis.entities import first_name_word as _first_word
 from rms_retrieval.stores.analysis.entities import name_key as _key
 from rms_retrieval.stores.analysis.entities import name_words as _words
@@ -139,6 +139,8 @@ class _Catalog:
         self.spelling: dict[str, str] = {}
         self.by_first_word: dict[str, set[UUID]] = {}
         query_words = set(_words(query))
+        if isinstance(catalog, EntityCatalog):  # only the refs a word of the query opens
+            catalog = [catalog[position] for position in catalog.positions_for(query_words)]
         for ref in catalog:
             for name in (ref.canonical_name, ref.alias):
                 if _first_word(name) not in query_words:

@@ -21,6 +21,7 @@ from uuid import UUID
 import numpy as np
 import pyarrow as pa
 
+from rms_retrieval.stores.analysis.entities import EntityCatalog
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotError
 from rms_retrieval.stores.indexes.lexical import Bm25Index
@@ -295,16 +296,17 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         return None
 
     def entity_catalog(self, namespaces: Sequence[str]) -> list[EntityRef]:
-        """Every entity name and alias in the namespaces, by namespace, alias, then id."""
+        """Every entity name and alias in the namespaces, by namespace, alias, then id: one
+        read-only `EntityCatalog` per scope, shared by every query of this snapshot."""
         key = tuple(sorted(set(namespaces)))
 
-        def build() -> list[EntityRef]:
+        def build() -> EntityCatalog:
             refs = {EntityRef(segment.id_at(row), namespace, canonical, name)
                     for segment, namespace, row in self._entity_rows(key)
                     for canonical, names in (segment.entity_names_at(row),) for name in names}
-            return sorted(refs, key=lambda ref: (ref.namespace, ref.alias.lower(), ref.alias, ref.object_id))
+            return EntityCatalog(sorted(refs, key=lambda ref: (ref.namespace, ref.alias.lower(), ref.alias, ref.object_id)))
 
-        return list(self._catalogs.get(key, self._sources(key, lambda rows: rows.entity_rows), build))
+        return self._catalogs.get(key, self._sources(key, lambda rows: rows.entity_rows), build)  # read-only, shared
 
     def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
         """The graph of one namespace scope; edges never cross namespaces, and a later segment's

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import copy
+import pickle
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -8,7 +10,8 @@ import pytest
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.query_analysis import query_analysis
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.analysis.entities import NameMatcher, extract_entities, first_name_word, name_key, name_words
+from rms_retrieval.stores.analysis.entities import (EntityCatalog, NameMatcher, extract_entities, first_name_word, name_key,
+                                                   name_words)
 from rms_retrieval.stores.indexes.entity_graph import MENTIONS, entity_graph
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import EntityRef
@@ -88,3 +91,31 @@ def test_matcher_finds_names_as_whole_words_shortest_first():
     assert matcher.add(UUID(int=3), "x") is None
     assert matcher.names_in("melanie brown and MEL, not melanies or x") == ["mel", "melanie brown"]
     assert matcher.ids_in_order("Mel") == [UUID(int=2)] and matcher.named("MELANIE  brown") == {UUID(int=1)}
+
+
+def test_an_entity_catalog_is_a_read_only_list_indexed_by_first_name_words():
+    refs = [EntityRef(UUID(int=1), "ns", "Melanie Brown", "Mel"), EntityRef(UUID(int=1), "ns", "Melanie Brown", "Melanie Brown"),
+            EntityRef(UUID(int=2), "ns", "Ann", "Ann"), EntityRef(UUID(int=3), "ns", "Zoë Ånd", "Zoë Ånd")]
+    catalog = EntityCatalog(refs)
+    assert catalog == refs and isinstance(catalog, list)
+    assert catalog.positions_for(["melanie"]) == [0, 1] and catalog.positions_for(["mel", "ann", "ann"]) == [0, 2]
+    assert catalog.positions_for(["zoë"]) == [3] and catalog.positions_for(["brown", "nobody"]) == []
+    for change in (lambda c: c.append(refs[0]), lambda c: c.__setitem__(0, refs[2]), lambda c: c.sort(), lambda c: c.clear(),
+                   lambda c: c.__delitem__(0), lambda c: c.extend(refs)):
+        with pytest.raises(TypeError, match="read-only"):
+            change(catalog)
+    assert catalog == refs
+    for copied in (pickle.loads(pickle.dumps(catalog)), copy.deepcopy(catalog), copy.copy(catalog)):
+        assert isinstance(copied, EntityCatalog) and copied == refs and copied.positions_for(["ann"]) == [2]
+    changed = list(catalog)
+    changed.append(refs[0])  # a copy is a plain list
+    assert len(changed) == 5 and len(catalog) == 4
+
+
+@pytest.mark.parametrize("query", ["Did Mel see Ann?", "What did Melanie Brown buy?", "Where is Zoë Ånd?", "When did nobody go?"])
+def test_query_analysis_reads_a_catalog_and_its_plain_copy_alike(query):
+    refs = [EntityRef(UUID(int=1), "ns", "Melanie Brown", "Mel"), EntityRef(UUID(int=1), "ns", "Melanie Brown", "Melanie Brown"),
+            EntityRef(UUID(int=2), "ns", "Ann", "Ann"), EntityRef(UUID(int=3), "ns", "Zoë Ånd", "Zoë Ånd")]
+    request = RetrievalRequest(query=query, namespaces=("ns",), reference_time=datetime(2024, 1, 1, tzinfo=UTC))
+    indexed = query_analysis(request=request, entity_catalog=EntityCatalog(refs), settings=RetrievalSettings())
+    assert indexed == query_analysis(request=request, entity_catalog=list(refs), settings=RetrievalSettings())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -171,3 +172,31 @@ class NameMatcher:
                 for object_id in self._ids.get(" ".join(words[start : start + size]), ()):
                     first.setdefault(object_id, start)
         return sorted(first, key=lambda object_id: (first[object_id], object_id))
+
+
+class EntityCatalog(list):
+    """A scope's entity names (`EntityRef`s, in catalog order) as a read-only list, with the
+    positions of the refs each first name word opens (of the canonical name or of the alias),
+    made once with it: query analysis reads the refs its question's words open instead of every
+    name. A store hands out one catalog per scope; `list(catalog)` gives a copy to change."""
+
+    def __init__(self, refs: Iterable = ()) -> None:
+        super().__init__(refs)
+        index: dict[str, list[int]] = {}
+        for position, ref in enumerate(self):
+            for word in dict.fromkeys((first_name_word(ref.canonical_name), first_name_word(ref.alias))):
+                index.setdefault(word, []).append(position)
+        self._index = {word: tuple(positions) for word, positions in index.items()}
+
+    def positions_for(self, words: Iterable[str]) -> list[int]:
+        """The positions, ascending, of the refs one of whose names opens with one of `words`."""
+        return sorted({position for word in set(words) for position in self._index.get(word, ())})
+
+    def __reduce__(self):
+        return (EntityCatalog, (list(self),))
+
+    def _read_only(self, *_args, **_kwargs):
+        raise TypeError("an EntityCatalog is read-only (the store shares it); change a copy: list(catalog)")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
+    append = extend = insert = pop = remove = clear = sort = reverse = _read_only
