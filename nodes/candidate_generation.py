@@ -23,6 +23,7 @@ from rms_retrieval.nodes.pools import CandidateLimits, ChannelHit, ChannelResult
 from rms_retrieval.nodes.helpers.channels import guarded, vector_hits
 from rms_retrieval.nodes.helpers.graph_walk import walk
 from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.analysis.entities import EntityCatalog
 from rms_retrieval.stores.indexes.entity_graph import SPOKEN_BY
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import MemoryObject
@@ -126,7 +127,8 @@ def graph_candidates(
     starts = sorted({oid for entity in query_analysis.entities for oid in entity.matched_ids})
     if PathType.GRAPH not in settings.candidates.enabled_paths or limit == 0 or not starts:
         return ChannelResult(path=PathType.GRAPH, limit=limit)
-    entity_ids = [ref.object_id for ref in entity_catalog]
+    # the catalog's ids as one sorted column when the store gave an EntityCatalog (made once per scope)
+    entity_ids = entity_catalog.id_keys if isinstance(entity_catalog, EntityCatalog) else [ref.object_id for ref in entity_catalog]
     cfg = settings.candidates
 
     def search() -> ChannelResult:

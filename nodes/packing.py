@@ -317,9 +317,11 @@ def _packed_bundle(
             if header is not None:
                 headers.add(header)
     context = _assemble_context(packed, item_format, warning if warning_fits else None)
-    while packed and count_context_tokens(context) > budget:  # BPE merges across lines never add tokens in
+    context_tokens = count_context_tokens(context) if context else 0  # counted once: long contexts cost milliseconds
+    while packed and context_tokens > budget:  # BPE merges across lines never add tokens in
         packed.pop()  # practice; this guard keeps the budget a hard limit if they ever do
         context = _assemble_context(packed, item_format, warning)
+        context_tokens = count_context_tokens(context) if context else 0
     # Keyed by the id's integer, which hashes in C (a UUID hashes through Python code).
     owners = {item.obj.id.int: item for item in packed}
     joined = {item.obj.id.int: (owners[into.int], into, tokens) for item, into, tokens in folded if into.int in owners}
@@ -356,7 +358,7 @@ def _packed_bundle(
         namespaces=request.namespaces,
         reference_time=request.reference_time,
         token_budget=budget,
-        tokens_used=count_context_tokens(context) if context else 0,
+        tokens_used=context_tokens,
         items=bundle_items,
         context=context,
         retrieval_metadata=retrieval_metadata(

@@ -107,6 +107,7 @@ def test_an_entity_catalog_is_a_read_only_list_indexed_by_first_name_words():
     assert catalog == refs
     for copied in (pickle.loads(pickle.dumps(catalog)), copy.deepcopy(catalog), copy.copy(catalog)):
         assert isinstance(copied, EntityCatalog) and copied == refs and copied.positions_for(["ann"]) == [2]
+    assert [bytes(key) for key in catalog.id_keys] == [UUID(int=n).bytes for n in (1, 2, 3)]  # distinct, sorted
     changed = list(catalog)
     changed.append(refs[0])  # a copy is a plain list
     assert len(changed) == 5 and len(catalog) == 4

@@ -35,6 +35,10 @@ def test_the_second_hop_divides_by_two_and_records_the_whole_path():
     assert reached.weight.tolist() == [0.5 / (math.sqrt(2) * 2)]
     assert reached.edge_paths == ((0, 1),)
     assert _walk(edges, [E1], {E1, E2}, hops=1).objects == ()
+    keys = np.unique(np.frombuffer(E1.bytes + E2.bytes, dtype="V16"))  # the entities as a catalog's id column
+    by_keys = _walk(edges, [E1], keys)
+    assert (by_keys.objects, by_keys.weight.tolist(), by_keys.edge_paths) == (reached.objects, reached.weight.tolist(),
+                                                                              reached.edge_paths)
 
 
 def test_pruning_keeps_the_entities_behind_the_most_confident_edges():

@@ -39,7 +39,7 @@ class Reached:
 def walk(
     graph: Adjacency,
     starts: Sequence[UUID],
-    entities: Collection[UUID],
+    entities: Collection[UUID] | np.ndarray,
     *,
     max_hops: int,
     min_confidence: float,
@@ -48,7 +48,7 @@ def walk(
     """The best `max_candidates` objects within `max_hops` of `starts`, ranked."""
     size = len(graph)
     is_entity = np.zeros(size, dtype=bool)
-    is_entity[graph.numbers(entities)] = True
+    is_entity[graph.key_numbers(entities) if isinstance(entities, np.ndarray) else graph.numbers(entities)] = True
     origin = np.full(size, -1, dtype=np.int64)
     parent_node = np.full(size, -1, dtype=np.int64)
     parent_edge = np.full(size, -1, dtype=np.int64)

@@ -21,7 +21,10 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from uuid import UUID
+
+import numpy as np
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9&\-]*(?:'[A-Za-z]+)?|[.!?;:,\"()]")
 _NAME_WORD = re.compile(r"[^\W_]+")
@@ -187,6 +190,12 @@ class EntityCatalog(list):
             for word in dict.fromkeys((first_name_word(ref.canonical_name), first_name_word(ref.alias))):
                 index.setdefault(word, []).append(position)
         self._index = {word: tuple(positions) for word, positions in index.items()}
+
+    @cached_property
+    def id_keys(self) -> np.ndarray:
+        """The distinct entity ids, sorted, as 16 big-endian bytes each (a V16 column): what a graph
+        walk marks its entity nodes by, in one search."""
+        return np.unique(np.frombuffer(b"".join(ref.object_id.bytes for ref in self), dtype="V16"))
 
     def positions_for(self, words: Iterable[str]) -> list[int]:
         """The positions, ascending, of the refs one of whose names opens with one of `words`."""

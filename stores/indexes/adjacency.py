@@ -10,6 +10,7 @@ only added to the scope, updates it (`updated`); a list of `Edge` builds one too
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from uuid import UUID
 
 import numpy as np
@@ -134,6 +135,20 @@ class Adjacency:
         number = self._number
         found = np.fromiter((number.get(node.int, -1) for node in nodes), dtype=np.int64)
         return _ascending_once(found[found >= 0], len(self.nodes))
+
+    @cached_property
+    def node_keys(self) -> np.ndarray:
+        """The node ids as 16 big-endian bytes (a V16 column), in node order: sorted, as nodes are
+        numbered in UUID order."""
+        return np.frombuffer(b"".join(node.bytes for node in self.nodes), dtype="V16")
+
+    def key_numbers(self, keys: np.ndarray) -> np.ndarray:
+        """`numbers` of ids given as a V16 column (16 big-endian bytes each): one search for all."""
+        node_keys = self.node_keys
+        if not len(node_keys) or not len(keys):
+            return np.arange(0)
+        at = np.minimum(np.searchsorted(node_keys, keys), len(node_keys) - 1)
+        return _ascending_once(at[node_keys[at] == keys], len(self.nodes))
 
     def incident_edges(self, numbers: np.ndarray, min_confidence: float) -> np.ndarray:
         """Positions (edge-id order) of the edges touching node `numbers` with at least `min_confidence`."""
