@@ -6,8 +6,10 @@ import random
 from uuid import UUID
 
 import numpy as np
+import pytest
 
 from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, EdgeColumns, StoredEdge, stored_edge_arrays
+from rms_retrieval.stores.engine import scope_graph as scope_graph_module
 from rms_retrieval.stores.engine.scope_graph import EdgeBlock, co_mention_counts, mentions_of, scope_graph
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
@@ -101,7 +103,9 @@ def _built(segments, scope, dead_ids, older: tuple[int, ...] = ()) -> Adjacency:
     return scope_graph(blocks, dead_ids, mentions)
 
 
-def test_the_graph_of_columns_is_the_graph_of_the_rule() -> None:
+@pytest.mark.parametrize("dense_cells", [scope_graph_module.DENSE_CELLS, 0])  # co-mentions by table, then by search
+def test_the_graph_of_columns_is_the_graph_of_the_rule(dense_cells, monkeypatch) -> None:
+    monkeypatch.setattr(scope_graph_module, "DENSE_CELLS", dense_cells)
     for seed in range(6):
         segments = _segments(seed)
         some_entity = next(stored.edge.target for stored in segments[0][0] if stored.edge.edge_type == MENTIONS)
@@ -136,3 +140,5 @@ def test_co_mention_counts_need_the_smaller_id_first_and_live_rows() -> None:
     assert co_mention_counts(code([low]), code([high]), keys, one_dead).tolist() == [1]
     assert co_mention_counts(code([low]), code([high]), keys, live * 2).tolist() == [4]  # summed over segments
     assert co_mention_counts(code([low]), code([high]), keys[1:2], live).tolist() == [0]  # mentions of ids not in keys count for none
+    searched = co_mention_counts(code([low, high, low, low]), code([high, low, other, UUID(int=9)]), keys, live, dense_cells=0)
+    assert searched.tolist() == [2, 0, 1, 0]  # a scope too large for the table searches, and counts alike

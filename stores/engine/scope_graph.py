@@ -20,6 +20,11 @@ from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 
 
+# The most cells (entities x mentioning rows, one byte each) of the table co_mention_counts looks
+# co-mentions up in; a larger scope searches a sorted list instead.
+DENSE_CELLS = 1 << 24
+
+
 @dataclass(frozen=True)
 class EdgeBlock:
     """Some edges of one segment in one namespace: positions into the segment's edge columns."""
@@ -47,11 +52,15 @@ def mentions_of(columns: EdgeColumns, namespace: str, dead: np.ndarray | None, r
     return Mentions(id_keys(entities), rows, row_count)
 
 
-def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray, segments: Sequence[Mentions]) -> np.ndarray:
+def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray, segments: Sequence[Mentions],
+                      dense_cells: int | None = None) -> np.ndarray:
     """For each (source, target) entity pair (codes into `keys`, the ids as a sorted V16 column),
     the live objects mentioning both, summed over `segments`; 0 unless source < target (pairs are
     stored smaller id first, and codes sort as ids do). Each pair costs the rows of its less
-    mentioned entity, never a listing of every pair."""
+    mentioned entity, never a listing of every pair: each row is looked up in a table of every
+    (entity, mentioning row) where that table has at most `dense_cells` (DENSE_CELLS) cells, else
+    searched for."""
+    dense_cells = DENSE_CELLS if dense_cells is None else dense_cells
     totals = np.zeros(len(sources), dtype=np.int64)
     ordered = np.flatnonzero(sources < targets)
     for mentions in segments:
@@ -62,8 +71,9 @@ def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray
         entity_keys, entity_of = np.unique(entity_codes[known], return_inverse=True)
         if not len(entity_keys):
             continue
-        stride = max(mentions.row_count, 1)
-        codes = np.unique(entity_of.astype(np.int64).reshape(-1) * stride + mentions.rows[known])  # by entity, then row
+        _, row_of = np.unique(mentions.rows[known], return_inverse=True)  # the mentioning rows, numbered densely
+        stride = int(row_of.max()) + 1
+        codes = np.unique(entity_of.astype(np.int64).reshape(-1) * stride + row_of.reshape(-1))  # by entity, then row
         indptr = np.searchsorted(codes // stride, np.arange(len(entity_keys) + 1))
         first = _found(entity_keys, sources[ordered])
         second = _found(entity_keys, targets[ordered])
@@ -78,7 +88,13 @@ def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray
         starts = np.repeat(indptr[fewer] - (np.cumsum(lengths) - lengths), lengths)
         rows = codes[starts + np.arange(len(pair_of))] % stride  # each row of the less mentioned entity
         probes = other[pair_of] * stride + rows
-        hit = codes[np.minimum(np.searchsorted(codes, probes), len(codes) - 1)] == probes
+        cells = len(entity_keys) * stride
+        if cells <= dense_cells:  # one lookup per probe in a table of every (entity, row)
+            table = np.zeros(cells, dtype=bool)
+            table[codes] = True
+            hit = table[probes]
+        else:
+            hit = codes[np.minimum(np.searchsorted(codes, probes), len(codes) - 1)] == probes
         totals[pairs] += np.bincount(pair_of[hit], minlength=len(pairs))
     return totals
 
