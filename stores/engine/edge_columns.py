@@ -125,7 +125,7 @@ def merged_edge_arrays(parts: Sequence[tuple[EdgeColumns, np.ndarray]]) -> dict[
         "edge_confidences": confidences[kept],
         **_recoded([(columns.types, columns.type_names) for columns, _ in parts], kept, "type"),
         **_recoded([(columns.namespaces, columns.namespace_names) for columns, _ in parts], kept, "namespace"),
-        "edge_rows": rows[kept].astype(np.int64),
+        "edge_rows": rows[kept],
     }
 
 

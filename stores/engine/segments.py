@@ -289,8 +289,7 @@ class LoadedSegment:
 
     def live_row(self, namespace: str, object_id: UUID) -> int | None:
         """The row of `object_id` in `namespace` unless it is deleted here."""
-        row = self._row_index.row(namespace, object_id)
-        return None if row is None or row in self.dead_rows else row
+        return self.live_rows(namespace, [object_id])[0]
 
     def live_rows(self, namespace: str, object_ids: Sequence[UUID]) -> list[int | None]:
         """`live_row` of each of `object_ids`, looked up together."""

@@ -3,7 +3,7 @@
 The graph walk asks for the edges around a frontier once per hop. Nodes are numbered in UUID
 order and edges in edge-id order, so sorting numbers sorts ids; node i's incident edges are
 `incident[indptr[i]:indptr[i + 1]]`, ascending. A store builds one per namespace scope from its
-segments' edge columns (`from_columns`: no edge becomes a Python object) and, after a write that
+segments' edge columns (`from_codes`: no edge becomes a Python object) and, after a write that
 only added to the scope, updates it (`updated`); a list of `Edge` builds one too.
 """
 
@@ -25,50 +25,36 @@ class Adjacency:
 
     def __init__(self, edges: Sequence[Edge]) -> None:
         count = len(edges)
-        self._from_columns(
-            np.fromiter((e.edge_id for e in edges), dtype=np.int64, count=count),
-            _uuid_bytes([e.source for e in edges]), _uuid_bytes([e.target for e in edges]),
+        # Nodes in UUID order: 16 big-endian bytes sort as the UUID's integer does.
+        ends = np.concatenate([_uuid_bytes([e.source for e in edges]), _uuid_bytes([e.target for e in edges])])
+        keys, codes = np.unique(ends.view("V16").ravel(), return_inverse=True)
+        codes = codes.reshape(-1)
+        self._from_codes(
+            np.fromiter((e.edge_id for e in edges), dtype=np.int64, count=count), keys, codes[:count], codes[count:],
             np.array([e.edge_type for e in edges], dtype=object).reshape(count),
             np.fromiter((e.confidence for e in edges), dtype=float, count=count),
         )
 
     @classmethod
-    def from_columns(cls, edge_id: np.ndarray, sources: np.ndarray, targets: np.ndarray, edge_types: np.ndarray,
-                     confidence: np.ndarray) -> Adjacency:
-        """The graph of edges given as columns: ids, both ends as rows of 16 UUID bytes, types (an
-        object array of str) and confidences, in any order (ids unique)."""
-        graph = cls.__new__(cls)
-        graph._from_columns(np.asarray(edge_id, dtype=np.int64), sources, targets, edge_types,
-                            np.asarray(confidence, dtype=float))
-        return graph
-
-    @classmethod
     def from_codes(cls, edge_id: np.ndarray, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray,
                    edge_types: np.ndarray, confidence: np.ndarray) -> Adjacency:
-        """`from_columns` of edges whose ends are codes into `keys`, node ids as a sorted V16
-        column (codes sort as the ids do); ids no edge uses are no nodes."""
+        """The graph of edges given as columns: ids, both ends as codes into `keys` (the node ids as
+        a sorted V16 column, so codes sort as the ids do), types (an object array of str) and
+        confidences, in any order (ids unique). Ids no edge uses are no nodes."""
         graph = cls.__new__(cls)
-        order = np.argsort(np.asarray(edge_id, dtype=np.int64), kind="stable")
+        graph._from_codes(edge_id, keys, sources, targets, edge_types, confidence)
+        return graph
+
+    def _from_codes(self, edge_id: np.ndarray, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray,
+                    edge_types: np.ndarray, confidence: np.ndarray) -> None:
+        edge_id = np.asarray(edge_id, dtype=np.int64)
+        order = np.argsort(edge_id, kind="stable")
         count = len(order)
         used, numbers = np.unique(np.concatenate([sources[order], targets[order]]), return_inverse=True)
         nodes = tuple(UUID(bytes=key.tobytes()) for key in keys[used])
         numbers = numbers.reshape(-1).astype(np.int64)
-        graph._install(nodes, {node.int: i for i, node in enumerate(nodes)}, numbers[:count], numbers[count:],
-                       np.asarray(confidence, dtype=float)[order], np.asarray(edge_id, dtype=np.int64)[order],
-                       edge_types[order])
-        return graph
-
-    def _from_columns(self, edge_id: np.ndarray, sources: np.ndarray, targets: np.ndarray, edge_types: np.ndarray,
-                      confidence: np.ndarray) -> None:
-        order = np.argsort(edge_id, kind="stable")
-        count = len(edge_id)
-        # Nodes in UUID order: 16 big-endian bytes sort as the UUID's integer does.
-        ends = np.concatenate([sources[order], targets[order]]).reshape(2 * count, 16)
-        keys, numbers = np.unique(ends.view("V16").ravel(), return_inverse=True)
-        nodes = tuple(UUID(bytes=key.tobytes()) for key in keys)
-        numbers = numbers.reshape(-1)
-        self._install(nodes, {node.int: i for i, node in enumerate(nodes)}, numbers[:count].astype(np.int64),
-                      numbers[count:].astype(np.int64), confidence[order], edge_id[order], edge_types[order])
+        self._install(nodes, {node.int: i for i, node in enumerate(nodes)}, numbers[:count], numbers[count:],
+                      np.asarray(confidence, dtype=float)[order], edge_id[order], edge_types[order])
 
     def _install(self, nodes: tuple[UUID, ...], number: dict[int, int], source: np.ndarray, target: np.ndarray,
                  confidence: np.ndarray, edge_id: np.ndarray, edge_types: np.ndarray) -> None:
@@ -140,7 +126,7 @@ class Adjacency:
     def node_keys(self) -> np.ndarray:
         """The node ids as 16 big-endian bytes (a V16 column), in node order: sorted, as nodes are
         numbered in UUID order."""
-        return np.frombuffer(b"".join(node.bytes for node in self.nodes), dtype="V16")
+        return _uuid_bytes(self.nodes).view("V16").ravel()
 
     def key_numbers(self, keys: np.ndarray) -> np.ndarray:
         """`numbers` of ids given as a V16 column (16 big-endian bytes each): one search for all."""
