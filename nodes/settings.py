@@ -267,8 +267,9 @@ class PackingSettings(BaseModel):
     order: Literal["score", "balanced", "adjacent"] = Field(
         default="score",
         description="The order packing offers items in within a tier: score; balanced (PRMEConfig's default): the "
-                    "ordinary multi-path tier by score / tokens ** 0.25, so a short memory can go before a long one "
-                    "of a slightly higher score (routed episode and evidence records keep score order); or adjacent "
+                    "ordinary multi-path tier (with tier_order=score, every ordinary item) by score / tokens ** 0.25, so a "
+                    "short memory can go before a long one of a slightly higher score (routed episode and evidence "
+                    "records keep score order); or adjacent "
                     "(RFC 4.5, needs session.context_packing): score order, with each trigger's linked neighbours "
                     "offered with it as one block in session order, so a window is packed and read together.",
     )

@@ -368,6 +368,21 @@ def test_the_balanced_order_puts_a_short_multi_path_memory_before_a_slightly_bet
     assert RetrievalSettings(packing={"order": "score"}).fingerprint() == RetrievalSettings().fingerprint()
 
 
+def test_with_one_tier_the_balanced_order_puts_a_short_single_path_memory_before_a_long_multi_path_one():
+    """tier_order="score" offers tiers 2 and 3 as one, so the balanced order weighs every ordinary item."""
+    long = make_candidate(make_object("long", "long claim " * 40), VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    short = make_candidate(make_object("short", "short claim"), VECTOR=(2, 0.85))
+    pool = [long, short]
+    one_tier = {"item_format": "plain", "tier_order": "score", "tier_path_depth": None}
+    by_score = [(i.id, i.tier) for i in _bundle(pool, settings=RetrievalSettings(packing=one_tier)).items]
+    assert by_score == [(long.object_id, 2), (short.object_id, 3)]
+    balanced = _bundle(pool, settings=RetrievalSettings(packing={**one_tier, "order": "balanced"}))
+    assert [(i.id, i.tier) for i in balanced.items] == [(short.object_id, 3), (long.object_id, 2)]
+    tiered = _bundle(pool, settings=RetrievalSettings(packing={"item_format": "plain", "order": "balanced",
+                                                               "tier_path_depth": None}))
+    assert [i.id for i in tiered.items] == [long.object_id, short.object_id]  # tier 2 first when tiered
+
+
 def test_temporal_guidance_heads_a_temporal_questions_context_when_asked_for_and_where_it_fits():
     """RFC 3: temporal intent, and the words when/before/after/last, select the temporal context guidance."""
     from rms_retrieval.nodes.packing import TEMPORAL_GUIDANCE

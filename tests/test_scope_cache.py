@@ -42,6 +42,25 @@ def test_a_segment_splits_its_edges_entities_and_pins_by_namespace(tmp_path, enc
     assert [segment.ids[row] for row in rows.pinned_rows["b"]] == [UUID(int=3)] and "a" not in rows.pinned_rows
 
 
+def test_the_split_groups_rows_as_a_row_by_row_grouping_would(tmp_path, encoder):
+    with MemoryStore.open(tmp_path / "store", encoder) as store:
+        store.add([_memory(number, f"Caroline met Melanie {number}", namespace, salience=1.0 if number % 3 else 0.5)
+                   for number, namespace in enumerate(["c", "a", "b", "a", "c", "b", "a"], start=1)])
+        store.delete("a", [UUID(int=2), UUID(int=7)])
+        store.delete("b", [UUID(int=3)])
+        segments = store.snapshot().segments
+    for segment in segments:
+        rows = namespace_rows(segment)
+        for found, listed in ((rows.entity_rows, segment.entity_rows), (rows.pinned_rows, segment.pinned_rows),
+                              (rows.dead_rows, sorted(segment.dead_rows))):
+            expected: dict[str, list[int]] = {}
+            for row in listed:
+                expected.setdefault(segment.namespace_of_row[row], []).append(row)
+            assert list(found) == list(expected)  # namespaces in order of their first row
+            assert {name: list(group) for name, group in found.items()} == expected
+    assert any(rows.dead_rows for rows in map(namespace_rows, segments))
+
+
 def test_a_write_rebuilds_only_the_scopes_it_touched(tmp_path, encoder):
     with MemoryStore.open(tmp_path / "store", encoder) as store:
         store.add([_memory(1, "Caroline met Melanie", "a"), _memory(2, "Caroline met Jon", "b")])

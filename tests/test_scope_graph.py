@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import random
 from uuid import UUID
 
@@ -103,9 +105,11 @@ def _built(segments, scope, dead_ids, older: tuple[int, ...] = ()) -> Adjacency:
     return scope_graph(blocks, dead_ids, mentions)
 
 
-@pytest.mark.parametrize("dense_cells", [scope_graph_module.DENSE_CELLS, 0])  # co-mentions by table, then by search
-def test_the_graph_of_columns_is_the_graph_of_the_rule(dense_cells, monkeypatch) -> None:
+# co-mentions by bit sets, by table, then by search
+@pytest.mark.parametrize("dense_cells, by_bits", [(scope_graph_module.DENSE_CELLS, True), (scope_graph_module.DENSE_CELLS, False), (0, None)])
+def test_the_graph_of_columns_is_the_graph_of_the_rule(dense_cells, by_bits, monkeypatch) -> None:
     monkeypatch.setattr(scope_graph_module, "DENSE_CELLS", dense_cells)
+    monkeypatch.setattr(scope_graph_module, "co_mention_counts", functools.partial(co_mention_counts, by_bits=by_bits))
     for seed in range(6):
         segments = _segments(seed)
         some_entity = next(stored.edge.target for stored in segments[0][0] if stored.edge.edge_type == MENTIONS)
@@ -142,3 +146,25 @@ def test_co_mention_counts_need_the_smaller_id_first_and_live_rows() -> None:
     assert co_mention_counts(code([low]), code([high]), keys[1:2], live).tolist() == [0]  # mentions of ids not in keys count for none
     searched = co_mention_counts(code([low, high, low, low]), code([high, low, other, UUID(int=9)]), keys, live, dense_cells=0)
     assert searched.tolist() == [2, 0, 1, 0]  # a scope too large for the table searches, and counts alike
+    for by_bits in (True, False):  # rows as bit sets, or each row looked up in the table
+        assert co_mention_counts(code([low, high, low, low]), code([high, low, other, UUID(int=9)]), keys, live * 2,
+                                 by_bits=by_bits).tolist() == [4, 0, 2, 0]
+
+
+def test_the_three_ways_of_counting_co_mentions_agree_across_many_rows() -> None:
+    rng = random.Random(7)
+    entities = [UUID(int=1000 + number) for number in range(40)]
+    mentioned = sorted({(row, rng.choice(entities)) for row in range(300) for _ in range(rng.randint(1, 6))})
+    edges = tuple(StoredEdge(Edge(i + 1, UUID(int=5000 + row), entity, MENTIONS, 0.9), "a", row)
+                  for i, (row, entity) in enumerate(mentioned))
+    dead = np.array([rng.random() < 0.1 for _ in range(300)])
+    segments = [mentions_of(EdgeColumns.from_stored(edges), "a", dead, 300)]
+    keys = np.frombuffer(b"".join(entity.bytes for entity in entities), dtype="V16")
+    sources, targets = np.triu_indices(len(entities), 1)
+    said = set(mentioned)
+    expected = [sum(1 for row in range(300) if not dead[row] and (row, entities[a]) in said and (row, entities[b]) in said)
+                for a, b in zip(sources.tolist(), targets.tolist())]
+    for dense_cells, by_bits in ((None, True), (None, False), (0, None)):
+        counted = co_mention_counts(sources, targets, keys, segments, dense_cells=dense_cells, by_bits=by_bits)
+        assert counted.tolist() == expected
+    assert max(expected) > 1

@@ -11,7 +11,7 @@ import pytest
 from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
 from rms_retrieval.nodes.pools import FilteredPool
-from rms_retrieval.nodes.scoring import fused_scores__rrf, fused_scores__weighted
+from rms_retrieval.nodes.scoring import _update_worded, fused_scores__rrf, fused_scores__weighted
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, WeightedScoring
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request
@@ -333,3 +333,8 @@ def test_while_shifted_update_wording_doubles_recency_and_the_decay_is_at_least_
     unshifted = _weighted(anchor, moved, stayed, analysis=_analysis(current_state=True),
                           settings=_shifted(weight=0.1, recency_lambda_per_day=0.01))
     assert unshifted.loc[str(moved.object_id), "recency"] == pytest.approx(math.exp(-0.01 * 20))  # w_recency 0.1 is not below 0.1
+
+
+def test_update_wording_is_found_whatever_its_case_and_only_as_whole_words():
+    assert _update_worded("I MOVED to Leeds") and _update_worded("Now I work at home") and _update_worded("No Longer there")
+    assert not _update_worded("Snow fell; she knows the unchanged route") and not _update_worded("")

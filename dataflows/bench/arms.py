@@ -93,7 +93,10 @@ ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     # (packing.tier_order="score")
     **{f"{name}{suffix}": _variant(lambda s, r=roles: _with_scoring(s, pronoun_speakers=r), *extra)
        for name, roles in (("first_person", ("user",)), ("pronouns", ("user", "assistant")))
-       for suffix, extra in (("", ()), ("_score_order", (lambda s: _with_packing(s, tier_order="score"),)))},
+       for suffix, extra in (("", ()), ("_score_order", (lambda s: _with_packing(s, tier_order="score"),)),
+                             ("_score_order_balanced", (lambda s: _with_packing(s, tier_order="score", order="balanced"),)))},
+    # ... and tiers 2 and 3 as one by score per token ** 0.25 (packing.order="balanced"), with no speaker
+    "score_order_balanced": _variant(lambda s: _with_packing(s, tier_order="score", order="balanced")),
     "temporal_intent_only": _variant(lambda s: _with_scoring(s, temporal_any_intent=False), kind=ArmSettings),
     # Issue 15's third round (defaults now), adopted in two steps: the first step alone, one part
     # undone, and all of it undone
@@ -135,6 +138,11 @@ RERANK_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
         lambda s: _with_packing(s, tier_order="score"))
        for suffix, weight in (("", 0.3), ("_w0", 0.0))
        for name, roles in (("first_person", ("user",)), ("pronouns", ("user", "assistant")))},
+    # ... and at top 100 or 300 with the first person's speaker, one tier and the balanced order
+    **{f"rerank_envelope_{top_k}_first_person_score_order_balanced": _variant(
+        _rerank("score_envelope", top_k), lambda s: _with_scoring(s, pronoun_speakers=("user",)),
+        lambda s: _with_packing(s, tier_order="score", order="balanced"))
+       for top_k in (100, 300)},
 }
 # Issue 15's third-round defaults one at a time, for data sets they were not chosen on (LongMemEval-S).
 ROUND3_PART_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {

@@ -165,7 +165,7 @@ def _ranked(
     order = np.lexsort((np.arange(len(reached)), last_edge, hops[reached], -rounded))[:limit]
     best = reached[order]
     return Reached(
-        objects=tuple(graph.nodes[i] for i in best.tolist()),
+        objects=tuple(graph.node_at(i) for i in best.tolist()),
         weight=weight[order],
         hops=hops[best],
         support=support[best],

@@ -53,13 +53,14 @@ def mentions_of(columns: EdgeColumns, namespace: str, dead: np.ndarray | None, r
 
 
 def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray, segments: Sequence[Mentions],
-                      dense_cells: int | None = None) -> np.ndarray:
+                      dense_cells: int | None = None, by_bits: bool | None = None) -> np.ndarray:
     """For each (source, target) entity pair (codes into `keys`, the ids as a sorted V16 column),
     the live objects mentioning both, summed over `segments`; 0 unless source < target (pairs are
-    stored smaller id first, and codes sort as ids do). Each pair costs the rows of its less
-    mentioned entity, never a listing of every pair: each row is looked up in a table of every
-    (entity, mentioning row) where that table has at most `dense_cells` (DENSE_CELLS) cells, else
-    searched for."""
+    stored smaller id first, and codes sort as ids do). Never a listing of every pair. Where the
+    table of every (entity, mentioning row) has at most `dense_cells` (DENSE_CELLS) cells, a pair
+    costs either the rows of its less mentioned entity, each looked up in that table, or one AND
+    of the two entities' rows as bit sets, whichever touches fewer numbers (`by_bits` forces one);
+    a larger scope searches for each row of the less mentioned entity."""
     dense_cells = DENSE_CELLS if dense_cells is None else dense_cells
     totals = np.zeros(len(sources), dtype=np.int64)
     ordered = np.flatnonzero(sources < targets)
@@ -84,11 +85,18 @@ def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray
         fewer = np.where(first_count <= second_count, first, second)
         other = np.where(first_count <= second_count, second, first)
         lengths = np.minimum(first_count, second_count)
+        cells = len(entity_keys) * stride
+        words = -(-stride // 64)
+        if cells <= dense_cells and (by_bits if by_bits is not None else len(pairs) * words < int(lengths.sum())):
+            table = np.zeros((len(entity_keys), words * 64), dtype=bool)
+            table[codes // stride, codes % stride] = True
+            bits = np.packbits(table, axis=1, bitorder="little").view(np.uint64)  # each entity's rows, 64 a word
+            totals[pairs] += np.bitwise_count(bits[first] & bits[second]).sum(axis=1, dtype=np.int64)
+            continue
         pair_of = np.repeat(np.arange(len(pairs)), lengths)
         starts = np.repeat(indptr[fewer] - (np.cumsum(lengths) - lengths), lengths)
         rows = codes[starts + np.arange(len(pair_of))] % stride  # each row of the less mentioned entity
         probes = other[pair_of] * stride + rows
-        cells = len(entity_keys) * stride
         if cells <= dense_cells:  # one lookup per probe in a table of every (entity, row)
             table = np.zeros(cells, dtype=bool)
             table[codes] = True
@@ -97,6 +105,12 @@ def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray
             hit = codes[np.minimum(np.searchsorted(codes, probes), len(codes) - 1)] == probes
         totals[pairs] += np.bincount(pair_of[hit], minlength=len(pairs))
     return totals
+
+
+def _type_code(columns: EdgeColumns, edge_type: str) -> int:
+    """The code of `edge_type` in `columns`, -1 where none of its edges has that type."""
+    names = list(columns.type_names)
+    return names.index(edge_type) if edge_type in names else -1
 
 
 def _found(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -118,12 +132,15 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     ends = np.concatenate(block_ends).astype(np.int64)
     types = np.concatenate([np.asarray(block.columns.type_names, dtype=object)[block.columns.types[block.positions]]
                             for block in blocks])
+    co_mentioned = np.concatenate([block.columns.types[block.positions] == _type_code(block.columns, CO_MENTIONED)
+                                   for block in blocks])  # codes, not the names: no string compared per edge
     confidence = np.concatenate([block.columns.confidences[block.positions] for block in blocks])
     names = sorted({block.namespace for block in blocks})
     namespace = np.concatenate([np.full(len(block.positions), names.index(block.namespace)) for block in blocks])
     _, last = np.unique(ids[::-1], return_index=True)  # a later segment's edge replaces one with its id
     keep = len(ids) - 1 - last
     ids, ends, types, confidence, namespace = ids[keep], ends[keep], types[keep], confidence[keep], namespace[keep]
+    co_mentioned = co_mentioned[keep]
     sources, targets = ends[:, 0], ends[:, 1]
     alive = np.ones(len(ids), dtype=bool)
     for number, name in enumerate(names):
@@ -132,7 +149,6 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
             gone = _found(keys, id_keys(np.frombuffer(b"".join(dead), dtype=np.uint8)))
             gone = gone[gone >= 0]
             alive &= ~((namespace == number) & (np.isin(sources, gone) | np.isin(targets, gone)))
-    co_mentioned = types == CO_MENTIONED
     counts = np.zeros(len(ids), dtype=np.int64)
     for number, name in enumerate(names):
         chosen = np.flatnonzero(co_mentioned & alive & (namespace == number))

@@ -51,14 +51,17 @@ class Adjacency:
         order = np.argsort(edge_id, kind="stable")
         count = len(order)
         used, numbers = np.unique(np.concatenate([sources[order], targets[order]]), return_inverse=True)
-        nodes = tuple(UUID(bytes=key.tobytes()) for key in keys[used])
         numbers = numbers.reshape(-1).astype(np.int64)
-        self._install(nodes, {node.int: i for i, node in enumerate(nodes)}, numbers[:count], numbers[count:],
+        self._install(np.ascontiguousarray(keys[used]).view("V16").ravel(), numbers[:count], numbers[count:],
                       np.asarray(confidence, dtype=float)[order], edge_id[order], edge_types[order])
 
-    def _install(self, nodes: tuple[UUID, ...], number: dict[int, int], source: np.ndarray, target: np.ndarray,
-                 confidence: np.ndarray, edge_id: np.ndarray, edge_types: np.ndarray) -> None:
-        self.nodes, self._number = nodes, number
+    def _install(self, node_keys: np.ndarray, source: np.ndarray, target: np.ndarray, confidence: np.ndarray,
+                 edge_id: np.ndarray, edge_types: np.ndarray, nodes: tuple[UUID, ...] | None = None) -> None:
+        """`node_keys`: the node ids as a sorted V16 column; `nodes`, their UUIDs where known (else
+        made on first use: a walk reads the few nodes it returns, `node_at`)."""
+        self.node_keys = node_keys
+        if nodes is not None:
+            self.__dict__["nodes"] = nodes
         self.source, self.target, self.confidence, self.edge_id = source, target, confidence, edge_id
         self._edge_types = edge_types
         self.edge_type: tuple[str, ...] = tuple(edge_types.tolist())
@@ -69,7 +72,20 @@ class Adjacency:
         owners = np.concatenate([positions, positions[~loop]])
         order = np.argsort(ends * max(len(edge_id), 1) + owners)  # by node, then edge: lexsort's order, one key
         self.incident = owners[order]
-        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=len(nodes)))])
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=len(node_keys)))])
+
+    @cached_property
+    def nodes(self) -> tuple[UUID, ...]:
+        """The node ids in node (UUID) order."""
+        return tuple(UUID(bytes=key.tobytes()) for key in self.node_keys)
+
+    @cached_property
+    def _number(self) -> dict[int, int]:
+        return {node.int: i for i, node in enumerate(self.nodes)}
+
+    def node_at(self, number: int) -> UUID:
+        """The id of node `number`."""
+        return UUID(bytes=self.node_keys[number].tobytes())
 
     def updated(self, upserts: Sequence[Edge], removed: Iterable[int] = ()) -> Adjacency:
         """This graph with `upserts` added (an edge replaces the one with its id) and the edges with
@@ -95,12 +111,13 @@ class Adjacency:
         order = np.argsort(edge_id, kind="stable")
         updated = Adjacency.__new__(Adjacency)
         updated._install(
-            nodes, number,
+            _uuid_bytes(nodes).view("V16").ravel() if nodes is not self.nodes else self.node_keys,
             np.concatenate([remap[self.source[keep]], np.fromiter((number[e.source.int] for e in added), np.int64, count)])[order],
             np.concatenate([remap[self.target[keep]], np.fromiter((number[e.target.int] for e in added), np.int64, count)])[order],
             np.concatenate([self.confidence[keep], np.fromiter((e.confidence for e in added), float, count)])[order],
             edge_id[order],
             np.concatenate([self._edge_types[keep], np.array([e.edge_type for e in added], dtype=object).reshape(count)])[order],
+            nodes,
         )
         return updated
 
@@ -110,23 +127,16 @@ class Adjacency:
         return tuple(self._edge(i) for i in range(len(self.edge_id)))
 
     def _edge(self, position: int) -> Edge:
-        return Edge(int(self.edge_id[position]), self.nodes[self.source[position]], self.nodes[self.target[position]],
+        return Edge(int(self.edge_id[position]), self.node_at(self.source[position]), self.node_at(self.target[position]),
                     self.edge_type[position], float(self.confidence[position]))
 
     def __len__(self) -> int:
-        return len(self.nodes)
+        return len(self.node_keys)
 
     def numbers(self, nodes: Iterable[UUID]) -> np.ndarray:
         """The node numbers of `nodes` that are in this graph, ascending and once each."""
-        number = self._number
-        found = np.fromiter((number.get(node.int, -1) for node in nodes), dtype=np.int64)
-        return _ascending_once(found[found >= 0], len(self.nodes))
-
-    @cached_property
-    def node_keys(self) -> np.ndarray:
-        """The node ids as 16 big-endian bytes (a V16 column), in node order: sorted, as nodes are
-        numbered in UUID order."""
-        return _uuid_bytes(self.nodes).view("V16").ravel()
+        ids = list(nodes)
+        return self.key_numbers(_uuid_bytes(ids).view("V16").ravel()) if ids else np.arange(0)
 
     def key_numbers(self, keys: np.ndarray) -> np.ndarray:
         """`numbers` of ids given as a V16 column (16 big-endian bytes each): one search for all."""
@@ -134,7 +144,7 @@ class Adjacency:
         if not len(node_keys) or not len(keys):
             return np.arange(0)
         at = np.minimum(np.searchsorted(node_keys, keys), len(node_keys) - 1)
-        return _ascending_once(at[node_keys[at] == keys], len(self.nodes))
+        return _ascending_once(at[node_keys[at] == keys], len(node_keys))
 
     def incident_edges(self, numbers: np.ndarray, min_confidence: float) -> np.ndarray:
         """Positions (edge-id order) of the edges touching node `numbers` with at least `min_confidence`."""
@@ -151,10 +161,10 @@ class Adjacency:
         if key not in self._sources:
             edges = self.incident_edges(numbers, min_confidence)
             into = np.isin(self.target[edges], numbers) & (self._edge_types[edges] == edge_type)
-            found = _ascending_once(self.source[edges[into]], len(self.nodes)).tolist()
+            found = _ascending_once(self.source[edges[into]], len(self.node_keys)).tolist()
             if len(self._sources) >= 1024:  # a bound, as many distinct questions name many people
                 self._sources.clear()
-            self._sources[key] = [self.nodes[i] for i in found]
+            self._sources[key] = [self.node_at(i) for i in found]
         return list(self._sources[key])
 
     def touching(self, nodes: Iterable[UUID], min_confidence: float) -> list[Edge]:
