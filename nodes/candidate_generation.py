@@ -27,7 +27,7 @@ from rms_retrieval.stores.analysis.entities import EntityCatalog
 from rms_retrieval.stores.indexes.entity_graph import SPOKEN_BY
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import EntityRef, FieldWeights, RetrievalStore
+from rms_retrieval.stores.protocols import FieldWeights, RetrievalStore
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def lexical_candidates(
 
 def graph_candidates(
     query_analysis: QueryAnalysis,
-    entity_catalog: list[EntityRef],
+    entity_catalog: EntityCatalog,
     store_snapshot: RetrievalStore,
     candidate_limits: CandidateLimits,
     request: RetrievalRequest,
@@ -127,8 +127,7 @@ def graph_candidates(
     starts = sorted({oid for entity in query_analysis.entities for oid in entity.matched_ids})
     if PathType.GRAPH not in settings.candidates.enabled_paths or limit == 0 or not starts:
         return ChannelResult(path=PathType.GRAPH, limit=limit)
-    # the catalog's ids as one sorted column when the store gave an EntityCatalog (made once per scope)
-    entity_ids = entity_catalog.id_keys if isinstance(entity_catalog, EntityCatalog) else [ref.object_id for ref in entity_catalog]
+    entity_ids = entity_catalog.id_keys  # one sorted column, made once per scope
     cfg = settings.candidates
 
     def search() -> ChannelResult:

@@ -23,7 +23,7 @@ from rms_retrieval.stores.analysis.entities import EntityCatalog, ExtractedEntit
 from rms_retrieval.stores.analysis.entities import first_name_word as _first_word
 from rms_retrieval.stores.analysis.entities import name_key as _key
 from rms_retrieval.stores.analysis.entities import name_words as _words
-from rms_retrieval.stores.protocols import EntityRef, QueryEncoder, RetrievalStore
+from rms_retrieval.stores.protocols import QueryEncoder, RetrievalStore
 
 # How sure a name is a named entity, by how it was found; the best finding of a name wins.
 # A capitalised span might be a sentence start or a title, so it is the least sure.
@@ -134,14 +134,12 @@ class _Catalog:
     normalised: the catalog can hold thousands of names, the query a dozen words.
     """
 
-    def __init__(self, catalog: Iterable[EntityRef], query: str) -> None:
+    def __init__(self, catalog: EntityCatalog, query: str) -> None:
         self.names = NameMatcher()
         self.spelling: dict[str, str] = {}
         self.by_first_word: dict[str, set[UUID]] = {}
         query_words = set(_words(query))
-        if isinstance(catalog, EntityCatalog):  # only the refs a word of the query opens
-            catalog = [catalog[position] for position in catalog.positions_for(query_words)]
-        for ref in catalog:
+        for ref in (catalog[position] for position in catalog.positions_for(query_words)):  # refs a query word opens
             for name in (ref.canonical_name, ref.alias):
                 if _first_word(name) not in query_words:
                     continue
@@ -315,7 +313,7 @@ def _aggregation(query: str) -> AggregationKind | None:
     return None
 
 
-def entity_catalog(store_snapshot: RetrievalStore, request: RetrievalRequest) -> list[EntityRef]:
+def entity_catalog(store_snapshot: RetrievalStore, request: RetrievalRequest) -> EntityCatalog:
     """Every entity name and alias in the request's namespaces."""
     return store_snapshot.entity_catalog(request.namespaces)
 
@@ -332,7 +330,7 @@ def query_embedding(
 
 
 def query_analysis(
-    request: RetrievalRequest, entity_catalog: list[EntityRef], settings: RetrievalSettings
+    request: RetrievalRequest, entity_catalog: EntityCatalog, settings: RetrievalSettings
 ) -> QueryAnalysis:
     """Entities, date windows, intent, current-state and aggregation flags of the request's question."""
     query = request.query

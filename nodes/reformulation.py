@@ -35,7 +35,8 @@ from rms_retrieval.nodes.pools import (AlternatePasses, Candidate, CandidateLimi
 from rms_retrieval.nodes.query_analysis import query_analysis
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import EntityRef, QueryEncoder, QueryReformulator, RetrievalStore
+from rms_retrieval.stores.analysis.entities import EntityCatalog
+from rms_retrieval.stores.protocols import QueryEncoder, QueryReformulator, RetrievalStore
 
 # The signal each path's hits are compared by under max_signals.
 _SIGNALS = {PathType.VECTOR: "raw_score", PathType.LEXICAL: "score", PathType.GRAPH: "score"}
@@ -100,7 +101,7 @@ def _pass_failures(number: int, results: Sequence[ChannelResult]) -> list[str]:
 @config.when(reformulation="on")
 def alternate_candidates(
     query_reformulations: Reformulations,
-    entity_catalog: list[EntityRef],
+    entity_catalog: EntityCatalog,
     store_snapshot: RetrievalStore,
     candidate_limits: CandidateLimits,
     request: RetrievalRequest,

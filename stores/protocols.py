@@ -21,7 +21,8 @@ import numpy as np
 
 from rms_retrieval.stores.models import MemoryObject
 
-if TYPE_CHECKING:  # the adjacency module imports Edge from here
+if TYPE_CHECKING:  # the adjacency module imports Edge from here, the entities module EntityRef
+    from rms_retrieval.stores.analysis.entities import EntityCatalog
     from rms_retrieval.stores.indexes.adjacency import Adjacency
 
 
@@ -180,8 +181,8 @@ class VectorIndex(ABC):
 
 class GraphIndex(ABC):
     @abstractmethod
-    def entity_catalog(self, namespaces: Sequence[str]) -> list[EntityRef]:
-        """Every entity name and alias in the namespaces."""
+    def entity_catalog(self, namespaces: Sequence[str]) -> EntityCatalog:
+        """Every entity name and alias in the namespaces, as a read-only `EntityCatalog`."""
         ...
 
     @abstractmethod

@@ -118,7 +118,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         self._namespace_rows: dict[str, NamespaceRows] = {key: handed[key] for key in live if key in handed}
         merged = {} if previous is None else merged_keys(previous.segments, self.segments)
         self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, live, merged)
-        self._catalogs = ScopeValues[list[EntityRef]](None if previous is None else previous._catalogs, live, merged)
+        self._catalogs = ScopeValues[EntityCatalog](None if previous is None else previous._catalogs, live, merged)
         self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, live, merged)
         self._rows_table: pa.Table | None = None
         self._records = ParquetRecords(self._checked_rows, self.state_fingerprint())
@@ -295,7 +295,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 return edge_id
         return None
 
-    def entity_catalog(self, namespaces: Sequence[str]) -> list[EntityRef]:
+    def entity_catalog(self, namespaces: Sequence[str]) -> EntityCatalog:
         """Every entity name and alias in the namespaces, by namespace, alias, then id: one
         read-only `EntityCatalog` per scope, shared by every query of this snapshot."""
         key = tuple(sorted(set(namespaces)))

@@ -14,6 +14,7 @@ from rms_retrieval.nodes.bundle import RetrievalMetadata
 from rms_retrieval.nodes.pools import Candidate, ChannelHit, PathType
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.analysis.claims import Assertion, Quantity
+from rms_retrieval.stores.analysis.entities import EntityCatalog
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import (PLAIN_FIELDS, Edge, EmbeddingIdentity, EntityRef, GraphIndex, LexicalHit, LexicalIndex,
                                             ObjectStore, QueryEncoder, RetrievalLog, SessionNeighbour, VectorHit,
@@ -143,8 +144,8 @@ class FakeStore(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog
         return [LexicalHit(i, s, 1.0 if hi == lo else (s - lo) / (hi - lo)) for s, i in scored]
 
     def entity_catalog(self, namespaces):
-        return [EntityRef(o.id, o.namespace, o.entity_canonical_name, o.entity_canonical_name)
-                for o in self.objects.values() if o.entity_canonical_name and o.namespace in namespaces]
+        return EntityCatalog(EntityRef(o.id, o.namespace, o.entity_canonical_name, o.entity_canonical_name)
+                             for o in self.objects.values() if o.entity_canonical_name and o.namespace in namespaces)
 
     def adjacency(self, namespaces):
         self._check("graph")

@@ -17,6 +17,7 @@ from rms_retrieval.nodes.candidate_generation import candidate_limits
 from rms_retrieval.nodes.query_analysis import query_analysis
 from rms_retrieval.nodes.candidate_settings import CandidateSettings
 from rms_retrieval.nodes.settings import RetrievalSettings
+from rms_retrieval.stores.analysis.entities import EntityCatalog
 from rms_retrieval.stores.protocols import EntityRef
 
 REFERENCE = datetime(2023, 8, 20, 12, 0, tzinfo=UTC)
@@ -40,7 +41,7 @@ def _request(query: str, **fields) -> RetrievalRequest:
 
 def _analyse(query: str, settings: RetrievalSettings = ENTITY_FIRST, catalog=None) -> QueryAnalysis:
     return query_analysis(
-        request=_request(query), entity_catalog=CATALOG if catalog is None else catalog, settings=settings
+        request=_request(query), entity_catalog=EntityCatalog(CATALOG if catalog is None else catalog), settings=settings
     )
 
 
@@ -282,7 +283,7 @@ def test_request_fields_copied():
     request = RetrievalRequest(
         query="hello there", namespaces=("b", "a"), reference_time=REFERENCE, retrieval_mode=RetrievalMode.AUDIT
     )
-    analysis = query_analysis(request=request, entity_catalog=[], settings=ENTITY_FIRST)
+    analysis = query_analysis(request=request, entity_catalog=EntityCatalog(), settings=ENTITY_FIRST)
     assert analysis == QueryAnalysis(
         raw_query="hello there",
         namespace_scope=("a", "b"),
@@ -323,7 +324,7 @@ def test_driver_runs_stage_one(settings):
     result = dr.execute(
         ["query_analysis", "candidate_limits"],
         inputs={"request": _request("How many times did Caroline swim last week?"), "settings": settings},
-        overrides={"entity_catalog": CATALOG},
+        overrides={"entity_catalog": EntityCatalog(CATALOG)},
     )
     assert result["query_analysis"].aggregation is AggregationKind.COUNT
     assert result["candidate_limits"].widened is True
