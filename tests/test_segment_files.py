@@ -198,3 +198,6 @@ def test_records_are_read_one_row_group_at_a_time(monkeypatch):
     assert [memory_object(records.at(row)) for row in range(10)] == rows and sorted(records._groups) == [0, 1, 2]
     with pytest.raises(ValueError, match="not both"):
         Records(array=pa.array(["{}"]), data=b"")
+    with pytest.raises(ValueError, match="in its record column"):
+        records.array()
+    assert Records(array=pa.array(["{}"])).array().to_pylist() == ["{}"]

@@ -173,10 +173,11 @@ class Records:
         return array[position - self._starts[group]].as_py()
 
     def array(self) -> pa.Array:
-        """Every record (read from the Parquet file unless given whole)."""
-        if self._file is None:
-            return self._groups[0]
-        return self._file.read(columns=["record"]).column(0).combine_chunks()
+        """Every record of a segment just written, given whole (a segment read from its objects
+        file has them in that file's own `record` column)."""
+        if self._file is not None:
+            raise ValueError("records read from the objects file are in its record column")
+        return self._groups[0]
 
 
 @dataclass(frozen=True)
