@@ -142,7 +142,7 @@ def graph_candidates(
                 raw_score=float(weight),
                 score=1.0 / hops,
                 detail={"hops": hops, "support": support, "edge_path": [int(graph.edge_id[e]) for e in path],
-                        "edge_types": [graph.edge_type[e] for e in path]},
+                        "edge_types": [graph.type_at(e) for e in path]},
             )
             for rank, (oid, weight, hops, support, path) in enumerate(
                 zip(reached.objects, reached.weight.tolist(), reached.hops.tolist(), reached.support.tolist(),

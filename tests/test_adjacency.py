@@ -17,8 +17,9 @@ def test_edges_touching_come_once_each_in_edge_id_order_above_the_confidence():
 
 def test_nodes_are_numbered_in_uuid_order_and_each_row_lists_its_edges_ascending():
     adjacency = Adjacency([Edge(7, C, A, "MENTIONS", 0.9), Edge(2, B, A, "CO", 0.5), Edge(4, B, B, "SELF", 1.0)])
-    assert adjacency.nodes == (A, B, C)
+    assert adjacency.nodes == (A, B, C) and [adjacency.node_at(i) for i in range(3)] == [A, B, C]
     assert adjacency.edge_id.tolist() == [2, 4, 7]
+    assert adjacency.edge_type == ("CO", "SELF", "MENTIONS") == tuple(adjacency.type_at(i) for i in range(3))
     rows = [adjacency.incident[adjacency.indptr[i]:adjacency.indptr[i + 1]].tolist() for i in range(3)]
     assert rows == [[0, 2], [0, 1], [2]]  # the self-loop is incident to B once
     assert adjacency.numbers([C, UUID(int=9), A, A]).tolist() == [0, 2]

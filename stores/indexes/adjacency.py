@@ -56,15 +56,12 @@ class Adjacency:
                       np.asarray(confidence, dtype=float)[order], edge_id[order], edge_types[order])
 
     def _install(self, node_keys: np.ndarray, source: np.ndarray, target: np.ndarray, confidence: np.ndarray,
-                 edge_id: np.ndarray, edge_types: np.ndarray, nodes: tuple[UUID, ...] | None = None) -> None:
-        """`node_keys`: the node ids as a sorted V16 column; `nodes`, their UUIDs where known (else
-        made on first use: a walk reads the few nodes it returns, `node_at`)."""
+                 edge_id: np.ndarray, edge_types: np.ndarray) -> None:
+        """`node_keys`: the node ids as a sorted V16 column (their UUIDs are made on first use of
+        `nodes`: a walk reads the few it returns, `node_at`)."""
         self.node_keys = node_keys
-        if nodes is not None:
-            self.__dict__["nodes"] = nodes
         self.source, self.target, self.confidence, self.edge_id = source, target, confidence, edge_id
         self._edge_types = edge_types
-        self.edge_type: tuple[str, ...] = tuple(edge_types.tolist())
         self._sources: dict[tuple, list[UUID]] = {}  # sources_into's answers: this graph never changes
         positions = np.arange(len(edge_id))
         loop = source == target  # a self-loop is incident to its node once
@@ -75,13 +72,18 @@ class Adjacency:
         self.indptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=len(node_keys)))])
 
     @cached_property
+    def edge_type(self) -> tuple[str, ...]:
+        """Each edge's type, in edge-id order (made on first use; a walk reads `type_at`)."""
+        return tuple(self._edge_types.tolist())
+
+    def type_at(self, position: int) -> str:
+        """The type of the edge at `position` (edge-id order)."""
+        return self._edge_types[position]
+
+    @cached_property
     def nodes(self) -> tuple[UUID, ...]:
         """The node ids in node (UUID) order."""
         return tuple(UUID(bytes=key.tobytes()) for key in self.node_keys)
-
-    @cached_property
-    def _number(self) -> dict[int, int]:
-        return {node.int: i for i, node in enumerate(self.nodes)}
 
     def node_at(self, number: int) -> UUID:
         """The id of node `number`."""
@@ -95,29 +97,24 @@ class Adjacency:
         gone = np.fromiter({*removed, *(edge.edge_id for edge in upserts)}, dtype=np.int64)
         keep = np.flatnonzero(~np.isin(self.edge_id, gone))
         added = sorted(upserts, key=_edge_id)
-        new_ends = ({e.source.int for e in added} | {e.target.int for e in added}) - self._number.keys()
-        kept_nodes = np.flatnonzero(np.bincount(np.concatenate([self.source[keep], self.target[keep]]),
-                                                minlength=len(self.nodes)))
-        if new_ends or len(kept_nodes) < len(self.nodes):
-            old_ints = list(self._number)  # ascending: the dict was built in node order
-            ordered = sorted({old_ints[i] for i in kept_nodes.tolist()} | new_ends)
-            number = {node: i for i, node in enumerate(ordered)}
-            remap = np.fromiter((number.get(node, -1) for node in old_ints), dtype=np.int64, count=len(old_ints))
-            nodes = tuple(self.nodes[self._number[node]] if node in self._number else UUID(int=node) for node in ordered)
-        else:
-            number, remap, nodes = self._number, np.arange(len(self.nodes)), self.nodes
         count = len(added)
+        added_ends = _uuid_bytes([e.source for e in added] + [e.target for e in added]).view("V16").ravel()
+        kept_nodes = np.flatnonzero(np.bincount(np.concatenate([self.source[keep], self.target[keep]]),
+                                                minlength=len(self.node_keys)))
+        node_keys = np.union1d(self.node_keys[kept_nodes], added_ends)  # sorted: nodes stay in UUID order
+        remap = np.full(len(self.node_keys), -1, dtype=np.int64)
+        remap[kept_nodes] = np.searchsorted(node_keys, self.node_keys[kept_nodes])
+        added_numbers = np.searchsorted(node_keys, added_ends).astype(np.int64)
         edge_id = np.concatenate([self.edge_id[keep], np.fromiter((e.edge_id for e in added), dtype=np.int64, count=count)])
         order = np.argsort(edge_id, kind="stable")
         updated = Adjacency.__new__(Adjacency)
         updated._install(
-            _uuid_bytes(nodes).view("V16").ravel() if nodes is not self.nodes else self.node_keys,
-            np.concatenate([remap[self.source[keep]], np.fromiter((number[e.source.int] for e in added), np.int64, count)])[order],
-            np.concatenate([remap[self.target[keep]], np.fromiter((number[e.target.int] for e in added), np.int64, count)])[order],
+            node_keys,
+            np.concatenate([remap[self.source[keep]], added_numbers[:count]])[order],
+            np.concatenate([remap[self.target[keep]], added_numbers[count:]])[order],
             np.concatenate([self.confidence[keep], np.fromiter((e.confidence for e in added), float, count)])[order],
             edge_id[order],
             np.concatenate([self._edge_types[keep], np.array([e.edge_type for e in added], dtype=object).reshape(count)])[order],
-            nodes,
         )
         return updated
 
@@ -128,7 +125,7 @@ class Adjacency:
 
     def _edge(self, position: int) -> Edge:
         return Edge(int(self.edge_id[position]), self.node_at(self.source[position]), self.node_at(self.target[position]),
-                    self.edge_type[position], float(self.confidence[position]))
+                    self._edge_types[position], float(self.confidence[position]))
 
     def __len__(self) -> int:
         return len(self.node_keys)
