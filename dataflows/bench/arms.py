@@ -136,7 +136,7 @@ RERANK_ARMS: Mapping[str, Callable[[RetrievalSettings], RetrievalSettings]] = {
     **{f"rerank_envelope_300{suffix}_{name}_score_order": _variant(
         _rerank("score_envelope", 300, weight), lambda s, r=roles: _with_scoring(s, pronoun_speakers=r),
         lambda s: _with_packing(s, tier_order="score"))
-       for suffix, weight in (("", 0.3), ("_w0", 0.0))
+       for suffix, weight in (("", 0.3), ("_w0", 0.0), ("_w0.15", 0.15), ("_w0.5", 0.5))
        for name, roles in (("first_person", ("user",)), ("pronouns", ("user", "assistant")))},
     # ... and at top 100 or 300 with the first person's speaker, one tier and the balanced order
     **{f"rerank_envelope_{top_k}_first_person_score_order_balanced": _variant(
