@@ -28,7 +28,7 @@ from rms_retrieval.nodes.bundle import (BundleItem, CrossScopeHint, ExclusionSco
 from rms_retrieval.nodes.pools import (CandidatePool, FilteredPool, PathType, RankedCandidates,
                                        ScoredPool, Selection, SessionLink, mask_paths, path_mask)
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.nodes.helpers.tokens import count_context_tokens, count_tokens
+from rms_retrieval.nodes.helpers.tokens import count_context_tokens, count_tokens, tokens_within
 from rms_retrieval.stores.analysis.speakers import spoken_text
 from rms_retrieval.stores.models import MemoryObject
 
@@ -52,15 +52,15 @@ COVERAGE_WARNING = (
 )
 
 
-@dataclass(frozen=True)
-class _Item:
+@dataclass(slots=True)
+class _Item:  # local to one packing: `tokens` is filled in when the loop counts the item
     obj: MemoryObject
     score: float
     semantic_relevance: float
     mask: int
     path_count: int
     text: str
-    tokens: int
+    tokens: int | None  # None until the packing loop needs it (the balanced order counts every item first)
     tier: int
 
 
@@ -230,7 +230,8 @@ def packed_bundle(
 ) -> MemoryBundle:
     """The Memory Bundle: tiers, then `packing.order` inside a tier, within the cl100k_base token budget."""
     return _packed_bundle(selected_candidates, ranked_candidates, filtered_candidates, merged_candidates,
-                          query_analysis, request, settings, _ORDERS[settings.packing.order], cross_scope_hints)
+                          query_analysis, request, settings, _ORDERS[settings.packing.order], cross_scope_hints,
+                          priority_reads_tokens=settings.packing.order == "balanced")
 
 
 def _packed_bundle(
@@ -243,8 +244,12 @@ def _packed_bundle(
     settings: RetrievalSettings,
     priority: PackingPriority,
     cross_scope_hints: tuple[CrossScopeHint, ...] | None = None,
+    *,
+    priority_reads_tokens: bool,
 ) -> MemoryBundle:
-    """`packed_bundle`, the items offered in `priority` order (the benchmark's arms pass others)."""
+    """`packed_bundle`, the items offered in `priority` order (the benchmark's arms pass others).
+    Where the priority reads items' tokens every item is counted first; else an item is counted
+    only when the packing loop reaches it, and not at all when `least_tokens` shows it cannot fit."""
     pool = selected_candidates.pool
     rank_fused = pool.rank_fused
     item_format = settings.packing.item_format
@@ -255,7 +260,8 @@ def _packed_bundle(
         pool.path_count.tolist(), tiering.tolist(),
     ):
         text = format_item(obj, item_format)
-        items.append(_Item(obj, score, relevance, mask, path_count, text, count_tokens(text), _tier(strong, obj)))
+        tokens = count_tokens(text) if priority_reads_tokens else None
+        items.append(_Item(obj, score, relevance, mask, path_count, text, tokens, _tier(strong, obj)))
     if ranked_candidates.episode_anchors or ranked_candidates.evidence_anchors:  # RFC 4.6, 4.7: after tier 1
         items = [dataclasses.replace(item, tier=2) if item.tier > 2 and item.mask & _ROUTED_BITS else item
                  for item in items]
@@ -305,7 +311,12 @@ def _packed_bundle(
                 folded.append((item, owner.obj.id, extra))
                 used += extra
             continue
-        cost = item.tokens + (separator if packed or warning else 0)
+        joint = separator if packed or warning else 0
+        tokens = item.tokens if item.tokens is not None else tokens_within(item.text, budget - used - joint)
+        if tokens is None:  # surely more tokens than the room left
+            continue
+        item.tokens = tokens
+        cost = tokens + joint
         header = group_header(item.obj) if item_format == "dated_groups" else None
         if header is not None and header not in headers:
             cost += count_tokens(header) + separator

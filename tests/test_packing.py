@@ -18,7 +18,7 @@ from rms_retrieval.nodes.packing import SEPARATOR, packed_bundle, selected_candi
 from rms_retrieval.nodes.scoring import fused_scores__rrf, fused_scores__weighted
 from rms_retrieval.nodes.session_context import ranked_candidates
 from rms_retrieval.nodes.settings import IgnoredSettingWarning, RetrievalSettings
-from rms_retrieval.nodes.helpers.tokens import count_tokens
+from rms_retrieval.nodes.helpers.tokens import ITEM_TOKENS, count_tokens
 from rms_retrieval.stores.models import NodeType, is_blank
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request
 
@@ -381,6 +381,22 @@ def test_with_one_tier_the_balanced_order_puts_a_short_single_path_memory_before
     tiered = _bundle(pool, settings=RetrievalSettings(packing={"item_format": "plain", "order": "balanced",
                                                                "tier_path_depth": None}))
     assert [i.id for i in tiered.items] == [long.object_id, short.object_id]  # tier 2 first when tiered
+
+
+def test_an_item_too_long_for_the_room_left_is_skipped_without_being_counted():
+    first = make_candidate(make_object("first", "a short first line"), VECTOR=(1, 0.9))
+    long_text = " ".join(f"unseen{number}" for number in range(300))  # 300 words: at least 300 tokens
+    long = make_candidate(make_object("long", long_text), VECTOR=(2, 0.8))
+    last = make_candidate(make_object("last", "a short last line"), VECTOR=(3, 0.7))
+    plain = {"item_format": "plain"}
+    bundle = _bundle([first, long, last], make_request(token_budget=100), settings=RetrievalSettings(packing=plain))
+    assert [i.id for i in bundle.items] == [first.object_id, last.object_id]
+    assert ITEM_TOKENS.known(long_text) is None  # never counted
+    assert [i.tokens for i in bundle.items] == [count_tokens("a short first line"), count_tokens("a short last line")]
+    balanced = _bundle([first, long, last], make_request(token_budget=100),
+                       settings=RetrievalSettings(packing={**plain, "order": "balanced"}))
+    assert [i.id for i in balanced.items] == [first.object_id, last.object_id]
+    assert ITEM_TOKENS.known(long_text) == count_tokens(long_text)  # the balanced order weighs every item's tokens
 
 
 def test_temporal_guidance_heads_a_temporal_questions_context_when_asked_for_and_where_it_fits():

@@ -1,4 +1,7 @@
-from rms_retrieval.nodes.helpers.tokens import ITEM_TOKENS, TokenCountCache, count_context_tokens, count_tokens
+import random
+
+from rms_retrieval.nodes.helpers.tokens import (ITEM_TOKENS, TokenCountCache, count_context_tokens, count_tokens,
+                                                 least_tokens, tokens_within)
 
 
 def test_counts_cl100k_base_tokens_offline():
@@ -25,3 +28,21 @@ def test_packed_contexts_are_not_cached_and_the_item_cache_is_bounded_by_its_tex
         assert small.count(f"item number {number}") == count_context_tokens(f"item number {number}")
         assert small.characters <= 100
     assert small.count("x" * 500) == count_context_tokens("x" * 500) and small.characters <= 100
+
+
+def test_least_tokens_never_exceeds_the_count_whatever_the_spaces_and_scripts():
+    pieces = [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u1680", "\u2000", "\u2028",
+              "\u202f", "\u3000", "\u200b", "a", "Z", "1", "234", "'", "'s", "-", "\u2014", ".", "!", "\xe9", "\xdf",
+              "\u4e2d", "\U0001f600", "\u0301", "word", " word", "don't"]
+    rng = random.Random(7)
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        assert least_tokens(text) <= count_context_tokens(text), repr(text)
+    assert least_tokens("I went to a support group yesterday.") == 7 <= count_tokens("I went to a support group yesterday.")
+
+
+def test_tokens_within_counts_only_what_could_fit():
+    text = "an unseen line of eleven words that no other test will count"
+    assert tokens_within(text, 5) is None and ITEM_TOKENS.known(text) is None  # eleven words cannot fit in five
+    assert tokens_within(text, 20) == count_context_tokens(text) == ITEM_TOKENS.known(text)
+    assert tokens_within(text, 5) == count_context_tokens(text)  # a count already known is given as it is

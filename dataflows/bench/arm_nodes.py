@@ -112,4 +112,4 @@ def packed_bundle(
         return (item.tier, -item.score / (max(item.tokens, 1) ** exponent), -item.score, item.obj.id.int)
 
     return packing._packed_bundle(selected_candidates, ranked_candidates, filtered_candidates, merged_candidates,
-                                  query_analysis, request, settings, priority)
+                                  query_analysis, request, settings, priority, priority_reads_tokens=True)

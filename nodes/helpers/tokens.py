@@ -43,6 +43,14 @@ class TokenCountCache:
         """Characters of text held now."""
         return self._held
 
+    def known(self, text: str) -> int | None:
+        """The count of `text` if it is held, else None (nothing is counted)."""
+        with self._lock:
+            found = self._counts.get(text)
+            if found is not None:
+                self._counts.move_to_end(text)
+            return found
+
     def count(self, text: str) -> int:
         with self._lock:
             found = self._counts.get(text)
@@ -68,6 +76,24 @@ ITEM_TOKENS = TokenCountCache(CACHE_CHARACTERS)
 def count_tokens(text: str) -> int:
     """Tokens of `text` (an item, a header, a separator) in cl100k_base; cached (ITEM_TOKENS)."""
     return ITEM_TOKENS.count(text)
+
+
+def least_tokens(text: str) -> int:
+    """A lower bound on `count_tokens(text)`, at the cost of one `str.split`: cl100k_base's
+    pre-tokenizer never puts characters of two whitespace-separated words in one piece (a piece
+    holds whitespace only as its first character, or newlines as its last), and every piece is at
+    least one token."""
+    return len(text.split())
+
+
+def tokens_within(text: str, room: int) -> int | None:
+    """`count_tokens(text)`, or None where `text` surely has more than `room` tokens, which
+    `least_tokens` tells without counting: what packing asks of an item once its budget is
+    nearly spent (the first query on a namespace counts hundreds of long records)."""
+    known = ITEM_TOKENS.known(text)
+    if known is not None:
+        return known
+    return None if least_tokens(text) > room else ITEM_TOKENS.count(text)
 
 
 def count_context_tokens(text: str) -> int:

@@ -60,6 +60,7 @@ class Adjacency:
         """`node_keys`: the node ids as a sorted V16 column (their UUIDs are made on first use of
         `nodes`: a walk reads the few it returns, `node_at`)."""
         self.node_keys = node_keys
+        self._node_ids: dict[int, UUID] = {}  # node_at's answers, made on first ask (the graph never changes)
         self.source, self.target, self.confidence, self.edge_id = source, target, confidence, edge_id
         self._edge_types = edge_types
         self._sources: dict[tuple, list[UUID]] = {}  # sources_into's answers: this graph never changes
@@ -87,7 +88,10 @@ class Adjacency:
 
     def node_at(self, number: int) -> UUID:
         """The id of node `number`."""
-        return UUID(bytes=self.node_keys[number].tobytes())
+        found = self._node_ids.get(number)
+        if found is None:
+            found = self._node_ids[number] = UUID(bytes=self.node_keys[number].tobytes())
+        return found
 
     def updated(self, upserts: Sequence[Edge], removed: Iterable[int] = ()) -> Adjacency:
         """This graph with `upserts` added (an edge replaces the one with its id) and the edges with
