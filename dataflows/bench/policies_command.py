@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-DEFAULT_LME_ARMS = ("pipeline", "first_person_score_order", "pronouns_score_order", "rerank_anchored_50",
-                    "rerank_envelope_50", "rerank_legacy_50", "speaker_off", "lists_150", "tier_depth_off")
+DEFAULT_LME_ARMS = ("pipeline", "first_person_score_order", "pronouns_score_order", "first_person_score_order_balanced",
+                    "rerank_anchored_50", "rerank_envelope_50", "rerank_legacy_50", "speaker_off", "lists_150",
+                    "tier_depth_off")
 DEFAULT_LOCOMO_ARMS = ("pipeline", "rerank_anchored_50", "rerank_envelope_50", "rerank_legacy_50",
                        "rerank_envelope_50_w0", "rerank_anchored_50_w0")
 
