@@ -137,10 +137,11 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     confidence = np.concatenate([block.columns.confidences[block.positions] for block in blocks])
     names = sorted({block.namespace for block in blocks})
     namespace = np.concatenate([np.full(len(block.positions), names.index(block.namespace)) for block in blocks])
-    _, last = np.unique(ids[::-1], return_index=True)  # a later segment's edge replaces one with its id
-    keep = len(ids) - 1 - last
-    ids, ends, types, confidence, namespace = ids[keep], ends[keep], types[keep], confidence[keep], namespace[keep]
-    co_mentioned = co_mentioned[keep]
+    if not np.all(ids[1:] > ids[:-1]):  # else every id is there once, in id order, as the search below leaves them
+        _, last = np.unique(ids[::-1], return_index=True)  # a later segment's edge replaces one with its id
+        keep = len(ids) - 1 - last
+        ids, ends, types, confidence, namespace = ids[keep], ends[keep], types[keep], confidence[keep], namespace[keep]
+        co_mentioned = co_mentioned[keep]
     sources, targets = ends[:, 0], ends[:, 1]
     alive = np.ones(len(ids), dtype=bool)
     for number, name in enumerate(names):

@@ -50,8 +50,11 @@ class Adjacency:
         edge_id = np.asarray(edge_id, dtype=np.int64)
         order = np.argsort(edge_id, kind="stable")
         count = len(order)
-        used, numbers = np.unique(np.concatenate([sources[order], targets[order]]), return_inverse=True)
-        numbers = numbers.reshape(-1).astype(np.int64)
+        ends = np.concatenate([sources[order], targets[order]]).astype(np.int64)
+        present = np.zeros(len(keys), dtype=bool)  # the keys an edge uses, numbered in key order (no sort)
+        present[ends] = True
+        numbers = (np.cumsum(present) - 1)[ends]
+        used = np.flatnonzero(present)
         self._install(np.ascontiguousarray(keys[used]).view("V16").ravel(), numbers[:count], numbers[count:],
                       np.asarray(confidence, dtype=float)[order], edge_id[order], edge_types[order])
 
