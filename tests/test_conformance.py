@@ -11,6 +11,7 @@ from rms_retrieval.dataflows.pipeline import build_driver
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes import scoring
 from rms_retrieval.nodes.helpers.graph_walk import walk
+from rms_retrieval.stores.indexes.adjacency import uuid_keys
 from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.candidate_settings import CandidateSettings
 from rms_retrieval.nodes.settings import RetrievalSettings, ScoringSettings, WeightedScoring
@@ -105,6 +106,6 @@ def test_graph_traversal_depth_must_not_exceed_three_hops():
     store = FakeStore([*chain, turn], edges)
     settings = RetrievalSettings(candidates=CandidateSettings(graph_max_hops=3))
     graph = store.snapshot().adjacency(make_request().namespaces)
-    reached = walk(graph, [chain[0].id], {c.id for c in chain}, max_hops=settings.candidates.graph_max_hops,
+    reached = walk(graph, [chain[0].id], uuid_keys([c.id for c in chain]), max_hops=settings.candidates.graph_max_hops,
                    min_confidence=settings.candidates.graph_min_edge_confidence, max_candidates=50)
     assert reached.objects == ()  # the turn is six hops away

@@ -8,7 +8,7 @@ from uuid import UUID
 import numpy as np
 
 from rms_retrieval.nodes.helpers.graph_walk import _summed, walk
-from rms_retrieval.stores.indexes.adjacency import Adjacency
+from rms_retrieval.stores.indexes.adjacency import Adjacency, uuid_keys
 from rms_retrieval.stores.protocols import Edge
 
 E1, E2, E3, HUB = (UUID(int=i) for i in (1, 2, 3, 4))
@@ -16,7 +16,8 @@ T = [UUID(int=100 + i) for i in range(6)]
 
 
 def _walk(edges, starts, entities, hops=2, limit=50, min_confidence=0.0):
-    return walk(Adjacency(edges), starts, entities, max_hops=hops, min_confidence=min_confidence, max_candidates=limit)
+    keys = entities if isinstance(entities, np.ndarray) else uuid_keys(list(entities))
+    return walk(Adjacency(edges), starts, keys, max_hops=hops, min_confidence=min_confidence, max_candidates=limit)
 
 
 def test_an_object_two_entities_reach_sums_one_over_sqrt_degree_from_each():

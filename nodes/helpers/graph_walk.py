@@ -10,7 +10,7 @@ the conversation. An entity reached on the way joins the next hop's frontier; at
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -39,16 +39,17 @@ class Reached:
 def walk(
     graph: Adjacency,
     starts: Sequence[UUID],
-    entities: Collection[UUID] | np.ndarray,
+    entity_keys: np.ndarray,
     *,
     max_hops: int,
     min_confidence: float,
     max_candidates: int,
 ) -> Reached:
-    """The best `max_candidates` objects within `max_hops` of `starts`, ranked."""
+    """The best `max_candidates` objects within `max_hops` of `starts`, ranked; `entity_keys`: the
+    ids of the scope's entities as a V16 column (`EntityCatalog.id_keys`, `uuid_keys`)."""
     size = len(graph)
     is_entity = np.zeros(size, dtype=bool)
-    is_entity[graph.key_numbers(entities) if isinstance(entities, np.ndarray) else graph.numbers(entities)] = True
+    is_entity[graph.key_numbers(entity_keys)] = True
     origin = np.full(size, -1, dtype=np.int64)
     parent_node = np.full(size, -1, dtype=np.int64)
     parent_edge = np.full(size, -1, dtype=np.int64)

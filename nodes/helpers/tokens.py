@@ -52,11 +52,9 @@ class TokenCountCache:
             return found
 
     def count(self, text: str) -> int:
-        with self._lock:
-            found = self._counts.get(text)
-            if found is not None:
-                self._counts.move_to_end(text)
-                return found
+        found = self.known(text)
+        if found is not None:
+            return found
         tokens = _encoded_length(text)
         if len(text) > self._limit:
             return tokens

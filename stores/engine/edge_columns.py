@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.indexes.adjacency import used_numbers
 from rms_retrieval.stores.protocols import Edge
 
 MENTIONS = "MENTIONS"
@@ -117,7 +118,7 @@ def merged_edge_arrays(parts: Sequence[tuple[EdgeColumns, np.ndarray]]) -> dict[
     confidences = np.concatenate([np.zeros(0, dtype=np.float64), *(columns.confidences for columns, _ in parts)])
     _, last = np.unique(ids[::-1], return_index=True)
     kept = len(ids) - 1 - last  # the last of each id, in id order
-    used, codes = np.unique(ends[kept], return_inverse=True)  # the ends the kept edges use, in id order
+    codes, used = used_numbers(ends[kept], len(keys))  # the ends the kept edges use
     return {
         "edge_ids": ids[kept],
         "edge_end_ids": np.frombuffer(keys[used].tobytes(), dtype=np.uint8).reshape(len(used), 16),
@@ -221,11 +222,8 @@ class EdgeColumns:
         if self._end_ids is None:
             keys, inverse = np.unique(id_keys(self._ends[positions]), return_inverse=True)
             return inverse.reshape(-1, 2), np.frombuffer(keys.tobytes(), dtype=np.uint8).reshape(-1, 16)
-        codes = self._ends[positions]
-        used = np.zeros(len(self._end_ids), dtype=bool)
-        used[codes.reshape(-1)] = True
-        renumbered = np.cumsum(used) - 1
-        return renumbered[codes], self._end_ids[used]
+        numbers, used = used_numbers(self._ends[positions], len(self._end_ids))
+        return numbers, self._end_ids[used]
 
     def check_owners(self, rows: int, directory: object) -> None:
         """Every owner row is -1 or a row of a segment of `rows` rows (a StoreError names the first that is not)."""
@@ -265,9 +263,13 @@ class EdgeColumns:
                     self.ids[positions].tolist(), numbers[:, 0].tolist(), numbers[:, 1].tolist(),
                     self.types[positions].tolist(), self.confidences[positions].tolist())]
 
+    def type_code(self, edge_type: str) -> int:
+        """The code of `edge_type` among the edges' types, -1 when no edge has it."""
+        return _code(self.type_names, edge_type)
+
     def _of(self, namespace: str, edge_type: str) -> np.ndarray:
         """Per edge, whether it is one of `namespace`'s `edge_type` edges."""
-        return (self.namespaces == _code(self.namespace_names, namespace)) & (self.types == _code(self.type_names, edge_type))
+        return (self.namespaces == _code(self.namespace_names, namespace)) & (self.types == self.type_code(edge_type))
 
     def live_positions(self, dead: np.ndarray | None) -> np.ndarray:
         """The edges with no owner (-1) or a live owner row (`dead`: per row, True where deleted)."""

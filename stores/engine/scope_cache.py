@@ -13,7 +13,7 @@ their edges, and the weights of the entity pairs their rows mention.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
@@ -45,10 +45,10 @@ class NamespaceRows:
     dead_rows: Mapping[str, tuple[int, ...]]
 
 
-def _by_namespace(segment: LoadedSegment, rows: Collection[int]) -> Mapping[str, tuple[int, ...]]:
+def _by_namespace(segment: LoadedSegment, rows: Sequence[int]) -> Mapping[str, tuple[int, ...]]:
     """Ascending `rows` of `segment` grouped by namespace, each group ascending, the groups in order
     of their first row; array operations, as a segment holds tens of thousands of entity rows."""
-    at = np.asarray(sorted(rows) if isinstance(rows, (set, frozenset)) else rows, dtype=np.int64)
+    at = np.asarray(rows, dtype=np.int64)
     if not len(at):
         return MappingProxyType({})
     codes = np.asarray(segment.columns.namespace_codes)[at]
@@ -67,7 +67,7 @@ def namespace_rows(segment: LoadedSegment) -> NamespaceRows:
         edges=segment.live_edges_by_namespace(),
         entity_rows=_by_namespace(segment, segment.entity_rows),
         pinned_rows=_by_namespace(segment, segment.pinned_rows),
-        dead_rows=_by_namespace(segment, segment.dead_rows),
+        dead_rows=_by_namespace(segment, sorted(segment.dead_rows)),
     )
 
 

@@ -20,8 +20,9 @@ from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 
 
-# The most cells (entities x mentioning rows, one byte each) of the table co_mention_counts looks
-# co-mentions up in; a larger scope searches a sorted list instead.
+# The most cells (entities x mentioning rows, one byte each, each entity's rows padded to whole
+# 64-bit words) of the table co_mention_counts looks co-mentions up in; a larger scope searches a
+# sorted list instead.
 DENSE_CELLS = 1 << 24
 
 
@@ -85,32 +86,25 @@ def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray
         fewer = np.where(first_count <= second_count, first, second)
         other = np.where(first_count <= second_count, second, first)
         lengths = np.minimum(first_count, second_count)
-        cells = len(entity_keys) * stride
-        words = -(-stride // 64)
-        if cells <= dense_cells and (by_bits if by_bits is not None else len(pairs) * words < int(lengths.sum())):
+        dense = len(entity_keys) * stride <= dense_cells
+        if dense:  # a table of every (entity, row), each entity's row padded to whole 64-bit words
+            words = -(-stride // 64)
             table = np.zeros((len(entity_keys), words * 64), dtype=bool)
             table[codes // stride, codes % stride] = True
-            bits = np.packbits(table, axis=1, bitorder="little").view(np.uint64)  # each entity's rows, 64 a word
-            totals[pairs] += np.bitwise_count(bits[first] & bits[second]).sum(axis=1, dtype=np.int64)
-            continue
+            if by_bits if by_bits is not None else len(pairs) * words < int(lengths.sum()):
+                bits = np.packbits(table, axis=1, bitorder="little").view(np.uint64)  # each entity's rows, 64 a word
+                totals[pairs] += np.bitwise_count(bits[first] & bits[second]).sum(axis=1, dtype=np.int64)
+                continue
         pair_of = np.repeat(np.arange(len(pairs)), lengths)
         starts = np.repeat(indptr[fewer] - (np.cumsum(lengths) - lengths), lengths)
         rows = codes[starts + np.arange(len(pair_of))] % stride  # each row of the less mentioned entity
-        probes = other[pair_of] * stride + rows
-        if cells <= dense_cells:  # one lookup per probe in a table of every (entity, row)
-            table = np.zeros(cells, dtype=bool)
-            table[codes] = True
-            hit = table[probes]
+        if dense:  # one lookup per row in the table
+            hit = table[other[pair_of], rows]
         else:
+            probes = other[pair_of] * stride + rows
             hit = codes[np.minimum(np.searchsorted(codes, probes), len(codes) - 1)] == probes
         totals[pairs] += np.bincount(pair_of[hit], minlength=len(pairs))
     return totals
-
-
-def _type_code(columns: EdgeColumns, edge_type: str) -> int:
-    """The code of `edge_type` in `columns`, -1 where none of its edges has that type."""
-    names = list(columns.type_names)
-    return names.index(edge_type) if edge_type in names else -1
 
 
 def _found(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -132,7 +126,7 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     ends = np.concatenate(block_ends).astype(np.int64)
     types = np.concatenate([np.asarray(block.columns.type_names, dtype=object)[block.columns.types[block.positions]]
                             for block in blocks])
-    co_mentioned = np.concatenate([block.columns.types[block.positions] == _type_code(block.columns, CO_MENTIONED)
+    co_mentioned = np.concatenate([block.columns.types[block.positions] == block.columns.type_code(CO_MENTIONED)
                                    for block in blocks])  # codes, not the names: no string compared per edge
     confidence = np.concatenate([block.columns.confidences[block.positions] for block in blocks])
     names = sorted({block.namespace for block in blocks})

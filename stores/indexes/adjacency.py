@@ -26,8 +26,7 @@ class Adjacency:
     def __init__(self, edges: Sequence[Edge]) -> None:
         count = len(edges)
         # Nodes in UUID order: 16 big-endian bytes sort as the UUID's integer does.
-        ends = np.concatenate([_uuid_bytes([e.source for e in edges]), _uuid_bytes([e.target for e in edges])])
-        keys, codes = np.unique(ends.view("V16").ravel(), return_inverse=True)
+        keys, codes = np.unique(uuid_keys([e.source for e in edges] + [e.target for e in edges]), return_inverse=True)
         codes = codes.reshape(-1)
         self._from_codes(
             np.fromiter((e.edge_id for e in edges), dtype=np.int64, count=count), keys, codes[:count], codes[count:],
@@ -50,12 +49,8 @@ class Adjacency:
         edge_id = np.asarray(edge_id, dtype=np.int64)
         order = np.argsort(edge_id, kind="stable")
         count = len(order)
-        ends = np.concatenate([sources[order], targets[order]]).astype(np.int64)
-        present = np.zeros(len(keys), dtype=bool)  # the keys an edge uses, numbered in key order (no sort)
-        present[ends] = True
-        numbers = (np.cumsum(present) - 1)[ends]
-        used = np.flatnonzero(present)
-        self._install(np.ascontiguousarray(keys[used]).view("V16").ravel(), numbers[:count], numbers[count:],
+        numbers, used = used_numbers(np.concatenate([sources[order], targets[order]]), len(keys))
+        self._install(keys[used], numbers[:count], numbers[count:],
                       np.asarray(confidence, dtype=float)[order], edge_id[order], edge_types[order])
 
     def _install(self, node_keys: np.ndarray, source: np.ndarray, target: np.ndarray, confidence: np.ndarray,
@@ -105,7 +100,7 @@ class Adjacency:
         keep = np.flatnonzero(~np.isin(self.edge_id, gone))
         added = sorted(upserts, key=_edge_id)
         count = len(added)
-        added_ends = _uuid_bytes([e.source for e in added] + [e.target for e in added]).view("V16").ravel()
+        added_ends = uuid_keys([e.source for e in added] + [e.target for e in added])
         kept_nodes = np.flatnonzero(np.bincount(np.concatenate([self.source[keep], self.target[keep]]),
                                                 minlength=len(self.node_keys)))
         node_keys = np.union1d(self.node_keys[kept_nodes], added_ends)  # sorted: nodes stay in UUID order
@@ -140,7 +135,7 @@ class Adjacency:
     def numbers(self, nodes: Iterable[UUID]) -> np.ndarray:
         """The node numbers of `nodes` that are in this graph, ascending and once each."""
         ids = list(nodes)
-        return self.key_numbers(_uuid_bytes(ids).view("V16").ravel()) if ids else np.arange(0)
+        return self.key_numbers(uuid_keys(ids))
 
     def key_numbers(self, keys: np.ndarray) -> np.ndarray:
         """`numbers` of ids given as a V16 column (16 big-endian bytes each): one search for all."""
@@ -180,9 +175,17 @@ def _edge_id(edge: Edge) -> int:
     return edge.edge_id
 
 
-def _uuid_bytes(ids: Sequence[UUID]) -> np.ndarray:
-    """The ids as rows of their 16 bytes."""
-    return np.frombuffer(b"".join(node.bytes for node in ids), dtype=np.uint8).reshape(len(ids), 16)
+def uuid_keys(ids: Sequence[UUID]) -> np.ndarray:
+    """The ids as a V16 column of their 16 big-endian bytes, which sort as the UUIDs do."""
+    return np.frombuffer(b"".join(node.bytes for node in ids), dtype="V16")
+
+
+def used_numbers(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """`codes` (below `size`) numbered densely in code order over the codes they use, and those
+    codes ascending: what `np.unique(codes, return_inverse=True)` gives, through a mask, not a sort."""
+    used = np.zeros(size, dtype=bool)
+    used[codes] = True
+    return (np.cumsum(used) - 1)[codes], np.flatnonzero(used)
 
 
 def _ascending_once(positions: np.ndarray, size: int) -> np.ndarray:
