@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 
 from rms_retrieval.dataflows.cli_support import CliError, open_store
 
@@ -22,6 +23,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise CliError(str(error)) from error
     with open_store(args.store, create=True) as store:
+        gc.freeze()  # the imports and the open store leave the collector's full scans (README, "Serving")
         serve(store, args.namespace, http=args.http)
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from datetime import datetime, timezone
 
@@ -12,7 +13,7 @@ from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
 def test_interleaving_runs_every_arm_once_per_query_in_rotated_order():
     calls = []
     arms = {name: (lambda q, name=name: calls.append((name, q))) for name in "abc"}
-    seconds = interleaved(arms, [1, 2, 3])
+    seconds = interleaved(arms, [1, 2, 3]).seconds
     assert {name: len(v) for name, v in seconds.items()} == {"a": 3, "b": 3, "c": 3}
     assert [name for name, _ in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
 
@@ -30,7 +31,7 @@ def test_an_arms_prepare_runs_before_each_timed_query_and_not_in_the_warm_up():
             return query
 
     arm = Slow()
-    seconds = interleaved({"slow": arm}, [1, 2], warmup=[0])
+    seconds = interleaved({"slow": arm}, [1, 2], warmup=[0]).seconds
     assert arm.prepared == [1, 2] and max(seconds["slow"]) < 0.05
 
 
@@ -39,3 +40,18 @@ def test_warming_covers_the_first_queries_and_every_namespace_once():
                for i, namespace in enumerate("aabbcab")]
     assert [q.text for q in warming_queries(queries, first=1)] == ["q0", "q2", "q4"]
     assert [q.text for q in warming_queries(queries)] == ["q0", "q1", "q2", "q4"]
+
+
+def test_the_timed_queries_run_with_the_warm_process_frozen_and_their_full_collections_timed():
+    seen = []
+
+    def arm(query):
+        seen.append(gc.get_freeze_count())
+        if query == 2:
+            gc.collect()
+
+    before = gc.get_freeze_count()
+    timings = interleaved({"a": arm}, [1, 2], warmup=[0])
+    assert seen[0] == before and min(seen[1:]) > before  # the warm-up ran unfrozen, the timed queries frozen
+    assert gc.get_freeze_count() == before  # and the process gets its collector back
+    assert len(timings.full_collections_ms) == 1 and timings.full_collections_ms[0] >= 0

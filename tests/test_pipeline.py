@@ -3,6 +3,7 @@ result is byte-identical across repeats and across the order candidates arrive i
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
 import time
@@ -229,3 +230,25 @@ def test_execution_threads_runs_the_candidate_paths_in_parallel_for_the_same_bun
     assert len(set(threads["sequential"].values())) == 1
     assert len(set(threads["threads"].values())) > 1
     assert RetrievalSettings(execution="threads").fingerprint() == RetrievalSettings().fingerprint()
+
+
+@pytest.mark.parametrize("execution", ["sequential", "threads"])
+def test_a_request_leaves_no_node_value_to_the_cyclic_collector(execution):
+    # Hamilton's walk is a closure over its memo, in a reference cycle; EmptiedMemoExecutor empties
+    # the memo, so what the nodes made goes when the request's last reference does.
+    settings = RetrievalSettings(execution=execution)
+    store = conversation_store()
+    _run(settings, store)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        bundle = _run(settings, store)[FINAL_NODE]
+        gc.collect()
+        ours = [type(obj).__qualname__ for obj in gc.garbage if type(obj).__module__.startswith("rms_retrieval")]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert bundle.items
+    assert ours == []

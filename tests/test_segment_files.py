@@ -15,7 +15,7 @@ import pytest
 
 from tests import store_workers
 from rms_retrieval.stores.analysis.claims import Assertion, Quantity
-from rms_retrieval.stores.engine.codec import memory_object, object_record, row_values
+from rms_retrieval.stores.engine.codec import OBJECT_FIELDS, memory_object, object_record, row_values
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
@@ -39,6 +39,15 @@ def test_a_record_round_trips_to_an_equal_object_in_utc():
     back = memory_object(object_record(RICH))
     assert back == RICH and back.created_at.tzinfo is timezone.utc
     assert row_values(RICH)["assertion_predicate_norm"] == "paid_for" and json.loads(row_values(RICH)["metadata"]) == RICH.metadata
+
+
+def test_decoded_objects_share_one_set_of_field_names_and_a_copy_gets_its_own():
+    first, second = memory_object(object_record(RICH)), memory_object(object_record(RICH.model_copy(update={"content": "y"})))
+    assert first.__pydantic_fields_set__ is second.__pydantic_fields_set__
+    changed = first.model_copy(update={"content": "z"})
+    assert changed.content == "z" and first.content == RICH.content and second == RICH.model_copy(update={"content": "y"})
+    assert changed.__pydantic_fields_set__ is not first.__pydantic_fields_set__
+    assert first.__pydantic_fields_set__ == set(OBJECT_FIELDS)
 
 
 def test_metadata_that_is_not_json_is_refused_before_it_reaches_a_segment():

@@ -1,12 +1,20 @@
 """What the latency benchmarks' arms share: the pipeline as an arm, the arm that writes before
 each query, and interleaving, which runs every arm on each query in a rotated order after the
 warm-up, so that all arms see the same machine load (`latency_bench.py`, `lme_latency.py`).
+
+After the warm-up, what the process holds (imports, open stores, warm caches) is frozen out of the
+garbage collector (`gc.freeze`), as a long-running server does once it has started (README,
+"Serving"): a full collection then scans what the timed requests made, not the 180,000 objects of
+the imports and the stores, which took about 100 ms each time and landed in one request of 70.
+`Timings.full_collections_ms` says how long each that ran while the arms were timed took.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rms_retrieval.dataflows.bench.speed_bench import LATENCY_BUDGET, BenchQuery
@@ -60,23 +68,49 @@ def warming_queries(queries: Sequence[BenchQuery], first: int = 3) -> list[Bench
     return chosen
 
 
+@dataclass(frozen=True)
+class Timings:
+    """Seconds per arm and query, and each full collection that ran while they were timed (ms)."""
+
+    seconds: dict[str, list[float]]
+    full_collections_ms: list[float]
+
+
 def interleaved(
     arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: Sequence[BenchQuery] = ()
-) -> dict[str, list[float]]:
-    """Seconds per arm and query, after every arm ran the `warmup` queries; each query runs every
-    arm, the order rotated per query, after the arm's untimed `prepare(query)` if it has one."""
+) -> Timings:
+    """Every arm timed on each query, after every arm ran the `warmup` queries and the collector
+    froze what the process held; each query runs every arm, the order rotated per query, after the
+    arm's untimed `prepare(query)` if it has one."""
     names = list(arms)
     for query in warmup:
         for name in names:
             arms[name](query)
     seconds: dict[str, list[float]] = {name: [] for name in names}
-    for position, query in enumerate(queries):
-        shift = position % len(names)
-        for name in names[shift:] + names[:shift]:
-            prepare = getattr(arms[name], "prepare", None)
-            if prepare is not None:  # untimed: what the arm needs done just before the query
-                prepare(query)
-            started = time.perf_counter()
-            arms[name](query)
-            seconds[name].append(time.perf_counter() - started)
-    return seconds
+    pauses: list[float] = []
+    started_at: list[float] = []
+
+    def full_collection(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                started_at[:] = [time.perf_counter()]
+            elif started_at:
+                pauses.append((time.perf_counter() - started_at[0]) * 1000)
+
+    gc.collect()
+    gc.freeze()
+    gc.callbacks.append(full_collection)
+    try:
+        for position, query in enumerate(queries):
+            shift = position % len(names)
+            for name in names[shift:] + names[:shift]:
+                prepare = getattr(arms[name], "prepare", None)
+                if prepare is not None:  # untimed: what the arm needs done just before the query
+                    prepare(query)
+                started = time.perf_counter()
+                arms[name](query)
+                seconds[name].append(time.perf_counter() - started)
+    finally:
+        gc.callbacks.remove(full_collection)
+        gc.unfreeze()
+    return Timings(seconds, pauses)

@@ -142,9 +142,10 @@ def run_latency(
             arms.update(peer_arms(dataset, encoder, sorted({q.namespaces[0] for q in queries})))
         except ImportError:
             notes.append(PEER_MISSING)
-    seconds = interleaved(arms, queries, warmup=warming_queries(queries))
-    table = {name: latency_percentiles(values) for name, values in seconds.items()}
-    report: dict[str, Any] = {"questions": len(queries), "bundle": BUNDLE, "arms_ms": table, "notes": notes}
+    timings = interleaved(arms, queries, warmup=warming_queries(queries))
+    table = {name: latency_percentiles(values) for name, values in timings.seconds.items()}
+    report: dict[str, Any] = {"questions": len(queries), "bundle": BUNDLE, "arms_ms": table, "notes": notes,
+                              "full_collections_ms": timings.full_collections_ms}
     floor = table["floor"]["p50"]
     report["p50_over_floor"] = {name: row["p50"] / floor for name, row in table.items()}
     if "pipeline_after_write" in table:
@@ -165,6 +166,10 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         ratio = f"{peer[name]:>9.2f}" if name in peer else f"{'-':>9}"
         lines.append(f"{name:<20} {row['p50']:>8.1f} {row['p95']:>8.1f} {row['p99']:>8.1f} "
                      f"{report['p50_over_floor'][name]:>8.2f} {ratio}")
+    pipeline = report["arms_ms"]["pipeline"]
+    pauses = report["full_collections_ms"]
+    lines.append(f"pipeline p99 over its p50: {pipeline['p99'] / pipeline['p50']:.2f}x (target 2x); full collections "
+                 f"while timed: {len(pauses)}" + (f", longest {max(pauses):.1f} ms" if pauses else ""))
     if "after_write_over_quiet" in report:
         ratio = report["after_write_over_quiet"]
         lines.append(f"a question right after a one-turn write over the same on a quiet store: p50 "

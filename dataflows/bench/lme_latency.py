@@ -65,8 +65,8 @@ def run_lme_latency(store: Any, after_write_store: Any | None, queries: Sequence
     if after_write_store is not None:
         arms["lme_after_write"] = AfterWriteArm(after_write_store, encoder)
     warmup = list({query.namespaces: query for query in queries}.values())
-    seconds = interleaved(arms, queries, warmup=warmup)
-    table = {name: latency_percentiles(values) for name, values in seconds.items()}
+    timings = interleaved(arms, queries, warmup=warmup)
+    table = {name: latency_percentiles(values) for name, values in timings.seconds.items()}
     report: dict[str, Any] = {"questions": len(queries), "namespaces": len(warmup), "arms_ms": table,
                               "lme_over_locomo_p50": table["lme_pipeline"]["p50"] / table["locomo_pipeline"]["p50"]}
     if "lme_after_write" in table:

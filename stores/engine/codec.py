@@ -18,6 +18,7 @@ from rms_retrieval.stores.models import EpistemicType, LifecycleState, MemoryObj
 from rms_retrieval.stores.log.retrieval_log import json_default
 
 OBJECT_FIELDS = tuple(MemoryObject.model_fields)
+_EVERY_FIELD = set(OBJECT_FIELDS)
 # Written beside the claim JSON so exact aggregation can match and group in SQL.
 ASSERTION_NORM_COLUMNS = (
     "assertion_subject_norm", "assertion_predicate_norm", "assertion_object_norm", "assertion_polarity",
@@ -57,7 +58,11 @@ def memory_object(record: str) -> MemoryObject:
         assertion=None if fields["assertion"] is None else Assertion.model_construct(**fields["assertion"]),
         quantity=None if fields["quantity"] is None else Quantity.model_construct(**fields["quantity"]),
     )
-    return MemoryObject.model_construct(**fields)
+    # Every field is stored, so decoded objects share one set of the names they set (pydantic
+    # would make one per object: one more container for the garbage collector to scan in each of
+    # the tens of thousands a reader keeps decoded). Frozen objects never add to it; a copy gets
+    # its own.
+    return MemoryObject.model_construct(_EVERY_FIELD, **fields)
 
 
 def row_values(memory: MemoryObject) -> dict[str, Any]:
