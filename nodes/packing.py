@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 from uuid import UUID
 
 import numpy as np
@@ -185,8 +186,14 @@ def _balanced(item: _Item) -> tuple:
     return (item.tier, not item.mask & _ROUTED_BITS, -density, -item.score, item.obj.id.int)
 
 
+class _Order(NamedTuple):
+    priority: PackingPriority
+    reads_tokens: bool  # the priority reads items' tokens, so every item is counted before the sort
+
+
 # packing.order; "adjacent" is score order with each session window then moved together (_windows_together).
-_ORDERS: dict[str, PackingPriority] = {"score": _tier_then_score, "balanced": _balanced, "adjacent": _tier_then_score}
+_ORDERS: dict[str, _Order] = {"score": _Order(_tier_then_score, False), "balanced": _Order(_balanced, True),
+                              "adjacent": _Order(_tier_then_score, False)}
 
 
 def _windows_together(offered: list[_Item], links: Mapping[UUID, SessionLink]) -> list[_Item]:
@@ -229,9 +236,10 @@ def packed_bundle(
     cross_scope_hints: tuple[CrossScopeHint, ...] | None = None,
 ) -> MemoryBundle:
     """The Memory Bundle: tiers, then `packing.order` inside a tier, within the cl100k_base token budget."""
+    order = _ORDERS[settings.packing.order]
     return _packed_bundle(selected_candidates, ranked_candidates, filtered_candidates, merged_candidates,
-                          query_analysis, request, settings, _ORDERS[settings.packing.order], cross_scope_hints,
-                          priority_reads_tokens=settings.packing.order == "balanced")
+                          query_analysis, request, settings, order.priority, cross_scope_hints,
+                          priority_reads_tokens=order.reads_tokens)
 
 
 def _packed_bundle(

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cache
 from types import MappingProxyType
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -139,6 +140,7 @@ def path_mask(paths: Iterable[PathType]) -> int:
 _CONTEXT_PATHS = (PathType.SESSION_CONTEXT, PathType.EPISODE_CONTEXT, PathType.EVIDENCE_CONTEXT)
 
 
+@cache  # a mask has one bit per PathType, so there are few
 def mask_paths(mask: int) -> tuple[PathType, ...]:
     """The paths of a mask in `PathType` order, except the context paths last, in the order they join."""
     found = tuple(p for p in PathType if p not in _CONTEXT_PATHS and mask & _PATH_BITS[p])

@@ -26,6 +26,8 @@ from uuid import UUID
 
 import numpy as np
 
+from rms_retrieval.stores.indexes.adjacency import uuid_keys
+
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9&\-]*(?:'[A-Za-z]+)?|[.!?;:,\"()]")
 _NAME_WORD = re.compile(r"[^\W_]+")
 _JOINERS = frozenset({"of", "de", "van", "von", "la", "del", "da"})
@@ -195,7 +197,7 @@ class EntityCatalog(list):
     def id_keys(self) -> np.ndarray:
         """The distinct entity ids, sorted, as 16 big-endian bytes each (a V16 column): what a graph
         walk marks its entity nodes by, in one search."""
-        return np.unique(np.frombuffer(b"".join(ref.object_id.bytes for ref in self), dtype="V16"))
+        return np.unique(uuid_keys([ref.object_id for ref in self]))
 
     def positions_for(self, words: Iterable[str]) -> list[int]:
         """The positions, ascending, of the refs one of whose names opens with one of `words`."""
