@@ -31,13 +31,13 @@ def test_the_lme_block_times_long_haystacks_beside_locomo_warm_and_after_a_write
     report_file = tmp_path / "report.json"
     assert main(["bench", "latency", "--data", str(demo), "--store", str(demo_copy), "--questions", "2",
                  "--node-queries", "1", "--no-peers", "--lme-data", str(folder), "--lme-store", str(lme_store),
-                 "--out", str(report_file)]) == 0
+                 "--lme-samples", "3", "--out", str(report_file)]) == 0
     out = capsys.readouterr().out
     assert "LongMemEval-S p50 over LoCoMo's in the same block" in out
     assert "LongMemEval-S, a question right after a one-turn write over the same warm: p50" in out
     lme = json.loads(report_file.read_text())["lme"]
     assert set(lme["arms_ms"]) == {"lme_pipeline", "locomo_pipeline", "lme_after_write"}
-    assert lme["questions"] == 1 and lme["arms_ms"]["lme_after_write"]["n"] == 1
+    assert lme["questions"] == 1 and lme["asked"] == 3 and lme["arms_ms"]["lme_after_write"]["n"] == 3
     with MemoryStore.open(lme_store, create=False, read_only=True) as store:
         assert store.snapshot().state_fingerprint() == before  # the writes went to a copy
     with pytest.raises(ValueError, match="holds none of the questions"):

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rms_retrieval.dataflows.bench.interleaving import BUNDLE, AfterWriteArm, interleaved, pipeline_arm, warming_queries
+from rms_retrieval.dataflows.bench.lme_latency import LME_SAMPLES
 from rms_retrieval.dataflows.bench.locomo_bench import benchmark_questions, evenly_spaced
 from rms_retrieval.dataflows.bench.arms import arm_settings
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
@@ -195,6 +196,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--lme-data", help="also time LongMemEval-S: its folder (dataflows/bench/lme_latency.py)")
     parser.add_argument("--lme-store", help="the LongMemEval-S store `rms bench lme` built (with --lme-data)")
     parser.add_argument("--lme-per-type", type=int, default=4, help="LongMemEval-S questions of each type (default 4)")
+    parser.add_argument("--lme-samples", type=int, default=LME_SAMPLES,
+                        help=f"timed LongMemEval-S questions per arm, the questions asked in turn as often as that "
+                             f"takes (default {LME_SAMPLES}, so that p99 is not one question's worst)")
     parser.add_argument("--out", help="also write the report as JSON to this file")
     parser.set_defaults(run=_cmd_latency)
 
@@ -210,7 +214,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
 
-    for name in ("questions", "node_queries", "lme_per_type"):
+    for name in ("questions", "node_queries", "lme_per_type", "lme_samples"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if (args.lme_data is None) != (args.lme_store is None):
@@ -254,4 +258,4 @@ def _lme_block(args: argparse.Namespace, locomo_store: Any, dataset: Any, stack:
         copied = shutil.copytree(args.lme_store, scratch / "lme-store", ignore=shutil.ignore_patterns("log", "*.lock"))
         after_write = stack.enter_context(MemoryStore.open(copied, create=False))
     locomo = locomo_bench_queries(dataset, evenly_spaced(benchmark_questions(dataset)["main"], args.questions))
-    return run_lme_latency(store, after_write, queries, locomo_store, locomo, default_encoder())
+    return run_lme_latency(store, after_write, queries, locomo_store, locomo, default_encoder(), samples=args.lme_samples)
