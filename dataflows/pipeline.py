@@ -7,9 +7,13 @@ inputs `retrieve()` uses.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from importlib import import_module
 from typing import Any
+
+import numpy as np
 
 from hamilton import driver, graph
 from hamilton.execution import graph_functions
@@ -21,7 +25,8 @@ from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.providers.cross_encoder import default_cross_encoder
 from rms_retrieval.stores.providers.chat_reformulator import ChatCompletionsReformulator
-from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, QueryReformulator, ReadableStore, snapshot_of
+from rms_retrieval.stores.protocols import (CrossEncoder, EmbeddingIdentity, QueryEncoder, QueryReformulator, ReadableStore,
+                                            snapshot_of)
 
 STAGE_MODULES = (
     query_analysis,
@@ -58,6 +63,34 @@ class EmptiedMemoExecutor(driver.DefaultGraphExecutor):
         finally:
             memo.clear()
             given.clear()
+
+
+# One worker: under concurrent requests a request whose encoding has not started yet encodes it
+# itself (PrefetchedEncoder.encode), so a busy worker costs overlap, never a wait in line.
+_PREFETCH = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rms-query-embedding")
+
+
+class PrefetchedEncoder(QueryEncoder):
+    """`encoder` with the encoding of one text (the question) started on a background thread when
+    it is made. The DAG reads the query embedding after the lexical, graph, pinned and keyword
+    paths (`CANDIDATE_CHANNELS` lists the vector path last, and Hamilton walks a node's inputs in
+    order), so the model, which releases the interpreter lock, runs on the other core while they
+    do. The same vector either way: any other text, or the question when the thread has not
+    started on it, is encoded inline; a failure of the background encoding is raised where the
+    node asks for it."""
+
+    def __init__(self, encoder: QueryEncoder, text: str) -> None:
+        self._encoder, self._text = encoder, text
+        self._pending = _PREFETCH.submit(encoder.encode, [text])
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        return self._encoder.identity
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if list(texts) == [self._text] and not self._pending.cancel():
+            return self._pending.result()
+        return self._encoder.encode(texts)
 
 
 def emptying_memo(built: driver.Driver) -> driver.Driver:

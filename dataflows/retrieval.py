@@ -12,9 +12,10 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from rms_retrieval.dataflows.code_identity import code_identity
-from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, PrefetchedEncoder, build_driver, pipeline_inputs
 from rms_retrieval.nodes.models import MAX_QUERY_CHARS, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.bundle import MemoryBundle
+from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, QueryReformulator, ReadableStore, snapshot_of
@@ -238,10 +239,12 @@ def retrieve(
         request = as_request(query, namespaces=namespaces, reference_time=reference_time, token_budget=token_budget,
                              **options)
         wanted = list(dict.fromkeys([FINAL_NODE, "query_embedding", *policy_nodes(settings), *extra_nodes]))
+        encoder = encoder or default_encoder()
+        if PathType.VECTOR in settings.candidates.enabled_paths and "query_embedding" not in (overrides or {}):
+            encoder = PrefetchedEncoder(encoder, request.query)  # made while the other paths run
         results = build_driver(settings).execute(
             wanted,
-            inputs=pipeline_inputs(store, request, settings, encoder or default_encoder(), cross_encoder,
-                                   reformulator),
+            inputs=pipeline_inputs(store, request, settings, encoder, cross_encoder, reformulator),
             overrides=overrides or {},
         )
     except Exception as error:

@@ -7,7 +7,8 @@ from uuid import UUID
 from hamilton.function_modifiers import config, inject
 
 from rms_retrieval.nodes.candidate_generation import CANDIDATE_CHANNELS
-from rms_retrieval.nodes.pools import AlternatePasses, Candidate, CandidatePool, ChannelHit, ChannelResult, PathType
+from rms_retrieval.nodes.pools import (AlternatePasses, Candidate, CandidatePool, ChannelHit, ChannelResult, PathType,
+                                       in_path_order)
 from rms_retrieval.nodes.reformulation import merge_alternates
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject
@@ -37,6 +38,7 @@ def merged_candidates__reformulated(
 def _merged(channels: list[ChannelResult], candidate_objects: dict[UUID, MemoryObject]) -> CandidatePool:
     # Keyed by the id's integer (hashed in C, not in UUID's Python code); integers sort as the
     # ids' strings do, both being the same 128 bits in fixed-width hex.
+    channels = in_path_order(channels)
     hits: dict[int, dict[PathType, ChannelHit]] = {}
     ids: dict[int, UUID] = {}
     for channel in channels:

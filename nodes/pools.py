@@ -39,6 +39,7 @@ class PathType(StrEnum):
 
 
 PRIMARY_PATHS = frozenset({PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH, PathType.PINNED})
+_PATH_ORDER = {path: position for position, path in enumerate(PathType)}
 
 
 class ChannelHit(NamedTuple):
@@ -67,6 +68,11 @@ class ChannelResult:
     @property
     def at_limit(self) -> bool:
         return self.limit > 0 and len(self.hits) >= self.limit
+
+
+def in_path_order(channels: Sequence[ChannelResult]) -> list[ChannelResult]:
+    """The channels in `PathType` order, whatever order the DAG ran them in."""
+    return sorted(channels, key=lambda channel: _PATH_ORDER[channel.path])
 
 
 @dataclass(frozen=True)

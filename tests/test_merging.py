@@ -47,3 +47,15 @@ def test_keyword_scan_hits_join_the_pool_without_counting_as_a_path():
     )
     assert pool.candidates[0].paths == (PathType.VECTOR, PathType.KEYWORD_SCAN)
     assert pool.candidates[0].path_count == 1
+
+
+def test_the_order_the_paths_ran_in_leaves_the_pool_as_it_is():
+    a, b = make_object("a"), make_object("b")
+    channels = [_result(PathType.VECTOR, a, b, limit=2), _result(PathType.LEXICAL, b, a, limit=2),
+                ChannelResult(path=PathType.GRAPH, failure="backend_error: down"),
+                ChannelResult(path=PathType.PINNED, failure="backend_error: gone"), ChannelResult(PathType.KEYWORD_SCAN)]
+    objects = {o.id: o for o in (a, b)}
+    ran_first, ran_last = merged_candidates(channels, objects), merged_candidates(channels[::-1], objects)
+    assert ran_first == ran_last and ran_last.paths_at_limit == (PathType.VECTOR, PathType.LEXICAL)
+    assert list(ran_last.backend_failures) == [PathType.GRAPH, PathType.PINNED]
+    assert [list(c.hits) for c in ran_last.candidates] == [[PathType.VECTOR, PathType.LEXICAL]] * 2

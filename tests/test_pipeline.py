@@ -8,10 +8,12 @@ import random
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from rms_retrieval.dataflows.frames import scored_frame
-from rms_retrieval.dataflows.pipeline import FINAL_NODE, build_driver, pipeline_inputs
+from rms_retrieval.dataflows.pipeline import _PREFETCH, FINAL_NODE, PrefetchedEncoder, build_driver, pipeline_inputs
+from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.pools import PRIMARY_PATHS, PathType
 from rms_retrieval.nodes.candidate_settings import CandidateSettings
 from rms_retrieval.nodes.settings import (
@@ -252,3 +254,65 @@ def test_a_request_leaves_no_node_value_to_the_cyclic_collector(execution):
         gc.enable()
     assert bundle.items
     assert ours == []
+
+
+class _MeetsTheLexicalPath(FakeEncoder):
+    """Encodes only once the lexical path has asked the store (which waits for the encoding to
+    start), each waiting at most 10 s: whether either waited in vain says whether they ran at once."""
+
+    def __init__(self) -> None:
+        self.started, self.lexical_asked = threading.Event(), threading.Event()
+        self.waited_in_vain: list[str] = []
+
+    def encode(self, texts):
+        self.started.set()
+        if not self.lexical_asked.wait(10):
+            self.waited_in_vain.append("encoder")
+        return super().encode(texts)
+
+    def lexical(self, search):
+        def searched(*args, **kwargs):
+            if not self.started.wait(10):
+                self.waited_in_vain.append("lexical path")
+            self.lexical_asked.set()
+            return search(*args, **kwargs)
+        return searched
+
+
+def test_the_question_is_embedded_while_the_other_paths_search():
+    question = "What did Caroline do at the support group?"
+    store, encoder = conversation_store(), _MeetsTheLexicalPath()
+    store.search_lexical = encoder.lexical(store.search_lexical)
+    request = make_request(question)
+    result = retrieve(store, question, namespaces=request.namespaces, reference_time=request.reference_time,
+                      token_budget=request.token_budget, encoder=encoder, log=False)
+    assert encoder.waited_in_vain == []
+    inline = _run(RetrievalSettings(), conversation_store(), question)[FINAL_NODE]  # the plain encoder, in turn
+    assert result.bundle.items == inline.items and result.bundle.context == inline.context
+
+
+def test_a_prefetched_encoder_encodes_other_texts_inline_and_the_question_inline_when_the_worker_is_busy():
+    encoder = FakeEncoder()
+    prefetched = PrefetchedEncoder(encoder, "the question")
+    assert np.array_equal(prefetched.encode(["another text"]), encoder.encode(["another text"]))
+    assert np.array_equal(prefetched.encode(["the question"]), encoder.encode(["the question"]))
+    assert prefetched.identity == encoder.identity
+    release = threading.Event()
+    busy = _PREFETCH.submit(release.wait, 10)
+    try:
+        waiting = PrefetchedEncoder(encoder, "the question")  # queued behind the busy worker
+        assert np.array_equal(waiting.encode(["the question"]), encoder.encode(["the question"]))
+        assert waiting._pending.cancelled()
+    finally:
+        release.set()
+        busy.result()
+
+
+def test_a_failure_of_the_background_encoding_is_raised_where_the_embedding_is_asked_for():
+    class Broken(FakeEncoder):
+        def encode(self, texts):
+            raise RuntimeError("the model file is unreadable")
+
+    prefetched = PrefetchedEncoder(Broken(), "the question")
+    with pytest.raises(RuntimeError, match="unreadable"):
+        prefetched.encode(["the question"])
