@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -194,8 +195,9 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                     if segment.entry.key not in index.segment_keys:
                         columns = segment.columns
                         index = index.with_segment_columns(
-                            segment.postings, columns.namespaces, columns.namespace_codes, columns.ids,
-                            None if segment.dead is None else ~segment.dead, key=segment.entry.key)
+                            segment.stored_postings, columns.namespaces, columns.namespace_codes, columns.ids,
+                            None if segment.dead is None else ~segment.dead, key=segment.entry.key,
+                            name_tfs=partial(_name_tfs, segment))
                 self._bm25 = index
                 self._bm25_base = None
             return self._bm25
@@ -426,6 +428,11 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     def quantity_page(self, selection: ClaimSelection, after_id: UUID | None, limit: int) -> list[QuantityRow]:
         return self._records.quantity_page(selection, after_id, limit)
+
+
+def _name_tfs(segment: LoadedSegment) -> np.ndarray | None:
+    """The entity-name counts of `segment`'s postings: a weighted lexical search's first need."""
+    return segment.postings.name_tfs
 
 
 def _live_in(segment: LoadedSegment, start: int, stop: int) -> int:

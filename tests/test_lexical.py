@@ -226,3 +226,33 @@ def test_rows_left_out_by_alive_score_as_a_segment_without_them(interleaved):
     assert (part.members is None) == (not interleaved)
     if not interleaved:  # one run of rows: the segment's own postings, not a copy
         assert np.shares_memory(hit.tfs, postings.tfs) and np.shares_memory(part.id_keys, keys)
+
+
+def test_name_counts_given_later_are_asked_for_by_weighted_searches_only():
+    """A reader's segment passes its postings as stored and makes the entity-name counts only when
+    a weighted search needs them: a plain search never asks, and a weighted one scores as if the
+    counts had come with the postings."""
+    import dataclasses
+
+    import numpy as np
+
+    postings = term_postings(CORPUS)
+    ids = make_ids(len(CORPUS))
+    keys = np.frombuffer(b"".join(object_id.bytes for object_id in ids), dtype="V16")
+    codes = np.zeros(len(CORPUS), dtype=np.int64)
+    asked = []
+
+    def counts():
+        asked.append(True)
+        return postings.name_tfs
+
+    stored = dataclasses.replace(postings, name_tfs=None)
+    later = Bm25Index.empty().with_segment_columns(stored, ["n"], codes, keys, name_tfs=counts)
+    given = Bm25Index.empty().with_segment_columns(postings, ["n"], codes, keys)
+    for text in QUERIES:
+        assert later.search(text, ["n"], 100) == given.search(text, ["n"], 100)
+    assert asked == [] and postings.name_tfs is not None
+    weighted = FieldWeights(value=2.0, entity_canonical_name=0.5)
+    for text in QUERIES:
+        assert later.search(text, ["n"], 100, weighted) == given.search(text, ["n"], 100, weighted)
+    assert asked == [True]

@@ -82,6 +82,12 @@ class IndexArrays:
         return self._postings.num_rows
 
     @property
+    def stored_postings(self) -> TermPostings:
+        """The postings as the file holds them: without the entity-name counts, which `postings`
+        makes by analysing every entity name again."""
+        return self._postings
+
+    @property
     def postings(self) -> TermPostings:
         """The postings, with each row's entity-name counts (made on first use)."""
         if self._names is None:

@@ -250,6 +250,11 @@ class LoadedSegment:
         return self._index.checked().postings
 
     @property
+    def stored_postings(self) -> TermPostings:
+        """`postings` without the entity-name counts, which only a weighted lexical search reads."""
+        return self._index.checked().stored_postings
+
+    @property
     def edge_columns(self) -> EdgeColumns:
         return self._index.checked().edges
 

@@ -14,7 +14,7 @@ of 1 a score is match_bm25's over the two as one text; other weights (RFC-0005 S
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -48,7 +48,7 @@ class _Hit:
 
     def names(self) -> tuple[np.ndarray, np.ndarray]:
         """Per posting, the part of its tf in the entity name, and its row's entity-name length."""
-        name_tfs = self.segment.postings.name_tfs
+        name_tfs = self.segment.name_tfs
         return (np.zeros(len(self.rows), dtype=np.int32) if name_tfs is None else name_tfs[self.positions],
                 self.segment.name_lengths[self.segment_rows])
 
@@ -66,7 +66,12 @@ class _Part:
     id_keys: np.ndarray  # (rows, 2) big-endian uint64: the ids' halves, for tie order and the ids found
     num_docs: int
     total_length: int
-    total_name_length: int
+
+    @cached_property
+    def total_name_length(self) -> int:
+        """The terms in the part's entity names (weighted fields only ask)."""
+        kept = slice(self.first, self.stop) if self.members is None else self.members
+        return int(self.segment.name_lengths[kept].sum())
 
     def postings_of(self, term: str) -> _Hit | None:
         return self.segment.postings_of(self, term)
@@ -76,12 +81,16 @@ class _SegmentParts:
     """One segment's postings split by namespace. A part is a few numbers and, for each term a
     search names, a slice of the segment's postings (sorted by term, then row): nothing per
     posting is copied, so a store of many namespaces, memory-mapped, costs a reader what its
-    searches read. Rows `alive` leaves out (deleted ones) are not indexed."""
+    searches read. Rows `alive` leaves out (deleted ones) are not indexed. The entity-name counts
+    (`name_tfs`) are `postings`' own, or what `name_tfs` gives when a weighted search first asks:
+    a reader's segment makes them by analysing every entity name again."""
 
     def __init__(self, postings: TermPostings, names: Sequence[str], codes: np.ndarray, id_keys: np.ndarray,
-                 alive: np.ndarray | None, key: Hashable | None) -> None:
+                 alive: np.ndarray | None, key: Hashable | None,
+                 name_tfs: Callable[[], np.ndarray | None] | None = None) -> None:
         self.key = key
         self._postings, self._names, self._codes, self._id_keys, self._alive = postings, names, codes, id_keys, alive
+        self._name_tfs = name_tfs
         live_codes = codes if alive is None else codes[alive]
         self.namespaces = [names[code] for code in np.unique(live_codes).tolist()]
         self._parts: dict[str, _Part] = {}
@@ -92,12 +101,17 @@ class _SegmentParts:
         return self._postings
 
     @cached_property
+    def name_tfs(self) -> np.ndarray | None:
+        """Per posting, the part of its tf in the row's entity name (None: no row has a name)."""
+        return self._postings.name_tfs if self._name_tfs is None else self._name_tfs()
+
+    @cached_property
     def name_lengths(self) -> np.ndarray:
         """Each row's entity-name length (terms in its name)."""
-        postings = self._postings
-        if postings.name_tfs is None:
+        postings, name_tfs = self._postings, self.name_tfs
+        if name_tfs is None:
             return np.zeros(postings.num_rows, dtype=np.int32)
-        return np.bincount(postings.rows, weights=postings.name_tfs, minlength=postings.num_rows).astype(np.int32)
+        return np.bincount(postings.rows, weights=name_tfs, minlength=postings.num_rows).astype(np.int32)
 
     @cached_property
     def _local(self) -> np.ndarray:
@@ -129,8 +143,7 @@ class _SegmentParts:
         members = None if whole else (rows if self._alive is None else rows[self._alive[rows]])
         kept = slice(first, stop) if whole else members
         lengths = self._postings.lengths[kept]
-        return _Part(self, first, stop, members, self._id_keys[kept], len(lengths), int(lengths.sum()),
-                     int(self.name_lengths[kept].sum()))
+        return _Part(self, first, stop, members, self._id_keys[kept], len(lengths), int(lengths.sum()))
 
     def postings_of(self, part: _Part, term: str) -> _Hit | None:
         postings = self._postings
@@ -224,10 +237,12 @@ class Bm25Index:
 
     def with_segment_columns(self, postings: TermPostings, namespaces: Sequence[str], namespace_codes: np.ndarray,
                              object_ids: np.ndarray, alive: np.ndarray | None = None,
-                             key: Hashable | None = None) -> Bm25Index:
+                             key: Hashable | None = None,
+                             name_tfs: Callable[[], np.ndarray | None] | None = None) -> Bm25Index:
         """`with_segment` from a segment's columns: each row's namespace as a code into `namespaces`,
         its object id as 16 big-endian bytes (dtype V16), and the rows to index (`alive`; None:
-        all). Each namespace's part is made when a search first names it."""
+        all). Each namespace's part is made when a search first names it. `name_tfs`, if given,
+        makes the postings' entity-name counts when a weighted search first needs them."""
         if not len(namespace_codes) == len(object_ids) == postings.num_rows or (
                 alive is not None and len(alive) != postings.num_rows):
             raise ValueError(f"a segment of {postings.num_rows} rows needs a namespace, an object id (and a liveness) "
@@ -235,7 +250,7 @@ class Bm25Index:
         if key is not None and key in self._segments:
             raise ValueError(f"segment {key!r} is in the index already; take it out with without_segments first")
         parts = _SegmentParts(postings, list(namespaces), np.asarray(namespace_codes),
-                              np.asarray(object_ids).view(">u8").reshape(-1, 2), alive, key)
+                              np.asarray(object_ids).view(">u8").reshape(-1, 2), alive, key, name_tfs)
         merged = dict(self._parts)
         for namespace in parts.namespaces:
             merged[namespace] = (*merged.get(namespace, ()), parts)
