@@ -41,6 +41,23 @@ def test_a_record_round_trips_to_an_equal_object_in_utc():
     assert row_values(RICH)["assertion_predicate_norm"] == "paid_for" and json.loads(row_values(RICH)["metadata"]) == RICH.metadata
 
 
+@pytest.mark.parametrize("memory", [RICH, MemoryObject(namespace="a", content="plain")], ids=["rich", "plain"])
+def test_a_decoded_object_is_what_model_construct_makes_of_its_record(memory):
+    record = object_record(memory)
+    decoded, given_id = memory_object(record), memory_object(record, memory.id)
+    fields = json.loads(record)
+    constructed = MemoryObject.model_construct(**{**vars(decoded)})  # pydantic's own way, the same values
+    for made in (decoded, given_id):
+        assert made == memory == constructed and type(made) is MemoryObject
+        assert list(vars(made)) == list(vars(constructed)) == list(MemoryObject.model_fields)
+        assert vars(made) == vars(constructed) and made.model_dump() == constructed.model_dump()
+        assert made.__pydantic_extra__ == constructed.__pydantic_extra__
+        assert made.__pydantic_private__ == constructed.__pydantic_private__
+        assert made.__pydantic_fields_set__ == constructed.__pydantic_fields_set__ == set(fields)
+        assert repr(made) == repr(constructed)
+    assert given_id.id is memory.id
+
+
 def test_decoded_objects_share_one_set_of_field_names_and_a_copy_gets_its_own():
     first, second = memory_object(object_record(RICH)), memory_object(object_record(RICH.model_copy(update={"content": "y"})))
     assert first.__pydantic_fields_set__ is second.__pydantic_fields_set__

@@ -361,7 +361,7 @@ class LoadedSegment:
     def object_at(self, position: int) -> MemoryObject:
         memory = self._decoded.get(position)
         if memory is None:
-            memory = memory_object(self._columns.records.at(position))
+            memory = memory_object(self._columns.records.at(position), self.id_at(position))
             if len(self._decoded) >= _DECODED_CACHE_LIMIT:
                 self._decoded.clear()
             self._decoded[position] = memory
