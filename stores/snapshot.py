@@ -197,7 +197,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                         index = index.with_segment_columns(
                             segment.stored_postings, columns.namespaces, columns.namespace_codes, columns.ids,
                             None if segment.dead is None else ~segment.dead, key=segment.entry.key,
-                            name_tfs=partial(_name_tfs, segment))
+                            name_tfs=partial(_name_tfs, segment), id_at=segment.id_at)
                 self._bm25 = index
                 self._bm25_base = None
             return self._bm25

@@ -256,3 +256,31 @@ def test_name_counts_given_later_are_asked_for_by_weighted_searches_only():
     for text in QUERIES:
         assert later.search(text, ["n"], 100, weighted) == given.search(text, ["n"], 100, weighted)
     assert asked == [True]
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_a_segment_that_hands_out_its_ids_gets_its_own_uuid_objects_back(interleaved):
+    import numpy as np
+
+    documents = CORPUS * 2
+    ids = make_ids(len(documents))
+    codes = np.asarray([index % 2 if interleaved else index * 2 // len(documents) for index in range(len(documents))])
+    alive = np.ones(len(documents), dtype=bool)
+    alive[[2, 7]] = False
+    keys = np.frombuffer(b"".join(object_id.bytes for object_id in ids), dtype="V16")
+    handed: dict[int, UUID] = {}
+
+    def id_at(row: int) -> UUID:
+        return handed.setdefault(row, UUID(bytes=ids[row].bytes))
+
+    postings = term_postings(documents)
+    own = Bm25Index.empty().with_segment_columns(postings, ["a", "b"], codes, keys, alive, id_at=id_at)
+    made = Bm25Index.empty().with_segment_columns(postings, ["a", "b"], codes, keys, alive)
+    found = 0
+    for text in QUERIES:
+        for scope in (["a"], ["b"], ["a", "b"]):
+            hits = own.search(text, scope, 100)
+            assert hits == made.search(text, scope, 100)
+            assert all(object_id is handed[ids.index(object_id)] for object_id, _ in hits)
+            found += len(hits)
+    assert found and all(alive[row] for row in handed)

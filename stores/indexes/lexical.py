@@ -76,6 +76,10 @@ class _Part:
     def postings_of(self, term: str) -> _Hit | None:
         return self.segment.postings_of(self, term)
 
+    def segment_rows(self, local: np.ndarray) -> np.ndarray:
+        """The segment rows of the part's rows `local` (0 is its first)."""
+        return local + self.first if self.members is None else self.members[local]
+
 
 class _SegmentParts:
     """One segment's postings split by namespace. A part is a few numbers and, for each term a
@@ -87,14 +91,20 @@ class _SegmentParts:
 
     def __init__(self, postings: TermPostings, names: Sequence[str], codes: np.ndarray, id_keys: np.ndarray,
                  alive: np.ndarray | None, key: Hashable | None,
-                 name_tfs: Callable[[], np.ndarray | None] | None = None) -> None:
+                 name_tfs: Callable[[], np.ndarray | None] | None = None,
+                 id_at: Callable[[int], UUID] | None = None) -> None:
         self.key = key
         self._postings, self._names, self._codes, self._id_keys, self._alive = postings, names, codes, id_keys, alive
-        self._name_tfs = name_tfs
+        self._name_tfs, self._id_at = name_tfs, id_at
         live_codes = codes if alive is None else codes[alive]
         self.namespaces = [names[code] for code in np.unique(live_codes).tolist()]
         self._parts: dict[str, _Part] = {}
         self._lock = threading.Lock()
+
+    def object_id(self, row: int, high: int, low: int) -> UUID:
+        """The id of segment row `row` (its halves `high`, `low`): the segment's own UUID object
+        where it hands them out (`id_at`), so a search makes no new one for a row it has named."""
+        return UUID(int=(high << 64) | low) if self._id_at is None else self._id_at(row)
 
     @property
     def postings(self) -> TermPostings:
@@ -238,11 +248,13 @@ class Bm25Index:
     def with_segment_columns(self, postings: TermPostings, namespaces: Sequence[str], namespace_codes: np.ndarray,
                              object_ids: np.ndarray, alive: np.ndarray | None = None,
                              key: Hashable | None = None,
-                             name_tfs: Callable[[], np.ndarray | None] | None = None) -> Bm25Index:
+                             name_tfs: Callable[[], np.ndarray | None] | None = None,
+                             id_at: Callable[[int], UUID] | None = None) -> Bm25Index:
         """`with_segment` from a segment's columns: each row's namespace as a code into `namespaces`,
         its object id as 16 big-endian bytes (dtype V16), and the rows to index (`alive`; None:
         all). Each namespace's part is made when a search first names it. `name_tfs`, if given,
-        makes the postings' entity-name counts when a weighted search first needs them."""
+        makes the postings' entity-name counts when a weighted search first needs them; `id_at`,
+        if given, gives a row's id as the segment's own UUID object."""
         if not len(namespace_codes) == len(object_ids) == postings.num_rows or (
                 alive is not None and len(alive) != postings.num_rows):
             raise ValueError(f"a segment of {postings.num_rows} rows needs a namespace, an object id (and a liveness) "
@@ -250,7 +262,7 @@ class Bm25Index:
         if key is not None and key in self._segments:
             raise ValueError(f"segment {key!r} is in the index already; take it out with without_segments first")
         parts = _SegmentParts(postings, list(namespaces), np.asarray(namespace_codes),
-                              np.asarray(object_ids).view(">u8").reshape(-1, 2), alive, key, name_tfs)
+                              np.asarray(object_ids).view(">u8").reshape(-1, 2), alive, key, name_tfs, id_at)
         merged = dict(self._parts)
         for namespace in parts.namespaces:
             merged[namespace] = (*merged.get(namespace, ()), parts)
@@ -336,9 +348,12 @@ class Bm25Index:
             matched, scores = matched[keep], scores[keep]
         owner = np.searchsorted(offsets, matched, side="right") - 1
         id_keys = np.empty((len(matched), 2), dtype=np.uint64)
+        segment_rows = np.empty(len(matched), dtype=np.int64)
         for index in np.unique(owner).tolist():
             chosen = owner == index
-            id_keys[chosen] = parts[index].id_keys[matched[chosen] - offsets[index]]
+            local = matched[chosen] - offsets[index]
+            id_keys[chosen] = parts[index].id_keys[local]
+            segment_rows[chosen] = parts[index].segment_rows(local)
         order = np.lexsort((id_keys[:, 1], id_keys[:, 0], -scores))[:limit]
-        return [(UUID(int=(high << 64) | low), score)
-                for (high, low), score in zip(id_keys[order].tolist(), scores[order].tolist())]
+        return [(parts[index].segment.object_id(row, high, low), score) for index, row, (high, low), score in zip(
+            owner[order].tolist(), segment_rows[order].tolist(), id_keys[order].tolist(), scores[order].tolist())]
