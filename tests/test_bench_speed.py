@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rms_retrieval.dataflows.bench import speed_bench
+from rms_retrieval.dataflows.pipeline import EmptiedMemoExecutor
 from rms_retrieval.stores.memory_store import MemoryStore
 from tests.factories import RandomEncoder
 
@@ -61,6 +62,8 @@ def test_node_times_cover_the_dag(store, encoder):
     times = speed_bench.node_times(store, _queries(2), encoder, limit=10)
     assert {"query_embedding", "vector_candidates", "fused_scores", "packed_bundle"} <= set(times)
     assert all(row["n"] == 2 and row["mean_ms"] >= 0 for row in times.values())
+    timed = speed_bench.timed_driver(speed_bench.RetrievalSettings(), speed_bench.NodeTimer())
+    assert isinstance(timed.graph_executor, EmptiedMemoExecutor)  # runs as retrieve() runs
 
 
 def test_isolation_finds_no_leaks(store, encoder):

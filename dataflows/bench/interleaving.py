@@ -6,14 +6,16 @@ After the warm-up, what the process holds (imports, open stores, warm caches) is
 garbage collector (`gc.freeze`), as a long-running server does once it has started (README,
 "Serving"): a full collection then scans what the timed requests made, not the 180,000 objects of
 the imports and the stores, which took about 100 ms each time and landed in one request of 70.
-`Timings.full_collections_ms` says how long each that ran while the arms were timed took.
+`Timings.full_collections_ms` says how long each that ran while the arms were timed took; the
+latency benchmark's node table is timed under the same freeze (`frozen_collector`).
 """
 
 from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,17 +78,10 @@ class Timings:
     full_collections_ms: list[float]
 
 
-def interleaved(
-    arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: Sequence[BenchQuery] = ()
-) -> Timings:
-    """Every arm timed on each query, after every arm ran the `warmup` queries and the collector
-    froze what the process held; each query runs every arm, the order rotated per query, after the
-    arm's untimed `prepare(query)` if it has one."""
-    names = list(arms)
-    for query in warmup:
-        for name in names:
-            arms[name](query)
-    seconds: dict[str, list[float]] = {name: [] for name in names}
+@contextmanager
+def frozen_collector() -> Iterator[list[float]]:
+    """What the process holds, frozen out of the garbage collector while inside (as a server runs
+    once it has started); yields the list that each full collection's milliseconds join."""
     pauses: list[float] = []
     started_at: list[float] = []
 
@@ -101,6 +96,24 @@ def interleaved(
     gc.freeze()
     gc.callbacks.append(full_collection)
     try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(full_collection)
+        gc.unfreeze()
+
+
+def interleaved(
+    arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: Sequence[BenchQuery] = ()
+) -> Timings:
+    """Every arm timed on each query, after every arm ran the `warmup` queries, with the collector
+    frozen (`frozen_collector`); each query runs every arm, the order rotated per query, after the
+    arm's untimed `prepare(query)` if it has one."""
+    names = list(arms)
+    for query in warmup:
+        for name in names:
+            arms[name](query)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    with frozen_collector() as pauses:
         for position, query in enumerate(queries):
             shift = position % len(names)
             for name in names[shift:] + names[:shift]:
@@ -110,7 +123,4 @@ def interleaved(
                 started = time.perf_counter()
                 arms[name](query)
                 seconds[name].append(time.perf_counter() - started)
-    finally:
-        gc.callbacks.remove(full_collection)
-        gc.unfreeze()
     return Timings(seconds, pauses)

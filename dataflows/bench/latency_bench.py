@@ -38,7 +38,8 @@ import argparse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rms_retrieval.dataflows.bench.interleaving import BUNDLE, AfterWriteArm, interleaved, pipeline_arm, warming_queries
+from rms_retrieval.dataflows.bench.interleaving import (BUNDLE, AfterWriteArm, frozen_collector, interleaved, pipeline_arm,
+                                                       warming_queries)
 from rms_retrieval.dataflows.bench.lme_latency import LME_SAMPLES
 from rms_retrieval.dataflows.bench.locomo_bench import benchmark_questions, evenly_spaced
 from rms_retrieval.dataflows.bench.arms import arm_settings
@@ -154,7 +155,8 @@ def run_latency(
             level: table["pipeline_after_write"][level] / table["pipeline"][level] for level in ("p50", "p99")}
     if "peer_k200" in table:
         report["p50_over_peer_k200"] = {name: row["p50"] / table["peer_k200"]["p50"] for name, row in table.items()}
-    report["node_times_ms"] = node_times(store, evenly_spaced(queries, node_queries), encoder, limit=BUNDLE)
+    with frozen_collector():  # as the arms were timed
+        report["node_times_ms"] = node_times(store, evenly_spaced(queries, node_queries), encoder, limit=BUNDLE)
     return report
 
 

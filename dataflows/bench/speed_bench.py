@@ -26,7 +26,7 @@ from hamilton.lifecycle import NodeExecutionHook
 from tqdm import tqdm
 
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
-from rms_retrieval.dataflows.pipeline import STAGE_MODULES, FINAL_NODE, pipeline_inputs
+from rms_retrieval.dataflows.pipeline import STAGE_MODULES, FINAL_NODE, emptying_memo, pipeline_inputs
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -78,7 +78,7 @@ class NodeTimer(NodeExecutionHook):
 
 def timed_driver(settings: RetrievalSettings, timer: NodeTimer) -> driver.Driver:
     """The retrieval DAG of `rms_retrieval.dataflows.pipeline`, with `timer` hooked into every node."""
-    return (
+    return emptying_memo(
         driver.Builder()
         .with_modules(*STAGE_MODULES)
         .with_config(settings.hamilton_config())
