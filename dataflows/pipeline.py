@@ -7,6 +7,7 @@ inputs `retrieve()` uses.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
@@ -65,9 +66,24 @@ class EmptiedMemoExecutor(driver.DefaultGraphExecutor):
             given.clear()
 
 
-# One worker: under concurrent requests a request whose encoding has not started yet encodes it
-# itself (PrefetchedEncoder.encode), so a busy worker costs overlap, never a wait in line.
-_PREFETCH = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rms-query-embedding")
+def _prefetch_pool() -> ThreadPoolExecutor:
+    # One worker: under concurrent requests a request whose encoding has not started yet encodes it
+    # itself (PrefetchedEncoder.encode), so a busy worker costs overlap, never a wait in line.
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="rms-query-embedding")
+
+
+_PREFETCH = _prefetch_pool()
+
+
+def _new_prefetch_pool_in_child() -> None:
+    """A forked child has none of its parent's threads: a pool whose worker the parent started
+    would queue the child's encodings forever (each request then encoding inline, its queued job
+    kept), so the child gets a pool of its own."""
+    global _PREFETCH
+    _PREFETCH = _prefetch_pool()
+
+
+os.register_at_fork(after_in_child=_new_prefetch_pool_in_child)
 
 
 class PrefetchedEncoder(QueryEncoder):

@@ -4,6 +4,7 @@ result is byte-identical across repeats and across the order candidates arrive i
 from __future__ import annotations
 
 import gc
+import os
 import random
 import threading
 import time
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 
 from rms_retrieval.dataflows.frames import scored_frame
-from rms_retrieval.dataflows.pipeline import _PREFETCH, FINAL_NODE, PrefetchedEncoder, build_driver, pipeline_inputs
+from rms_retrieval.dataflows import pipeline
+from rms_retrieval.dataflows.pipeline import FINAL_NODE, PrefetchedEncoder, build_driver, pipeline_inputs
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.pools import PRIMARY_PATHS, PathType
 from rms_retrieval.nodes.candidate_settings import CandidateSettings
@@ -298,7 +300,7 @@ def test_a_prefetched_encoder_encodes_other_texts_inline_and_the_question_inline
     assert np.array_equal(prefetched.encode(["the question"]), encoder.encode(["the question"]))
     assert prefetched.identity == encoder.identity
     release = threading.Event()
-    busy = _PREFETCH.submit(release.wait, 10)
+    busy = pipeline._PREFETCH.submit(release.wait, 10)
     try:
         waiting = PrefetchedEncoder(encoder, "the question")  # queued behind the busy worker
         assert np.array_equal(waiting.encode(["the question"]), encoder.encode(["the question"]))
@@ -316,3 +318,29 @@ def test_a_failure_of_the_background_encoding_is_raised_where_the_embedding_is_a
     prefetched = PrefetchedEncoder(Broken(), "the question")
     with pytest.raises(RuntimeError, match="unreadable"):
         prefetched.encode(["the question"])
+
+
+def test_a_forked_child_encodes_on_a_worker_of_its_own():
+    class Recording(FakeEncoder):
+        def __init__(self) -> None:
+            self.threads: list[str] = []
+
+        def encode(self, texts):
+            self.threads.append(threading.current_thread().name)
+            return super().encode(texts)
+
+    warmed = PrefetchedEncoder(FakeEncoder(), "the parent's question")
+    warmed.encode(["the parent's question"])  # the parent's worker thread exists now
+    child = os.fork()
+    if child == 0:  # exits 0 only if the child's question ran on a worker thread within 10 s
+        code = 1
+        try:
+            encoder = Recording()
+            PrefetchedEncoder(encoder, "the child's question")._pending.result(timeout=10)
+            code = 0 if encoder.threads[0].startswith("rms-query-embedding") else 2
+        except BaseException:
+            code = 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
