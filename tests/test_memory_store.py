@@ -11,7 +11,7 @@ from rms_retrieval.stores.engine import segment_writing, writer
 from rms_retrieval.stores.indexes.entity_graph import entity_id
 from rms_retrieval.stores.analysis.expansion import PRESETS
 from rms_retrieval.stores.indexes.postings import FTS_EXTENSION
-from rms_retrieval.stores.engine.segments import SEGMENT_FILES
+from rms_retrieval.stores.engine.segment_layout import SEGMENT_FILES
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType

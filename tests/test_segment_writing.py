@@ -9,7 +9,8 @@ import json
 import numpy as np
 
 from rms_retrieval.stores.engine.segment_writing import sidecar_bytes, write_deletions, write_segment
-from rms_retrieval.stores.engine.segments import SIDECAR_FILE, TEMPORARY_PREFIX, LoadedSegment, segment_directory
+from rms_retrieval.stores.engine.segment_layout import SIDECAR_FILE, TEMPORARY_PREFIX, segment_directory
+from rms_retrieval.stores.engine.segments import LoadedSegment
 from tests import store_workers
 
 

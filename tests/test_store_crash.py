@@ -14,7 +14,7 @@ from rms_retrieval.dataflows.bench import crash_bench
 from tests import store_workers
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
-from rms_retrieval.stores.engine.segments import TEMPORARY_PREFIX
+from rms_retrieval.stores.engine.segment_layout import TEMPORARY_PREFIX
 from rms_retrieval.stores.engine.writer import never_named
 
 

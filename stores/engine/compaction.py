@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, write_manifest
-from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge, new_segment_id
+from rms_retrieval.stores.engine.segment_layout import new_segment_id
+from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.engine.segment_writing import write_table_segment
 from rms_retrieval.stores.snapshot import StoreSnapshot
 from rms_retrieval.stores.engine.manifest import committed_generation

@@ -36,7 +36,8 @@ import pyarrow as pa
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Manifest, SegmentEntry, committed_generation, write_manifest
 from rms_retrieval.stores.engine.segment_writing import write_deletions, write_table_segment
 from rms_retrieval.stores.engine.edge_columns import merged_edge_arrays
-from rms_retrieval.stores.engine.segments import LoadedSegment, new_segment_id, segment_generation
+from rms_retrieval.stores.engine.segment_layout import new_segment_id, segment_generation
+from rms_retrieval.stores.engine.segments import LoadedSegment
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.snapshot import StoreSnapshot

@@ -24,7 +24,8 @@ from rms_retrieval.stores.engine.manifest import LEGACY_DATABASE_FILE, MANIFEST_
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
 from rms_retrieval.stores.log.retrieval_log import RetrievalLogWriter
-from rms_retrieval.stores.engine.segments import StoredEdge, new_segment_id
+from rms_retrieval.stores.engine.segment_layout import new_segment_id
+from rms_retrieval.stores.engine.segments import StoredEdge
 from rms_retrieval.stores.engine.segment_writing import write_segment
 from rms_retrieval.stores.engine.write_lock import WriteLock
 

@@ -31,8 +31,9 @@ from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.analysis.expansion import OFF, TurnExpansion, expansion_from_json
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, SegmentEntry, fsync_path, read_manifest, write_manifest
 from rms_retrieval.stores.protocols import EmbeddingIdentity
-from rms_retrieval.stores.engine.segments import (SEGMENT_FILES, SEGMENT_NAME, SEPARATE_FILES, SIDECAR_FILE, VECTORS_FILE,
-                                                  LoadedSegment, latest_deletions, segment_generation)
+from rms_retrieval.stores.engine.segment_layout import (SEGMENT_FILES, SEGMENT_NAME, SEPARATE_FILES, SIDECAR_FILE,
+                                                       VECTORS_FILE, latest_deletions, segment_generation)
+from rms_retrieval.stores.engine.segments import LoadedSegment
 from rms_retrieval.stores.engine.write_lock import WriteLock
 
 STORE_FACTS_FILE = "store.json"

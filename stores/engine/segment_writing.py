@@ -23,8 +23,9 @@ from rms_retrieval.stores.engine.npz_views import npz_bytes
 from rms_retrieval.stores.engine.segment_parquet import (objects_table, parquet_bytes, record_arrays, segment_columns,
                                                          without_records)
 from rms_retrieval.stores.engine.segment_index import IndexArrays, owned_edges
-from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, INDEX_FILE, OBJECTS_FILE, SIDECAR_FILE,
-                                                  TEMPORARY_PREFIX, LoadedSegment, StoredEdge, segment_directory)
+from rms_retrieval.stores.engine.segment_layout import (DELETIONS_PREFIX, INDEX_FILE, OBJECTS_FILE, SIDECAR_FILE,
+                                                       TEMPORARY_PREFIX, segment_directory)
+from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings, term_postings
 from rms_retrieval.stores.models import MemoryObject

@@ -1,17 +1,6 @@
 """One segment: the rows, vectors, edges and lexical postings of one write, immutable once named.
 
-Files under `segments/<id>/`:
-- `objects.parquet`: the rows as typed columns for SQL, grouped by namespace so that each
-  namespace's vectors are one contiguous slice;
-- `index.npz`: plain arrays (no pickles) of the float32 unit vectors in row order, each row's JSON
-  `record` (the object, end to end in one byte array with its offsets), the BM25 term postings of
-  the rows (stores/indexes/lexical.py) and the graph edges this write added or re-weighted (a later
-  segment's edge wins over an earlier one with the same edge id). One file, not three, because
-  every file of a write costs an fsync.
-Segments written before the records moved to index.npz hold them in objects.parquet's `record`
-column; they load the same.
-Segments written before index.npz have `vectors.npy`, `edges.parquet` and `postings.npz` instead;
-they load the same, and a merge rewrites them in the current form.
+The files and their names: stores/engine/segment_layout.py.
 
 `segment_writing.write_segment` builds them in memory (no DuckDB connection:
 stores/engine/segment_parquet.py), writes them into a temporary directory, fsyncs, and renames it
@@ -33,9 +22,7 @@ import io
 import json
 import mmap
 import os
-import re
 import threading
-import uuid
 import zipfile
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -53,59 +40,19 @@ from rms_retrieval.stores.analysis.positions import SessionKey
 from rms_retrieval.stores.engine.edge_columns import (EDGE_PREFIX, EdgeColumns, EdgeIndex, LiveCounts, LiveEdgeGroups,
                                                       StoredEdge)
 from rms_retrieval.stores.engine.segment_index import IndexArrays, legacy_edges, owned_edges, parquet_edges
+from rms_retrieval.stores.engine.segment_layout import (EDGES_FILE, INDEX_FILE, OBJECTS_FILE, POSTINGS_FILE,
+                                                       SEPARATE_FILES, VECTORS_FILE, segment_directory)
 from rms_retrieval.stores.engine.segment_lookups import RowIndex, SegmentSessions
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
-from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry
+from rms_retrieval.stores.engine.manifest import SegmentEntry
 from rms_retrieval.stores.engine.npz_views import load_npz, map_npz, read_npz
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.engine.segment_parquet import (LOADED_COLUMNS, OBJECTS_SCHEMA, MappedRecords, Records, SegmentColumns,
                                                          conformed, read_table, segment_columns)
 
-OBJECTS_FILE = "objects.parquet"
-INDEX_FILE = "index.npz"
-# The segment's own description (id, rows per namespace, its files' sha256, the segments a merge
-# replaced): what `rms check --repair` rebuilds a lost manifest from. Readers never need it.
-SIDECAR_FILE = "segment.json"
-SEGMENT_FILES = (OBJECTS_FILE, INDEX_FILE)
-# Segments written before index.npz held vectors, edges and postings in files of their own.
-VECTORS_FILE = "vectors.npy"
-EDGES_FILE = "edges.parquet"
-POSTINGS_FILE = "postings.npz"
-SEPARATE_FILES = (OBJECTS_FILE, VECTORS_FILE, EDGES_FILE, POSTINGS_FILE)
-TEMPORARY_PREFIX = ".tmp-"
-DELETIONS_PREFIX = "deleted-"
 _DECODED_CACHE_LIMIT = 50_000
 NO_ROWS: frozenset[int] = frozenset()
-
-
-
-def segment_directory(store: Path, segment_id: str) -> Path:
-    return store / SEGMENTS_DIR / segment_id
-
-
-def new_segment_id(generation: int) -> str:
-    return f"g{generation:08d}-{uuid.uuid4().hex[:12]}"
-
-
-# What new_segment_id makes; nothing else under segments/ is the store's.
-SEGMENT_NAME = re.compile(r"g[0-9]{8}-[0-9a-f]{12}")
-
-
-def segment_generation(segment_id: str) -> int:
-    """The generation a segment directory was written for (ids are `g<generation>-<random>`)."""
-    return int(segment_id[1:9])
-
-
-def latest_deletions(directory: Path) -> Deletions | None:
-    """The newest deletion file in a segment directory, described as a manifest would (for
-    `rms check --repair`, which has no manifest to name it); None without one."""
-    found = sorted(path for path in directory.glob(f"{DELETIONS_PREFIX}g*.npy"))
-    if not found:
-        return None
-    data = found[-1].read_bytes()
-    rows = np.load(io.BytesIO(data), allow_pickle=False)
-    return Deletions(found[-1].name, hashlib.sha256(data).hexdigest(), len(rows))
 
 
 class LoadedSegment:

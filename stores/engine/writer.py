@@ -29,8 +29,9 @@ from rms_retrieval.stores.engine.manifest import (MANIFEST_FILE, SEGMENTS_DIR, M
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.analysis.positions import placed_turns
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity, QueryEncoder
-from rms_retrieval.stores.engine.segments import (DELETIONS_PREFIX, SEGMENT_NAME, TEMPORARY_PREFIX, LoadedSegment,
-                                                  StoredEdge, new_segment_id, segment_generation)
+from rms_retrieval.stores.engine.segment_layout import (DELETIONS_PREFIX, SEGMENT_NAME, TEMPORARY_PREFIX, new_segment_id,
+                                                       segment_generation)
+from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.engine.merging import remove_dead_merges
 from rms_retrieval.stores.engine.segment_writing import write_deletions, write_segment
 from rms_retrieval.stores.snapshot import StoreSnapshot
