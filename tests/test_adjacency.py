@@ -2,7 +2,7 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores.indexes.adjacency import Adjacency
+from rms_retrieval.stores.indexes.adjacency import Adjacency, UuidColumn, uuid_keys
 from rms_retrieval.stores.protocols import Edge
 
 A, B, C = UUID(int=1), UUID(int=2), UUID(int=3)
@@ -81,3 +81,11 @@ def test_an_updated_graph_is_the_graph_of_its_edges_array_for_array():
         keys = np.unique(np.frombuffer(b"".join(node.bytes for node in asked), dtype="V16"))
         assert graph.key_numbers(keys).tolist() == graph.numbers(asked).tolist()
     _same_arrays(graph.updated([], set(edges)), Adjacency([]))  # every edge removed: no nodes either
+
+
+def test_a_uuid_column_makes_each_id_once_when_first_asked():
+    column = UuidColumn(uuid_keys([C, A, B]))
+    first = column.at(1)
+    assert first == A and column.at(1) is first and [column.at(i) for i in range(3)] == [C, A, B]
+    adjacency = Adjacency([Edge(1, A, B, "CO", 0.5)])
+    assert adjacency.node_at(0) is adjacency.node_at(0)

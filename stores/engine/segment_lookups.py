@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from rms_retrieval.stores.analysis.positions import SessionKey
 from rms_retrieval.stores.engine.segment_parquet import SegmentColumns
+from rms_retrieval.stores.indexes.adjacency import UuidColumn
 
 
 def _namespace_rows(columns: SegmentColumns, slices: Mapping[str, tuple[int, int]], namespace: str) -> np.ndarray:
@@ -38,14 +39,11 @@ class RowIndex:
     def __init__(self, columns: SegmentColumns, slices: Mapping[str, tuple[int, int]]) -> None:
         self._columns, self._slices = columns, slices
         self._by_namespace: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._ids: dict[int, UUID] = {}
+        self._ids = UuidColumn(columns.ids)
 
     def id_at(self, row: int) -> UUID:
         """The object id of `row` (each made once: searches ask for the same rows again)."""
-        found = self._ids.get(row)
-        if found is None:
-            found = self._ids[row] = UUID(bytes=self._columns.ids[row].tobytes())
-        return found
+        return self._ids.at(row)
 
     def row(self, namespace: str, object_id: UUID) -> int | None:
         return self.rows(namespace, [object_id])[0]

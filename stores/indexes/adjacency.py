@@ -58,7 +58,7 @@ class Adjacency:
         """`node_keys`: the node ids as a sorted V16 column (their UUIDs are made on first use of
         `nodes`: a walk reads the few it returns, `node_at`)."""
         self.node_keys = node_keys
-        self._node_ids: dict[int, UUID] = {}  # node_at's answers, made on first ask (the graph never changes)
+        self._node_ids = UuidColumn(node_keys)  # node_at's answers, made on first ask (the graph never changes)
         self.source, self.target, self.confidence, self.edge_id = source, target, confidence, edge_id
         self._edge_types = edge_types
         self._sources: dict[tuple, list[UUID]] = {}  # sources_into's answers: this graph never changes
@@ -86,10 +86,7 @@ class Adjacency:
 
     def node_at(self, number: int) -> UUID:
         """The id of node `number`."""
-        found = self._node_ids.get(number)
-        if found is None:
-            found = self._node_ids[number] = UUID(bytes=self.node_keys[number].tobytes())
-        return found
+        return self._node_ids.at(number)
 
     def updated(self, upserts: Sequence[Edge], removed: Iterable[int] = ()) -> Adjacency:
         """This graph with `upserts` added (an edge replaces the one with its id) and the edges with
@@ -178,6 +175,21 @@ def _edge_id(edge: Edge) -> int:
 def uuid_keys(ids: Sequence[UUID]) -> np.ndarray:
     """The ids as a V16 column of their 16 big-endian bytes, which sort as the UUIDs do."""
     return np.frombuffer(b"".join(node.bytes for node in ids), dtype="V16")
+
+
+class UuidColumn:
+    """A column of 16-byte ids (`uuid_keys`' form), each made a UUID the first time it is asked
+    for and kept: searches and walks ask for the same few again, and a caller that keeps one
+    object per id shares it."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self._keys, self._made = keys, {}
+
+    def at(self, position: int) -> UUID:
+        found = self._made.get(position)
+        if found is None:
+            found = self._made[position] = UUID(bytes=self._keys[position].tobytes())
+        return found
 
 
 def used_numbers(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
