@@ -6,7 +6,7 @@ import gc
 import time
 from datetime import datetime, timezone
 
-from rms_retrieval.dataflows.bench.interleaving import interleaved, warming_queries
+from rms_retrieval.dataflows.bench.interleaving import collections_line, interleaved, warming_queries
 from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
 
 
@@ -55,3 +55,8 @@ def test_the_timed_queries_run_with_the_warm_process_frozen_and_their_full_colle
     assert seen[0] == before and min(seen[1:]) > before  # the warm-up ran unfrozen, the timed queries frozen
     assert gc.get_freeze_count() == before  # and the process gets its collector back
     assert len(timings.full_collections_ms) == 1 and timings.full_collections_ms[0] >= 0
+
+
+def test_the_collections_line_counts_the_full_collections_and_names_the_longest():
+    assert collections_line([]) == "full collections while timed: 0"
+    assert collections_line([3.0, 12.25, 7.5]) == "full collections while timed: 3, longest 12.2 ms"

@@ -102,6 +102,11 @@ def frozen_collector() -> Iterator[list[float]]:
         gc.unfreeze()
 
 
+def collections_line(pauses: Sequence[float]) -> str:
+    """The printed line on the full collections that ran while the arms were timed."""
+    return f"full collections while timed: {len(pauses)}" + (f", longest {max(pauses):.1f} ms" if pauses else "")
+
+
 def interleaved(
     arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: Sequence[BenchQuery] = ()
 ) -> Timings:

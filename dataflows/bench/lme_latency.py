@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rms_retrieval.dataflows.bench.interleaving import AfterWriteArm, interleaved, pipeline_arm
+from rms_retrieval.dataflows.bench.interleaving import AfterWriteArm, collections_line, interleaved, pipeline_arm
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
 from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -88,8 +88,7 @@ def lme_summary_lines(report: dict[str, Any]) -> list[str]:
              f"{report['asked']} timed in turn, arms interleaved"]
     for name, row in report["arms_ms"].items():
         lines.append(f"{name:<20} {row['p50']:>8.1f} {row['p95']:>8.1f} {row['p99']:>8.1f}")
-    pauses = report["full_collections_ms"]
-    lines.append(f"full collections while timed: {len(pauses)}" + (f", longest {max(pauses):.1f} ms" if pauses else ""))
+    lines.append(collections_line(report["full_collections_ms"]))
     lines.append(f"LongMemEval-S p50 over LoCoMo's in the same block: {report['lme_over_locomo_p50']:.2f}x (target 1.5x)")
     if "lme_after_write_over_quiet" in report:
         ratio = report["lme_after_write_over_quiet"]
