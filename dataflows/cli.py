@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Iterable, Sequence
 from importlib import import_module
 
-from rms_retrieval.dataflows.cli_support import EXIT_USAGE, CliError, one_line
+from rms_retrieval.dataflows.cli_support import EXIT_USAGE, CliError, one_line, skip_hamilton_plugins
 
 # Command name -> (the module whose add_parser adds it, the one-line help `rms --help` shows).
 # tests/test_cli.py checks that each module registers exactly these names with this help.
@@ -113,23 +113,11 @@ def _command_name(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
-def _skip_hamilton_plugins() -> None:
-    """Hamilton imports a plugin for every library it finds installed (matplotlib, dask,
-    scikit-learn, ...) on first use of its decorators: seconds of start-up that no command needs.
-    The CLI owns its process, so it loads only the pandas plugin (a library caller's process is
-    left alone)."""
-    from hamilton import registry
-
-    if not registry.INITIALIZED:
-        registry.INITIALIZED = True
-        registry.load_extension("pandas")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv, verbose = _split_verbose(sys.argv[1:] if argv is None else argv)
     command = _command_name(argv)
     args = build_parser([command] if command in COMMANDS else []).parse_args(argv)
-    _skip_hamilton_plugins()
+    skip_hamilton_plugins()
     from pydantic import ValidationError
 
     from rms_retrieval.stores.errors import EmbeddingError, StoreError

@@ -21,6 +21,19 @@ class CliError(Exception):
     """A user mistake: printed as one line, exit code 2."""
 
 
+def skip_hamilton_plugins() -> None:
+    """Load only Hamilton's pandas plugin in a process `rms` owns (its commands, the readers its
+    benchmarks start). Hamilton otherwise imports a plugin for every library it finds installed
+    (matplotlib, dask, scikit-learn, ...) on first use of its decorators: seconds of start-up and
+    about 117 MB of private memory per process that no command needs. A library caller's process
+    is left alone (README, "Serving from a long-running process")."""
+    from hamilton import registry
+
+    if not registry.INITIALIZED:
+        registry.INITIALIZED = True
+        registry.load_extension("pandas")
+
+
 def parse_time(text: str | None, option: str = "--reference-time") -> datetime | None:
     """An ISO 8601 time with a timezone, or None when the option was not given."""
     if text is None:

@@ -19,7 +19,10 @@ def test_a_process_s_memory_is_read_from_proc():
         rollup(2**22 + 1)
 
 
-def test_readers_of_one_store_are_weighed_against_one(tmp_path):
+def test_readers_of_one_store_are_weighed_against_one(tmp_path, monkeypatch):
+    # The readers load Hamilton's pandas plugin only, even where the environment lets Hamilton
+    # import one for every library installed (dask, at least, is).
+    monkeypatch.delenv("HAMILTON_AUTOLOAD_EXTENSIONS", raising=False)
     with MemoryStore.open(tmp_path / "store", encoder=RandomEncoder()) as store:
         store.add(speed_bench.synthetic_objects(0, 200, namespaces=2))
     memory = reader_memory(tmp_path / "store", [("garden river", "synthetic-0"), ("museum", "synthetic-1")], readers=2)
@@ -27,5 +30,6 @@ def test_readers_of_one_store_are_weighed_against_one(tmp_path):
     assert memory["many"]["pss_mb_total"] > memory["one"]["pss_mb_total"] > 0
     assert memory["pss_ratio"] == memory["many"]["pss_mb_total"] / memory["one"]["pss_mb_total"]
     assert memory["within_target"] == (memory["pss_ratio"] <= 1.5)
+    assert memory["one"]["hamilton_plugins"] == memory["many"]["hamilton_plugins"] == ["hamilton.plugins.pandas_extensions"]
     with pytest.raises(ValueError, match="2 or more"):
         reader_memory(tmp_path / "store", [("garden", "synthetic-0")], readers=1)

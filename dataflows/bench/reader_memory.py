@@ -5,7 +5,10 @@ opens the store read-only, answers the same questions with the random encoder an
 parent then reads each reader's Rss and Pss from `/proc/<pid>/smaps_rollup`. Pss counts a page
 that n processes map as 1/n of a page in each, so the readers' Pss summed is the memory they take
 together: a store whose files are memory-mapped is paid for once, whatever each process holds of
-its own is paid once per reader. `rms bench scale --readers N` reports it for each store size.
+its own is paid once per reader. A reader loads only Hamilton's pandas plugin, as `rms` and the
+README's serving setup do (`hamilton_plugins` lists what the readers loaded): the plugins Hamilton
+would import for every library installed cost each process about 117 MB of its own.
+`rms bench scale --readers N` reports it for each store size.
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ def rollup(pid: int) -> dict[str, float]:
 
 
 def _reader(path: str, questions: Sequence[tuple[str, str]], ready: Any, done: Any) -> None:
+    import sys
+
+    from rms_retrieval.dataflows.cli_support import skip_hamilton_plugins
+
+    skip_hamilton_plugins()  # a process of `rms`'s, set up as README's serving section says
     from rms_retrieval.dataflows.retrieval import retrieve
     from rms_retrieval.stores.memory_store import MemoryStore
     from tests.factories import RandomEncoder
@@ -47,7 +55,8 @@ def _reader(path: str, questions: Sequence[tuple[str, str]], ready: Any, done: A
     with MemoryStore.open(path, encoder=encoder, read_only=True) as store:
         for text, namespace in questions:
             retrieve(store, text, namespaces=[namespace], encoder=encoder, reference_time=_WHEN, log=False)
-        ready.put(multiprocessing.current_process().pid)
+        plugins = sorted(name for name in sys.modules if name.startswith("hamilton.plugins.") and name.endswith("_extensions"))
+        ready.put((multiprocessing.current_process().pid, plugins))
         done.wait()
 
 
@@ -59,10 +68,10 @@ def _readers_at_once(path: Path, count: int, questions: Sequence[tuple[str, str]
     for process in processes:
         process.start()
     try:
-        waiting, deadline = len(processes), time.monotonic() + timeout
+        waiting, deadline, plugins = len(processes), time.monotonic() + timeout, set()
         while waiting:
             try:
-                ready.get(timeout=1.0)
+                plugins.update(ready.get(timeout=1.0)[1])
                 waiting -= 1
             except queue.Empty:
                 failed = [process.exitcode for process in processes if process.exitcode is not None]
@@ -76,7 +85,8 @@ def _readers_at_once(path: Path, count: int, questions: Sequence[tuple[str, str]
             process.join(timeout)
             if process.is_alive():
                 process.kill()
-    return {"readers": count, "each": each, **{f"{field}_total": sum(row[field] for row in each) for field in each[0]}}
+    return {"readers": count, "each": each, **{f"{field}_total": sum(row[field] for row in each) for field in each[0]},
+            "hamilton_plugins": sorted(plugins)}
 
 
 def reader_memory(path: str | Path, questions: Sequence[tuple[str, str]], *, readers: int = 4,
