@@ -122,7 +122,6 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         self._catalogs = ScopeValues[EntityCatalog](None if previous is None else previous._catalogs, live, merged)
         self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, live, merged)
         self._rows_table: pa.Table | None = None
-        self._records = ParquetRecords(self._checked_rows, self.state_fingerprint())
 
     def _dead_ids(self) -> frozenset[tuple[str, UUID]]:
         """(namespace, id) of the objects deleted from the store (a row replaced by a newer version
@@ -336,19 +335,23 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def get_objects(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, MemoryObject]:
         """The objects of `namespaces` among `ids`, by id; ids those namespaces do not hold are left
         out. Two namespaces may hold one id: the first of `namespaces` in sorted order answers."""
-        wanted = sorted(set(ids), key=lambda object_id: object_id.int)  # UUID order, compared in C
-        found: dict[UUID, MemoryObject] = {}
+        # Keyed by the id's integer until the answer is made: an integer hashes and compares in C, a
+        # UUID in Python code (several lookups per id here, ~1,000 ids per request); integers sort
+        # as the ids do.
+        by_key = {object_id.int: object_id for object_id in ids}
+        wanted = sorted(by_key)
+        found: dict[int, MemoryObject] = {}
         for namespace in sorted(set(namespaces)):
-            missing = [object_id for object_id in wanted if object_id not in found]
+            missing = [key for key in wanted if key not in found]
             for segment in self.segments:  # the first segment with a live row answers
                 if not missing:
                     break
-                rows = segment.live_rows(namespace, missing)
-                for object_id, row in zip(missing, rows):
+                rows = segment.live_rows(namespace, [by_key[key] for key in missing])
+                for key, row in zip(missing, rows):
                     if row is not None:
-                        found[object_id] = segment.object_at(row)
-                missing = [object_id for object_id, row in zip(missing, rows) if row is None]
-        return {object_id: found[object_id] for object_id in wanted if object_id in found}
+                        found[key] = segment.object_at(row)
+                missing = [key for key, row in zip(missing, rows) if row is None]
+        return {by_key[key]: found[key] for key in wanted if key in found}
 
     def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
         """Pinned objects (MemoryObject.is_pinned) of the namespaces, by id."""
@@ -417,17 +420,24 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def log_retrieval(self, record: Mapping[str, Any]) -> None:
         self._log(record)
 
+    def _records(self) -> ParquetRecords:
+        """The record queries over this generation's rows, made per call: a reader kept in the
+        snapshot would hold its bound `_checked_rows`, a reference cycle that would keep every
+        replaced snapshot, its segments and caches, until a full collection of the garbage
+        collector (one per write, on a store being written)."""
+        return ParquetRecords(self._checked_rows, self.state_fingerprint())
+
     def scan_page(self, selection: ScanSelection) -> list[MemoryObject]:
-        return self._records.scan_page(selection)
+        return self._records().scan_page(selection)
 
     def exclusion_counts(self, selection: ClaimSelection) -> dict[str, int]:
-        return self._records.exclusion_counts(selection)
+        return self._records().exclusion_counts(selection)
 
     def assertion_groups(self, selection: ClaimSelection, max_groups: int, max_samples: int) -> list[AssertionGroupRow]:
-        return self._records.assertion_groups(selection, max_groups, max_samples)
+        return self._records().assertion_groups(selection, max_groups, max_samples)
 
     def quantity_page(self, selection: ClaimSelection, after_id: UUID | None, limit: int) -> list[QuantityRow]:
-        return self._records.quantity_page(selection, after_id, limit)
+        return self._records().quantity_page(selection, after_id, limit)
 
 
 def _name_tfs(segment: LoadedSegment) -> np.ndarray | None:

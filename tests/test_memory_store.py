@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import gc
+import weakref
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
@@ -48,6 +50,29 @@ def test_empty_store(store, encoder):
     assert store.snapshot().search_lexical("cat", ["a"], 5) == []
     assert store.snapshot().search_vector(encoder.encode(["cat"])[0], ["a"], 5) == []
     assert store.snapshot().count_objects() == 0 and store.snapshot().namespaces() == []
+
+
+def test_a_replaced_generation_is_freed_without_the_garbage_collector(store):
+    """A snapshot, and the segments a merge replaced, go when their last reference does: no
+    reference cycle leaves them (their BM25 parts, their record reader) to a full collection."""
+    gc.collect()
+    gc.disable()
+    try:
+        for number in range(12):  # ten one-object segments make a merge due
+            store.add([_memory(number + 1, f"the cat number {number} sat in the garden")])
+            assert store.snapshot().search_lexical("cat garden", ["a"], 5)  # each segment's BM25 part is made
+            assert store.snapshot().count_objects(["a"]) == number + 1
+        first = store.snapshot()
+        old = [weakref.ref(segment) for segment in first.segments]
+        replaced = weakref.ref(first)
+        del first
+        store.wait_for_merges()
+        store.add([_memory(20, "a bird sang in the garden")])
+        assert store.snapshot().search_lexical("cat garden", ["a"], 20)
+        assert replaced() is None
+        assert len(store.snapshot().segments) < len(old) and sum(ref() is None for ref in old) >= 10
+    finally:
+        gc.enable()
 
 
 def test_bm25_ranking_on_three_documents(store):

@@ -42,7 +42,7 @@ class _Hit:
     rows: np.ndarray
     tfs: np.ndarray
     lengths: np.ndarray
-    segment: _SegmentParts
+    segment: _SegmentPostings
     segment_rows: np.ndarray
     positions: slice | np.ndarray
 
@@ -59,7 +59,7 @@ class _Part:
     `members` among them, in row order, where the namespace's rows are not one unbroken run or some
     are deleted). A term's postings are read from the segment's own arrays when asked for."""
 
-    segment: _SegmentParts
+    segment: _SegmentPostings
     first: int
     stop: int
     members: np.ndarray | None  # the part's rows, None: all of first..stop
@@ -85,30 +85,47 @@ class _SegmentParts:
     """One segment's postings split by namespace. A part is a few numbers and, for each term a
     search names, a slice of the segment's postings (sorted by term, then row): nothing per
     posting is copied, so a store of many namespaces, memory-mapped, costs a reader what its
-    searches read. Rows `alive` leaves out (deleted ones) are not indexed. The entity-name counts
-    (`name_tfs`) are `postings`' own, or what `name_tfs` gives when a weighted search first asks:
-    a reader's segment makes them by analysing every entity name again."""
+    searches read. Rows `alive` leaves out (deleted ones) are not indexed. Each namespace's part
+    is made when a search first names it, and kept here; a part refers to the segment's
+    `_SegmentPostings`, never back to this cache, so no reference cycle keeps a replaced segment
+    for the garbage collector to find."""
 
     def __init__(self, postings: TermPostings, names: Sequence[str], codes: np.ndarray, id_keys: np.ndarray,
                  alive: np.ndarray | None, key: Hashable | None,
                  name_tfs: Callable[[], np.ndarray | None] | None = None,
                  id_at: Callable[[int], UUID] | None = None) -> None:
         self.key = key
-        self._postings, self._names, self._codes, self._id_keys, self._alive = postings, names, codes, id_keys, alive
-        self._name_tfs, self._id_at = name_tfs, id_at
+        self.segment = _SegmentPostings(postings, codes, id_keys, alive, name_tfs, id_at)
         live_codes = codes if alive is None else codes[alive]
         self.namespaces = [names[code] for code in np.unique(live_codes).tolist()]
+        self._codes = {name: code for code, name in enumerate(names)}
         self._parts: dict[str, _Part] = {}
         self._lock = threading.Lock()
+
+    def part(self, namespace: str) -> _Part:
+        found = self._parts.get(namespace)
+        if found is None:
+            with self._lock:
+                found = self._parts.get(namespace)
+                if found is None:
+                    found = self._parts[namespace] = self.segment.part(self._codes[namespace])
+        return found
+
+
+class _SegmentPostings:
+    """One segment's postings and row columns, as its parts read them. The entity-name counts
+    (`name_tfs`) are `postings`' own, or what `name_tfs` gives when a weighted search first asks:
+    a reader's segment makes them by analysing every entity name again."""
+
+    def __init__(self, postings: TermPostings, codes: np.ndarray, id_keys: np.ndarray, alive: np.ndarray | None,
+                 name_tfs: Callable[[], np.ndarray | None] | None, id_at: Callable[[int], UUID] | None) -> None:
+        self._postings, self._codes, self._id_keys, self._alive = postings, codes, id_keys, alive
+        self._name_tfs, self._id_at = name_tfs, id_at
 
     def object_id(self, row: int, high: int, low: int) -> UUID:
         """The id of segment row `row` (its halves `high`, `low`): the segment's own UUID object
         where it hands them out (`id_at`), so a search makes no new one for a row it has named."""
         return UUID(int=(high << 64) | low) if self._id_at is None else self._id_at(row)
-
-    @property
-    def postings(self) -> TermPostings:
-        return self._postings
 
     @cached_property
     def name_tfs(self) -> np.ndarray | None:
@@ -136,16 +153,8 @@ class _SegmentParts:
         local[codes < 0] = -1
         return local
 
-    def part(self, namespace: str) -> _Part:
-        found = self._parts.get(namespace)
-        if found is None:
-            with self._lock:
-                found = self._parts.get(namespace)
-                if found is None:
-                    found = self._parts[namespace] = self._made(self._names.index(namespace))
-        return found
-
-    def _made(self, code: int) -> _Part:
+    def part(self, code: int) -> _Part:
+        """The part of the namespace whose code is `code`."""
         member = self._codes == code
         rows = np.flatnonzero(member)
         first, stop = int(rows[0]), int(rows[-1]) + 1
