@@ -1,4 +1,4 @@
-"""Interleaving the latency arms: rotated order, untimed preparation, warm-up coverage."""
+"""Interleaving the latency arms: shuffled order, untimed preparation, warm-up coverage."""
 
 from __future__ import annotations
 
@@ -10,12 +10,21 @@ from rms_retrieval.dataflows.bench.interleaving import collections_line, interle
 from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
 
 
-def test_interleaving_runs_every_arm_once_per_query_in_rotated_order():
+def test_interleaving_runs_every_arm_once_per_query_in_an_order_shuffled_per_query():
     calls = []
-    arms = {name: (lambda q, name=name: calls.append((name, q))) for name in "abc"}
-    seconds = interleaved(arms, [1, 2, 3]).seconds
-    assert {name: len(v) for name, v in seconds.items()} == {"a": 3, "b": 3, "c": 3}
-    assert [name for name, _ in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    arms = {name: (lambda q, name=name: calls.append((name, q))) for name in "abcd"}
+    queries = list(range(40))
+    seconds = interleaved(arms, queries).seconds
+    assert {name: len(v) for name, v in seconds.items()} == {name: 40 for name in "abcd"}
+    orders = [[name for name, q in calls if q == query] for query in queries]
+    assert all(sorted(order) == list("abcd") for order in orders) and len({tuple(o) for o in orders}) > 4
+    # no arm always follows the same one (in a rotated order each would)
+    before = {name: {order[order.index(name) - 1] for order in orders if order.index(name)} for name in "abcd"}
+    assert all(len(arms_before) > 1 for arms_before in before.values())
+    calls_again = list(calls)
+    calls.clear()
+    interleaved(arms, queries)
+    assert calls == calls_again  # seeded: a run repeats its order
 
 
 def test_an_arms_prepare_runs_before_each_timed_query_and_not_in_the_warm_up():

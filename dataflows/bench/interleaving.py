@@ -1,6 +1,10 @@
 """What the latency benchmarks' arms share: the pipeline as an arm, the arm that writes before
-each query, and interleaving, which runs every arm on each query in a rotated order after the
-warm-up, so that all arms see the same machine load (`latency_bench.py`, `lme_latency.py`).
+each query, and interleaving, which runs every arm on each query in a shuffled order after the
+warm-up, so that all arms see the same machine load (`latency_bench.py`, `lme_latency.py`). The
+order is drawn anew for each query (seeded, so a run repeats it): an arm's time includes what the
+arm before it left in the processor's caches, and in an order merely rotated each arm always
+followed the same one (the pipeline always followed the LangChain peer, and the peer at k = 200
+always followed itself at k = 30).
 
 After the warm-up, what the process holds (imports, open stores, warm caches) is frozen out of the
 garbage collector (`gc.freeze`), as a long-running server does once it has started (README,
@@ -13,6 +17,7 @@ latency benchmark's node table is timed under the same freeze (`frozen_collector
 from __future__ import annotations
 
 import gc
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -108,20 +113,21 @@ def collections_line(pauses: Sequence[float]) -> str:
 
 
 def interleaved(
-    arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: Sequence[BenchQuery] = ()
+    arms: Mapping[str, Callable[[BenchQuery], Any]], queries: Sequence[BenchQuery], *, warmup: Sequence[BenchQuery] = (),
+    seed: int = 0,
 ) -> Timings:
     """Every arm timed on each query, after every arm ran the `warmup` queries, with the collector
-    frozen (`frozen_collector`); each query runs every arm, the order rotated per query, after the
-    arm's untimed `prepare(query)` if it has one."""
+    frozen (`frozen_collector`); each query runs every arm, in an order shuffled per query
+    (`random.Random(seed)`), after the arm's untimed `prepare(query)` if it has one."""
     names = list(arms)
     for query in warmup:
         for name in names:
             arms[name](query)
     seconds: dict[str, list[float]] = {name: [] for name in names}
+    orders = random.Random(seed)
     with frozen_collector() as pauses:
-        for position, query in enumerate(queries):
-            shift = position % len(names)
-            for name in names[shift:] + names[:shift]:
+        for query in queries:
+            for name in orders.sample(names, len(names)):
                 prepare = getattr(arms[name], "prepare", None)
                 if prepare is not None:  # untimed: what the arm needs done just before the query
                     prepare(query)

@@ -1,7 +1,8 @@
 """`rms bench latency`: the pipeline beside its floor and a LangChain peer, questions interleaved.
 
 One run over the same LoCoMo questions; for each question every arm runs once, in an order
-rotated from question to question, so all arms see the same machine load:
+shuffled from question to question (`interleaving.interleaved`), so all arms see the same
+machine load and none always follows the same arm:
 
 - `pipeline`: `retrieve()` for a bundle of 50 (`limit=50`, a budget large enough not to bind),
   without the retrieval log (`log=False`);
