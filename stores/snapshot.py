@@ -346,6 +346,8 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
             for segment in self.segments:  # the first segment with a live row answers
                 if not missing:
                     break
+                if namespace not in segment.namespace_slices:
+                    continue
                 rows = segment.live_rows(namespace, [by_key[key] for key in missing])
                 for key, row in zip(missing, rows):
                     if row is not None:
@@ -380,7 +382,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 continue
             session = (memory.namespace, memory.owner, memory.scope, memory.session_id)
             if session not in sessions:
-                gathered = [(seq, segment, row) for segment in self.segments
+                gathered = [(seq, segment, row) for segment in self.segments if memory.namespace in segment.namespace_slices
                             for seq, row in segment.sessions.get(session, ())]
                 sessions[session] = gathered, {seq: number for number, seq in
                                                enumerate(sorted({seq for seq, _, _ in gathered}))}

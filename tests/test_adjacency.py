@@ -75,8 +75,14 @@ def test_an_updated_graph_is_the_graph_of_its_edges_array_for_array():
             edges[found.edge_id] = found
         for edge_id in removed:
             edges.pop(edge_id, None)
+        made = {graph.node_at(number): graph.node_at(number) for number in range(0, len(graph), 3)}
         graph = graph.updated(upserts, removed)
         _same_arrays(graph, Adjacency(list(edges.values())))
+        # node ids: right at every (renumbered) place, and the UUIDs made before carried over
+        now = [graph.node_at(number) for number in range(len(graph))]
+        assert now == [UUID(bytes=key.tobytes()) for key in graph.node_keys]
+        carried = [node for node in now if node in made]
+        assert carried and all(node is made[node] for node in carried)
         asked = [nodes[int(i)] for i in rng.choice(len(nodes), 12)] + [UUID(int=7)]  # an updated graph's keys too
         keys = np.unique(np.frombuffer(b"".join(node.bytes for node in asked), dtype="V16"))
         assert graph.key_numbers(keys).tolist() == graph.numbers(asked).tolist()

@@ -58,19 +58,22 @@ def test_a_replaced_generation_is_freed_without_the_garbage_collector(store):
     gc.collect()
     gc.disable()
     try:
+        seen = {}
         for number in range(12):  # ten one-object segments make a merge due
             store.add([_memory(number + 1, f"the cat number {number} sat in the garden")])
-            assert store.snapshot().search_lexical("cat garden", ["a"], 5)  # each segment's BM25 part is made
-            assert store.snapshot().count_objects(["a"]) == number + 1
-        first = store.snapshot()
-        old = [weakref.ref(segment) for segment in first.segments]
-        replaced = weakref.ref(first)
-        del first
+            snapshot = store.snapshot()
+            assert snapshot.search_lexical("cat garden", ["a"], 5)  # each segment's BM25 part is made
+            assert snapshot.count_objects(["a"]) == number + 1
+            seen.update({id(segment): weakref.ref(segment) for segment in snapshot.segments})
+        replaced = weakref.ref(snapshot)
+        del snapshot
         store.wait_for_merges()
         store.add([_memory(20, "a bird sang in the garden")])
-        assert store.snapshot().search_lexical("cat garden", ["a"], 20)
-        assert replaced() is None
-        assert len(store.snapshot().segments) < len(old) and sum(ref() is None for ref in old) >= 10
+        store.wait_for_merges()
+        live = store.snapshot()
+        assert live.search_lexical("cat garden", ["a"], 20) and replaced() is None
+        assert len(seen) > len(live.segments)  # merges replaced some
+        assert [ref for ref in seen.values() if ref() is not None and ref() not in live.segments] == []
     finally:
         gc.enable()
 

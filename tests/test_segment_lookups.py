@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests import store_workers
+from rms_retrieval.stores.engine import segment_lookups
 from rms_retrieval.stores.engine.segment_lookups import RowIndex, SegmentSessions
 from rms_retrieval.stores.engine.segment_parquet import objects_table, segment_columns
 from rms_retrieval.stores.models import MemoryObject
@@ -48,3 +49,23 @@ def test_a_repeated_id_answers_with_its_last_row_and_lookups_run_together():
     assert ("live", "default", "default", "t") not in sessions and ("live",) not in sessions
     with pytest.raises(KeyError):
         sessions[("live", "default", "default", "t")]
+
+
+@pytest.mark.parametrize("count", [1, 7, 40])
+def test_a_few_rows_are_gathered_row_by_row_as_arrow_gathers_many(monkeypatch, count):
+    rng = np.random.default_rng(count)
+    rows = [MemoryObject(id=UUID(int=number + 1), namespace="live", content=f"turn {number}",
+                         owner=["ann", "bo"][int(rng.integers(2))], scope=["default", "work"][int(rng.integers(2))],
+                         session_id=None if rng.random() < 0.2 else f"s{int(rng.integers(3))}",
+                         session_seq=None if rng.random() < 0.1 else int(rng.integers(100)),
+                         created_at=datetime(2024, 1, 1, tzinfo=timezone.utc)) for number in range(count)]
+    columns = segment_columns(objects_table(rows))
+    dead = rng.random(count) < 0.2
+
+    def gathered(few_rows: int):
+        monkeypatch.setattr(segment_lookups, "FEW_ROWS", few_rows)
+        sessions = SegmentSessions(columns, {"live": (0, count)}, dead)
+        return {key: sessions[key] for key in sessions}, list(sessions)
+
+    by_arrow, by_rows = gathered(0), gathered(count)
+    assert by_rows == by_arrow and by_rows[0]  # the same sessions, turns and order

@@ -68,6 +68,32 @@ class RowIndex:
         return ids[order], positions[order]
 
 
+# A namespace of at most this many rows in a segment (what a one-turn write or a small merge
+# leaves) has its sessions gathered row by row in Python: Arrow's kernels cost more to set up.
+FEW_ROWS = 32
+
+
+def _few_gathered(columns: SegmentColumns, namespace: str, rows: np.ndarray, dead: np.ndarray | None
+                  ) -> tuple[dict[SessionKey, tuple[int, int]], np.ndarray, np.ndarray]:
+    """`SegmentSessions._gathered` for a namespace's few rows (ascending): the live ones with a
+    session id and seq, each session's in row order, sessions in the order they start."""
+    members: dict[SessionKey, list[tuple[int, int]]] = {}
+    for row in rows.tolist():
+        session_id, seq = columns.session_ids[row].as_py(), columns.session_seqs[row].as_py()
+        if session_id is None or seq is None or (dead is not None and dead[row]):
+            continue
+        key = (namespace, columns.owners[row].as_py(), columns.scopes[row].as_py(), session_id)
+        members.setdefault(key, []).append((seq, row))
+    runs: dict[SessionKey, tuple[int, int]] = {}
+    seqs: list[int] = []
+    ordered: list[int] = []
+    for key, found in members.items():
+        runs[key] = (len(ordered), len(ordered) + len(found))
+        seqs += [seq for seq, _ in found]
+        ordered += [row for _, row in found]
+    return runs, np.asarray(seqs, dtype=np.int64), np.asarray(ordered, dtype=np.int64)
+
+
 class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
     """(session_seq, row) of each session's live rows in one segment, in row order, by session key.
     A namespace's sessions are gathered the first time one of them is asked for, as two arrays
@@ -87,14 +113,15 @@ class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
     def _gathered(self, namespace: str) -> tuple[dict[SessionKey, tuple[int, int]], np.ndarray, np.ndarray]:
         rows = _namespace_rows(self._columns, self._slices, namespace)
         columns = self._columns
+        if len(rows) <= FEW_ROWS:
+            return _few_gathered(columns, namespace, rows, self._dead)
         keys = [columns.owners, columns.scopes, columns.session_ids]
-        if len(rows):
-            taken = pa.array(rows)
-            seqs = columns.session_seqs.take(taken)
-            wanted = pc.and_(pc.is_valid(keys[2].take(taken)), pc.is_valid(seqs)).to_numpy(zero_copy_only=False)
-            if self._dead is not None:
-                wanted &= ~self._dead[rows]
-            rows = rows[wanted]
+        taken = pa.array(rows)
+        seqs = columns.session_seqs.take(taken)
+        wanted = pc.and_(pc.is_valid(keys[2].take(taken)), pc.is_valid(seqs)).to_numpy(zero_copy_only=False)
+        if self._dead is not None:
+            wanted &= ~self._dead[rows]
+        rows = rows[wanted]
         if not len(rows):
             return {}, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         taken = pa.array(rows)

@@ -54,20 +54,25 @@ class Adjacency:
                       np.asarray(confidence, dtype=float)[order], edge_id[order], edge_types[order])
 
     def _install(self, node_keys: np.ndarray, source: np.ndarray, target: np.ndarray, confidence: np.ndarray,
-                 edge_id: np.ndarray, edge_types: np.ndarray) -> None:
+                 edge_id: np.ndarray, edge_types: np.ndarray, node_ids: UuidColumn | None = None) -> None:
         """`node_keys`: the node ids as a sorted V16 column (their UUIDs are made on first use of
-        `nodes`: a walk reads the few it returns, `node_at`)."""
+        `nodes`: a walk reads the few it returns, `node_at`); `node_ids`, a column of them already
+        holding some UUIDs."""
         self.node_keys = node_keys
-        self._node_ids = UuidColumn(node_keys)  # node_at's answers, made on first ask (the graph never changes)
+        # node_at's answers, made on first ask (the graph never changes)
+        self._node_ids = UuidColumn(node_keys) if node_ids is None else node_ids
         self.source, self.target, self.confidence, self.edge_id = source, target, confidence, edge_id
         self._edge_types = edge_types
         self._sources: dict[tuple, list[UUID]] = {}  # sources_into's answers: this graph never changes
-        positions = np.arange(len(edge_id))
-        loop = source == target  # a self-loop is incident to its node once
-        ends = np.concatenate([source, target[~loop]])
-        owners = np.concatenate([positions, positions[~loop]])
-        order = np.argsort(ends * max(len(edge_id), 1) + owners)  # by node, then edge: lexsort's order, one key
-        self.incident = owners[order]
+        # Each edge's ends in edge order (a self-loop is incident to its node once), then a stable
+        # sort by node: by node, then edge. Node numbers that fit 16 bits sort by radix, in one pass.
+        both = np.stack([source, target], axis=1)
+        counted = np.ones(both.shape, dtype=bool)
+        counted[:, 1] = source != target
+        ends = both[counted]
+        owners = np.repeat(np.arange(len(edge_id)), 2).reshape(-1, 2)[counted]
+        narrow = ends.astype(np.uint16) if len(node_keys) <= 1 << 16 else ends
+        self.incident = owners[np.argsort(narrow, kind="stable")]
         self.indptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=len(node_keys)))])
 
     @cached_property
@@ -114,6 +119,7 @@ class Adjacency:
             np.concatenate([self.confidence[keep], np.fromiter((e.confidence for e in added), float, count)])[order],
             edge_id[order],
             np.concatenate([self._edge_types[keep], np.array([e.edge_type for e in added], dtype=object).reshape(count)])[order],
+            self._node_ids.moved(node_keys, remap),  # the UUIDs made so far, for nodes that stay
         )
         return updated
 
@@ -190,6 +196,15 @@ class UuidColumn:
         if found is None:
             found = self._made[position] = UUID(bytes=self._keys[position].tobytes())
         return found
+
+    def moved(self, keys: np.ndarray, positions: np.ndarray) -> UuidColumn:
+        """A column of `keys` that starts with the UUIDs this one made, each at its new position
+        (`positions[old]`; -1: the id is not in `keys`)."""
+        column = UuidColumn(keys)
+        if self._made:
+            now = positions[np.fromiter(self._made, dtype=np.int64, count=len(self._made))].tolist()
+            column._made = {new: made for new, made in zip(now, self._made.values()) if new >= 0}
+        return column
 
 
 def used_numbers(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
