@@ -34,68 +34,10 @@ from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, Cla
                                             VectorIndex)
 from rms_retrieval.stores.engine.scope_cache import (NamespaceRows, Scope, ScopeValues, extended_adjacency, merged_keys,
                                                      namespace_rows)
-from rms_retrieval.stores.engine.scope_graph import EdgeBlock, Mentions, mentions_of, scope_graph
-from rms_retrieval.stores.engine.segments import NO_ROWS, LoadedSegment
+from rms_retrieval.stores.engine.scope_graph import CoMentionCounts, EdgeBlock, scope_graph
+from rms_retrieval.stores.engine.segments import LoadedSegment
 from rms_retrieval.stores.engine.store_sql import ParquetRecords
 from rms_retrieval.stores.indexes.vector_index import exact_top_k
-
-CO_MENTIONED = "CO_MENTIONED"
-
-
-class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
-    """How many live objects mention both entities of a pair, summed over segments on lookup
-    (`counter`, dead rows left out). Iterating lists every pair, as the
-    tests need: quadratic in a long turn's names, so no query or write iterates it."""
-
-    def __init__(self, segments: Sequence[LoadedSegment], namespaces: Iterable[str]) -> None:
-        self._namespaces = frozenset(namespaces)
-        # A MENTIONS edge lives in the segment of the row that owns it, so only those of the namespace count.
-        self._segments = {namespace: [segment for segment in segments if namespace in segment.namespace_slices]
-                          for namespace in self._namespaces}
-
-    def mentions(self, namespace: str) -> list[Mentions]:
-        """Each segment's live MENTIONS of `namespace`, as arrays (what `scope_graph` counts with)."""
-        return [mentions_of(segment.edge_columns, namespace, segment.dead, segment.entry.rows)
-                for segment in self._segments.get(namespace, ())]
-
-    def count(self, key: tuple[str, UUID, UUID]) -> int:
-        """The live objects mentioning both entities of `key`, 0 for none (or another namespace)."""
-        return self.counter(key[0])(key[1], key[2])
-
-    def counter(self, namespace: str) -> Callable[[UUID, UUID], int]:
-        """`count` for one namespace's pairs (smaller id, larger id), for a loop over many: in each
-        segment holding the namespace, the rows mentioning both entities (the intersection of
-        their mentioning rows, `LoadedSegment.mentioners`) less its dead rows. No segment lists every
-        pair its objects mention, which is quadratic in the names of a long turn."""
-        parts = [(segment.mentioners(namespace), segment.dead_rows) for segment in self._segments.get(namespace, ())]
-
-        def count(first: UUID, second: UUID) -> int:
-            low, high = first.int, second.int
-            if not low < high:
-                return 0
-            total = 0
-            for mentioners, dead in parts:
-                rows = mentioners.get(low)
-                if rows:
-                    both = rows & mentioners.get(high, NO_ROWS)
-                    total += len(both - dead) if dead and both else len(both)
-            return total
-        return count
-
-    def __getitem__(self, key: tuple[str, UUID, UUID]) -> int:
-        total = self.count(key)
-        if not total:
-            raise KeyError(key)
-        return total
-
-    def __iter__(self) -> Iterator[tuple[str, UUID, UUID]]:
-        keys = {key for namespace, segments in self._segments.items() for segment in segments
-                for key in segment.co_mentions if key[0] == namespace}
-        return iter(sorted(keys))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
 
 class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, RetrievalLog, RecordReader, SnapshotSource):
     """The rows, vectors, graph and lexical statistics of one generation."""

@@ -4,12 +4,13 @@ operations: no edge becomes a Python object on the way (stores/engine/edge_colum
 What it computes is `StoreSnapshot.adjacency`'s rule: the live edges of the scope's namespaces,
 a later segment's edge replacing an earlier one with the same id, an edge with a deleted end left
 out, and every CO_MENTIONED edge weighed by the live objects mentioning both its entities
-(`co_mention_confidence`), left out where none does.
+(`co_mention_confidence`), left out where none does. `CoMentionCounts` gives the same counts a
+pair at a time, for what a write re-weighs (`scope_cache.extended_adjacency`, the writer).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, EdgeColumns, id_keys, joined_ends
 from rms_retrieval.stores.indexes.adjacency import Adjacency
+from rms_retrieval.stores.engine.segments import NO_ROWS, LoadedSegment
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 
 
@@ -152,3 +154,58 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     for found in np.unique(counts[co_mentioned & alive]).tolist():
         confidence[co_mentioned & (counts == found)] = co_mention_confidence(found)
     return Adjacency.from_codes(ids[alive], keys, sources[alive], targets[alive], types[alive], confidence[alive])
+
+
+class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
+    """How many live objects mention both entities of a pair, summed over segments on lookup
+    (`counter`, dead rows left out). Iterating lists every pair, as the
+    tests need: quadratic in a long turn's names, so no query or write iterates it."""
+
+    def __init__(self, segments: Sequence[LoadedSegment], namespaces: Iterable[str]) -> None:
+        self._namespaces = frozenset(namespaces)
+        # A MENTIONS edge lives in the segment of the row that owns it, so only those of the namespace count.
+        self._segments = {namespace: [segment for segment in segments if namespace in segment.namespace_slices]
+                          for namespace in self._namespaces}
+
+    def mentions(self, namespace: str) -> list[Mentions]:
+        """Each segment's live MENTIONS of `namespace`, as arrays (what `scope_graph` counts with)."""
+        return [mentions_of(segment.edge_columns, namespace, segment.dead, segment.entry.rows)
+                for segment in self._segments.get(namespace, ())]
+
+    def count(self, key: tuple[str, UUID, UUID]) -> int:
+        """The live objects mentioning both entities of `key`, 0 for none (or another namespace)."""
+        return self.counter(key[0])(key[1], key[2])
+
+    def counter(self, namespace: str) -> Callable[[UUID, UUID], int]:
+        """`count` for one namespace's pairs (smaller id, larger id), for a loop over many: in each
+        segment holding the namespace, the rows mentioning both entities (the intersection of
+        their mentioning rows, `LoadedSegment.mentioners`) less its dead rows. No segment lists every
+        pair its objects mention, which is quadratic in the names of a long turn."""
+        parts = [(segment.mentioners(namespace), segment.dead_rows) for segment in self._segments.get(namespace, ())]
+
+        def count(first: UUID, second: UUID) -> int:
+            low, high = first.int, second.int
+            if not low < high:
+                return 0
+            total = 0
+            for mentioners, dead in parts:
+                rows = mentioners.get(low)
+                if rows:
+                    both = rows & mentioners.get(high, NO_ROWS)
+                    total += len(both - dead) if dead and both else len(both)
+            return total
+        return count
+
+    def __getitem__(self, key: tuple[str, UUID, UUID]) -> int:
+        total = self.count(key)
+        if not total:
+            raise KeyError(key)
+        return total
+
+    def __iter__(self) -> Iterator[tuple[str, UUID, UUID]]:
+        keys = {key for namespace, segments in self._segments.items() for segment in segments
+                for key in segment.co_mentions if key[0] == namespace}
+        return iter(sorted(keys))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
