@@ -98,7 +98,7 @@ class _SegmentParts:
         self.segment = _SegmentPostings(postings, codes, id_keys, alive, name_tfs, id_at)
         live_codes = codes if alive is None else codes[alive]
         self.namespaces = [names[code] for code in np.unique(live_codes).tolist()]
-        self._codes = {name: code for code, name in enumerate(names)}
+        self._code_of = {name: code for code, name in enumerate(names)}
         self._parts: dict[str, _Part] = {}
         self._lock = threading.Lock()
 
@@ -108,7 +108,7 @@ class _SegmentParts:
             with self._lock:
                 found = self._parts.get(namespace)
                 if found is None:
-                    found = self._parts[namespace] = self.segment.part(self._codes[namespace])
+                    found = self._parts[namespace] = self.segment.part(self._code_of[namespace])
         return found
 
 
