@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from hamilton import driver, graph
+from hamilton import driver, graph, node
 from hamilton.execution import graph_functions
 from hamilton.plugins.h_threadpool import FutureAdapter
 
@@ -44,26 +44,97 @@ STAGE_MODULES = (
 FINAL_NODE = "packed_bundle"
 
 
+# How a planned step gets its value: the caller's override, a driver input, or the node run.
+_OVERRIDE, _INPUT, _RUN = range(3)
+_HOOKS = ("pre_node_execute", "post_node_execute")
+_METHODS = ("do_node_execute", "do_remote_execute")
+
+
+@lru_cache(maxsize=256)
+def _plan(fg: graph.FunctionGraph, final_vars: tuple[str, ...], overridden: frozenset[str], given: frozenset[str]
+          ) -> tuple[tuple[int, str, Any], ...]:
+    """The steps `execute_subdag` takes for these final nodes, override names and input names,
+    in its order (a depth-first walk, each node's inputs in order): it decides nothing from
+    values, so one walk serves every request of the same shape. A required input that is not
+    given makes no plan (the walk itself raises, as Hamilton does)."""
+    steps: list[tuple[int, str, Any]] = []
+    done: set[str] = set()
+
+    def visit(node_: node.Node, dependency: node.DependencyType) -> None:
+        if node_.name in done:
+            return
+        if node_.name in overridden:
+            steps.append((_OVERRIDE, node_.name, None))
+            done.add(node_.name)
+            return
+        for upstream in node_.dependencies:
+            if upstream.name not in done:
+                visit(upstream, node_.input_types[upstream.name][1])
+        if node_.user_defined:
+            if node_.name not in given:
+                if dependency != node.DependencyType.OPTIONAL:
+                    raise NotImplementedError(f"{node_.name} was expected to be passed in but was not.")
+                return
+            steps.append((_INPUT, node_.name, None))
+        else:
+            steps.append((_RUN, node_.name, (node_, tuple(upstream.name for upstream in node_.dependencies))))
+        done.add(node_.name)
+
+    for name in final_vars:
+        if name in fg.nodes:
+            final = fg.nodes[name]
+            visit(final, node.DependencyType.OPTIONAL if final.user_defined else node.DependencyType.REQUIRED)
+    return tuple(steps)
+
+
 class EmptiedMemoExecutor(driver.DefaultGraphExecutor):
-    """Hamilton's default executor, except that it empties the walk's memo of node values and its
-    inputs before it returns. Hamilton's depth-first walk (`execute_subdag`) is a recursive closure
-    over both, so they sit in a reference cycle: left full, a request's intermediate values (about
+    """Hamilton's default executor, run from a plan, with its memo of node values emptied before
+    it returns. Hamilton's depth-first walk (`execute_subdag`) is a recursive closure over its memo
+    and inputs, so they sit in a reference cycle: left full, a request's intermediate values (about
     2,400 objects on LoCoMo: channel hits, candidates, bundle items) and its snapshot outlived it
-    until the cyclic collector ran, and their promotion into the oldest generation brought a full
-    collection every 40 requests. This is `FunctionGraph.execute`'s body with the two emptied."""
+    until the cyclic collector ran. Where no lifecycle adapter wraps a node, the walk's order is
+    planned once per request shape (`_plan`: the final nodes, the names overridden and given) and
+    each request runs the nodes in that order with the same arguments, with no closure, partial
+    or hook lookup per node (0.46 ms of Hamilton's per LoCoMo request); with an adapter that wraps
+    nodes (the thread pool's, a timer's), Hamilton's walk runs as it is."""
 
     def execute(self, fg: graph.FunctionGraph, final_vars: list[str], overrides: dict[str, Any],
                 inputs: dict[str, Any], run_id: str) -> dict[str, Any]:
         memo: dict[str, Any] = {}
         given = graph_functions.combine_config_and_inputs(fg.config, inputs)
         try:
-            graph_functions.execute_subdag(nodes=[fg.nodes[name] for name in final_vars if name in fg.nodes],
-                                           inputs=given, adapter=fg.adapter, computed=memo, overrides=overrides,
-                                           run_id=run_id)
+            adapter = fg.adapter
+            if any(adapter.does_hook(hook, is_async=False) for hook in _HOOKS) or \
+                    any(adapter.does_method(method, is_async=False) for method in _METHODS):
+                graph_functions.execute_subdag(nodes=[fg.nodes[name] for name in final_vars if name in fg.nodes],
+                                               inputs=given, adapter=adapter, computed=memo, overrides=overrides,
+                                               run_id=run_id)
+            else:
+                _run_plan(_plan(fg, tuple(final_vars), frozenset(overrides), frozenset(given)), memo, overrides, given)
             return {name: memo.get(name, inputs.get(name)) for name in final_vars}
         finally:
             memo.clear()
             given.clear()
+
+
+def _run_plan(steps: tuple[tuple[int, str, Any], ...], memo: dict[str, Any], overrides: dict[str, Any],
+              given: dict[str, Any]) -> None:
+    """The planned steps: each node called with the values of its inputs that the walk has (an
+    optional input not given is left out, as Hamilton leaves it); a failure is logged as Hamilton
+    logs it and raised."""
+    for kind, name, run in steps:
+        if kind == _OVERRIDE:
+            memo[name] = overrides[name]
+        elif kind == _INPUT:
+            memo[name] = given[name]
+        else:
+            node_, upstream = run
+            kwargs = {dependency: memo[dependency] for dependency in upstream if dependency in memo}
+            try:
+                memo[name] = node_(**kwargs)
+            except Exception:
+                graph_functions.logger.exception(graph_functions.create_error_message(kwargs, node_, ""))
+                raise
 
 
 def _prefetch_pool() -> ThreadPoolExecutor:

@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 import pytest
+from hamilton import node as hamilton_node
+from hamilton.execution import graph_functions
 
 from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.dataflows import pipeline
@@ -256,6 +258,49 @@ def test_a_request_leaves_no_node_value_to_the_cyclic_collector(execution):
         gc.enable()
     assert bundle.items
     assert ours == []
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGURATIONS))
+@pytest.mark.parametrize("overridden", [False, True])
+def test_the_planned_walk_runs_hamiltons_nodes_in_its_order_to_the_same_bundle(name, overridden, monkeypatch):
+    settings = CONFIGURATIONS[name]
+    fg = build_driver(settings).graph
+    store = conversation_store()
+    wanted = [FINAL_NODE, "query_embedding", "fused_scores"]
+    called: list[str] = []
+    call = hamilton_node.Node.__call__
+    monkeypatch.setattr(hamilton_node.Node, "__call__", lambda self, **kwargs: (called.append(self.name), call(self, **kwargs))[1])
+
+    def inputs():
+        request = make_request("What did Caroline do at the support group?")
+        return graph_functions.combine_config_and_inputs(fg.config, pipeline_inputs(store, request, settings, FakeEncoder()))
+
+    overrides = {}
+    if overridden:  # as replay runs: the logged embedding in place of the node
+        overrides["query_embedding"] = build_driver(settings).execute(["query_embedding"], inputs=pipeline_inputs(
+            store, make_request("What did Caroline do at the support group?"), settings, FakeEncoder()))["query_embedding"]
+    hamilton: dict = {}
+    called.clear()
+    graph_functions.execute_subdag([fg.nodes[name] for name in wanted], inputs(), computed=hamilton, overrides=overrides)
+    hamilton_order, called[:] = list(called), []
+    planned: dict = {}
+    pipeline._run_plan(pipeline._plan(fg, tuple(wanted), frozenset(overrides), frozenset(inputs())), planned, overrides,
+                       inputs())
+    assert called == hamilton_order and FINAL_NODE in called
+    assert planned[FINAL_NODE].model_dump_json() == hamilton[FINAL_NODE].model_dump_json()
+    assert ("query_embedding" in called) is not overridden
+
+
+def test_a_node_that_fails_in_the_planned_walk_is_logged_as_hamilton_logs_it_and_raised(caplog):
+    class Failing(FakeEncoder):
+        def encode(self, texts):
+            raise RuntimeError("the encoder is down")
+
+    request = make_request("What did Caroline do at the support group?")
+    inputs = pipeline_inputs(conversation_store(), request, RetrievalSettings(), Failing())
+    with caplog.at_level("ERROR", logger=graph_functions.logger.name), pytest.raises(RuntimeError, match="is down"):
+        build_driver(RetrievalSettings()).execute([FINAL_NODE], inputs=inputs)
+    assert [record for record in caplog.records if "query_embedding" in record.getMessage()]
 
 
 class _MeetsTheLexicalPath(FakeEncoder):
