@@ -19,7 +19,7 @@ from uuid import UUID
 from hamilton.function_modifiers import group, inject, source
 
 from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, RetrievalRequest
-from rms_retrieval.nodes.pools import CandidateLimits, ChannelHit, ChannelResult, PathType, in_path_order
+from rms_retrieval.nodes.pools import CandidateLimits, ChannelHit, ChannelResult, PathType
 from rms_retrieval.nodes.helpers.channels import guarded, vector_hits
 from rms_retrieval.nodes.helpers.graph_walk import walk
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -34,7 +34,8 @@ logger = logging.getLogger(__name__)
 # The candidate paths, each a node of this module returning a `ChannelResult`: the one list that
 # `candidate_objects` and `merging.merged_candidates` read them from (a new path is one more name).
 # The vector path is last: Hamilton runs a node's inputs in order, so the paths that need no query
-# embedding run while a prefetched one is made (dataflows/pipeline.py, `PrefetchedEncoder`).
+# embedding run while a prefetched one is made (dataflows/pipeline.py, `PrefetchedEncoder`); the
+# merge puts them back in `PathType` order (`pools.in_path_order`).
 CANDIDATE_CHANNELS = group(*(source(name) for name in (
     "lexical_candidates", "graph_candidates", "pinned_candidates", "keyword_scan_candidates", "vector_candidates",
 )))
@@ -195,10 +196,10 @@ def candidate_objects(
     channels: list[ChannelResult], store_snapshot: RetrievalStore, request: RetrievalRequest
 ) -> dict[UUID, MemoryObject]:
     """The stored objects behind every hit, read in one round trip, in id order; a channel that
-    read its objects itself (the pinned path) brings them along."""
+    read its objects itself (the pinned path) brings them along. Whatever order the channels ran
+    in: only the pinned path brings objects, and the rest are read by id."""
     # Keyed by the id's integer, which hashes and compares in C (a UUID does both in Python code);
     # integers sort as the ids do.
-    channels = in_path_order(channels)
     wanted = {hit.object_id.int: hit.object_id for result in channels for hit in result.hits}
     objects: dict[UUID, MemoryObject] = {}
     for result in channels:

@@ -8,7 +8,7 @@ import pytest
 from rms_retrieval.nodes import candidate_generation as cg
 from rms_retrieval.nodes import query_analysis as qa
 from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, QueryEntity
-from rms_retrieval.nodes.pools import CandidateLimits, PathType
+from rms_retrieval.nodes.pools import CandidateLimits, ChannelHit, ChannelResult, PathType
 from rms_retrieval.nodes.candidate_settings import CandidateSettings
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.errors import EmbeddingError, EmbeddingMismatchError
@@ -187,3 +187,16 @@ def test_spoken_by_query_entities_are_the_named_persons_own_turns_not_their_ment
     assert _spoken(store, "Ann", boost=0.0) == frozenset()  # off: the graph is not read
     store.fail.add("graph")
     assert _spoken(store, "Ann") == frozenset()  # a failed graph backend lifts nothing
+
+
+def test_candidate_objects_are_the_same_whatever_order_the_paths_ran_in():
+    pin, a, b = make_object("pin", salience=1.0), make_object("a", "cat"), make_object("b", "dog")
+    store = FakeStore([pin, a, b])
+    request = make_request()
+    pinned = cg.pinned_candidates(store, request, RetrievalSettings())
+    hits = [ChannelHit(o.id, PathType.VECTOR, rank, 1.0, 1.0) for rank, o in enumerate((b, a, pin), start=1)]
+    channels = [ChannelResult(path=PathType.VECTOR, hits=tuple(hits)), pinned,
+                ChannelResult(path=PathType.LEXICAL, hits=tuple(hit._replace(path=PathType.LEXICAL) for hit in hits[1:]))]
+    in_order, reversed_order = (cg.candidate_objects(order, store, request) for order in (channels, channels[::-1]))
+    assert list(in_order.items()) == list(reversed_order.items())
+    assert in_order == {pin.id: pin, a.id: a, b.id: b} and list(in_order)[0] == pin.id  # the pinned path's first
