@@ -7,6 +7,7 @@ from uuid import UUID
 
 import pytest
 
+from rms_retrieval.stores.indexes.adjacency import uuid_keys
 from rms_retrieval.stores.indexes.lexical import Bm25Index, FieldWeights
 from rms_retrieval.stores.indexes.postings import TermPostings, query_terms, term_postings
 from tests.lexical_corpus import CORPUS, QUERIES, make_ids, reference_database, reference_scores, reference_search
@@ -212,7 +213,7 @@ def test_rows_left_out_by_alive_score_as_a_segment_without_them(interleaved):
     alive = np.ones(len(documents), dtype=bool)
     alive[[1, 4, 5, 17]] = False
     postings = term_postings(documents)
-    keys = np.frombuffer(b"".join(object_id.bytes for object_id in ids), dtype="V16")
+    keys = uuid_keys(ids)
     mapped = Bm25Index.empty().with_segment_columns(postings, names, codes, keys, alive)
     kept = np.flatnonzero(alive)
     alone = Bm25Index.empty().with_segment(postings.subset(kept), [names[codes[row]] for row in kept], [ids[row] for row in kept])
@@ -238,7 +239,7 @@ def test_name_counts_given_later_are_asked_for_by_weighted_searches_only():
 
     postings = term_postings(CORPUS)
     ids = make_ids(len(CORPUS))
-    keys = np.frombuffer(b"".join(object_id.bytes for object_id in ids), dtype="V16")
+    keys = uuid_keys(ids)
     codes = np.zeros(len(CORPUS), dtype=np.int64)
     asked = []
 
@@ -267,7 +268,7 @@ def test_a_segment_that_hands_out_its_ids_gets_its_own_uuid_objects_back(interle
     codes = np.asarray([index % 2 if interleaved else index * 2 // len(documents) for index in range(len(documents))])
     alive = np.ones(len(documents), dtype=bool)
     alive[[2, 7]] = False
-    keys = np.frombuffer(b"".join(object_id.bytes for object_id in ids), dtype="V16")
+    keys = uuid_keys(ids)
     handed: dict[int, UUID] = {}
 
     def id_at(row: int) -> UUID:

@@ -13,7 +13,7 @@ import pytest
 from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, EdgeColumns, StoredEdge, stored_edge_arrays
 from rms_retrieval.stores.engine import scope_graph as scope_graph_module
 from rms_retrieval.stores.engine.scope_graph import EdgeBlock, co_mention_counts, mentions_of, scope_graph
-from rms_retrieval.stores.indexes.adjacency import Adjacency
+from rms_retrieval.stores.indexes.adjacency import Adjacency, uuid_keys
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 from rms_retrieval.stores.protocols import Edge
 
@@ -136,7 +136,7 @@ def test_co_mention_counts_need_the_smaller_id_first_and_live_rows() -> None:
     edges = tuple(StoredEdge(Edge(i + 1, UUID(int=100 + row), entity, MENTIONS, 0.9), "a", row)
                   for i, (row, entity) in enumerate([(0, low), (0, high), (1, low), (1, high), (2, low), (2, other)]))
     columns = EdgeColumns.from_stored(edges)
-    keys = np.frombuffer(b"".join(u.bytes for u in (low, high, other, UUID(int=9))), dtype="V16")  # codes 0, 1, 2, 3
+    keys = uuid_keys([low, high, other, UUID(int=9)])  # codes 0, 1, 2, 3
     code = lambda ids: np.asarray([[low, high, other, UUID(int=9)].index(u) for u in ids])  # noqa: E731
     live = [mentions_of(columns, "a", None, 3)]
     assert co_mention_counts(code([low, high, low, low]), code([high, low, other, UUID(int=9)]), keys, live).tolist() == [2, 0, 1, 0]
@@ -159,7 +159,7 @@ def test_the_three_ways_of_counting_co_mentions_agree_across_many_rows() -> None
                   for i, (row, entity) in enumerate(mentioned))
     dead = np.array([rng.random() < 0.1 for _ in range(300)])
     segments = [mentions_of(EdgeColumns.from_stored(edges), "a", dead, 300)]
-    keys = np.frombuffer(b"".join(entity.bytes for entity in entities), dtype="V16")
+    keys = uuid_keys(entities)
     sources, targets = np.triu_indices(len(entities), 1)
     said = set(mentioned)
     expected = [sum(1 for row in range(300) if not dead[row] and (row, entities[a]) in said and (row, entities[b]) in said)

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from rms_retrieval.stores.analysis.positions import SessionKey
 from rms_retrieval.stores.engine.segment_parquet import SegmentColumns
-from rms_retrieval.stores.indexes.adjacency import UuidColumn
+from rms_retrieval.stores.indexes.adjacency import UuidColumn, uuid_keys
 
 
 def _namespace_rows(columns: SegmentColumns, slices: Mapping[str, tuple[int, int]], namespace: str) -> np.ndarray:
@@ -56,7 +56,7 @@ class RowIndex:
         ids, rows = found
         if not len(ids) or not object_ids:
             return [None] * len(object_ids)
-        keys = np.frombuffer(b"".join(object_id.bytes for object_id in object_ids), dtype="S16")
+        keys = uuid_keys(object_ids).view("S16")
         at = np.searchsorted(ids, keys, side="right") - 1
         hit = (at >= 0) & (ids[np.maximum(at, 0)] == keys)
         return [row if held else None for row, held in zip(rows[np.maximum(at, 0)].tolist(), hit.tolist())]

@@ -22,6 +22,7 @@ from uuid import UUID
 
 import numpy as np
 
+from rms_retrieval.stores.indexes.adjacency import uuid_keys
 from rms_retrieval.stores.indexes.postings import TermPostings, query_terms
 from rms_retrieval.stores.protocols import PLAIN_FIELDS, FieldWeights
 
@@ -251,7 +252,7 @@ class Bm25Index:
                 f"(got {len(namespaces_per_row)} namespaces and {len(object_ids_per_row)} ids)"
             )
         names, codes = np.unique(np.asarray(namespaces_per_row, dtype=object), return_inverse=True)
-        ids = np.frombuffer(b"".join(object_id.bytes for object_id in object_ids_per_row), dtype="V16")
+        ids = uuid_keys(object_ids_per_row)
         return self.with_segment_columns(postings, [str(name) for name in names], codes, ids, key=key)
 
     def with_segment_columns(self, postings: TermPostings, namespaces: Sequence[str], namespace_codes: np.ndarray,
