@@ -144,7 +144,7 @@ def ingest_with_workers(
     from rms_retrieval.stores.memory_store import MemoryStore
     from rms_retrieval.stores.analysis.speakers import spoken_text
 
-    texts = [spoken_text(memory) for memory in objects]
+    texts = [spoken_text(memory) for memory in objects if not memory.is_bare_entity]  # what the store embeds
     vectors = {}
     if texts:
         with task_executor(engine, address=address, workers=workers) as executor:

@@ -193,8 +193,8 @@ class MemoryStore(RetrievalLog, SnapshotSource):
         """Store `objects` with their entities, edges and vectors as one new generation, all or nothing.
 
         `vectors` (one row per object, in order) are used instead of embedding the objects; they must
-        come from the model `vector_identity` names, which must be the store's encoder (it still
-        embeds the entities the store adds) and the model of the vectors already stored."""
+        come from the model `vector_identity` names, which must be the store's encoder and the model
+        of the vectors already stored. A bare entity keeps no vector (MemoryObject.is_bare_entity)."""
         started = time.perf_counter()
         if self._read_only:
             raise StoreError(f"{self.path} is open read-only; reopen it writable to add objects")

@@ -202,6 +202,15 @@ class MemoryObject(BaseModel):
         )
 
     @property
+    def is_bare_entity(self) -> bool:
+        """An ENTITY whose text is only its own name (a speaker, a name spotted at ingestion): a graph
+        node that says nothing else. Retrieval leaves it out of bundles outside AUDIT mode, and the
+        store keeps no vector of it. The one place this rule lives."""
+        if self.node_type is not NodeType.ENTITY:
+            return False
+        return self.content.strip().casefold() == (self.entity_canonical_name or "").strip().casefold()
+
+    @property
     def stated_time(self) -> datetime:
         """When the memory was stated: its event time, else when it was stored (RFC 7.2)."""
         return self.event_time or self.created_at

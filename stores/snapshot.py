@@ -175,17 +175,22 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
             raise EmbeddingMismatchError(f"the query vector has dimension {query.shape[0]} but the store holds {identity.dimension}")
         score_blocks, owners = [], []
         for segment in self.segments:
+            vectors, skip = segment.vectors, segment.vector_skip
             for namespace in sorted(set(namespaces)):
                 bounds = segment.namespace_slices.get(namespace)
                 if bounds is None:
                     continue
-                dead = 0 if segment.dead is None else int(segment.dead[bounds[0]:bounds[1]].sum())
-                positions, scores = exact_top_k(segment.vectors[bounds[0]:bounds[1]], query, limit + dead)
-                if dead:
-                    alive = ~segment.dead[bounds[0] + positions]
-                    positions, scores = positions[alive], scores[alive]
+                start, stop = vectors.span(*bounds)
+                if start == stop:
+                    continue
+                skipped = 0 if skip is None else int(skip[bounds[0]:bounds[1]].sum())  # at most this many
+                positions, scores = exact_top_k(vectors.matrix[start:stop], query, limit + skipped)
+                rows = vectors.rows_at(start + positions)
+                if skipped:
+                    kept = ~skip[rows]
+                    rows, scores = rows[kept], scores[kept]
                 score_blocks.append(scores)
-                owners.extend((segment, bounds[0] + position) for position in positions.tolist())
+                owners.extend((segment, row) for row in rows.tolist())
         if not score_blocks:
             return []
         scores = np.concatenate(score_blocks)

@@ -80,12 +80,12 @@ def test_update_changes_fields_records_updated_at_and_keeps_the_vector(tmp_path)
     turns = _turns(12)
     with _open(tmp_path / "store") as store:
         store.add(turns)
-        before = store.snapshot().search_vector(store.snapshot().segments[0].vectors[4], [NAMESPACE], 3)
+        before = store.snapshot().search_vector(store.snapshot().segments[0].vectors.of(4), [NAMESPACE], 3)
         store.update(NAMESPACE, turns[4].id, {"salience": 0.9}, metadata={"topic": "river"}, valid_to=turns[4].created_at)
         updated = store.snapshot().get_objects([turns[4].id], [NAMESPACE])[turns[4].id]
         assert (updated.salience, updated.metadata, updated.valid_to) == (0.9, {"topic": "river"}, turns[4].created_at)
         assert updated.updated_at > turns[4].updated_at and updated.content == turns[4].content
-        assert store.snapshot().search_vector(store.snapshot().segments[0].vectors[4], [NAMESPACE], 3) == before
+        assert store.snapshot().search_vector(store.snapshot().segments[0].vectors.of(4), [NAMESPACE], 3) == before
         assert store.snapshot().count_objects() == 12 and check_store(tmp_path / "store").problems == []
 
 

@@ -8,7 +8,7 @@ from uuid import UUID
 import numpy as np
 import pytest
 
-from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, MENTIONS, SPOKEN_BY, EdgeColumns, StoredEdge,
+from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, MENTIONS, SPOKEN_BY, EdgeColumns, StoredEdge, smallest_int,
                                                       merged_edge_arrays, stored_edge_arrays)
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.protocols import Edge
@@ -105,7 +105,7 @@ def test_damaged_text_columns_are_refused() -> None:
         invalid = dict(arrays, **{texts: np.frombuffer(b"\xff" * len(arrays[texts]), dtype=np.uint8)})
         with pytest.raises(ValueError):
             EdgeColumns(invalid)
-        short = dict(arrays, edge_confidences=arrays["edge_confidences"][:-1])
+        short = dict(arrays, edge_confidence_codes=arrays["edge_confidence_codes"][:-1])
         with pytest.raises(ValueError):
             EdgeColumns(short)
     arrays = stored_edge_arrays(_edges(count=5))
@@ -122,6 +122,25 @@ def _text_form(edges: list[StoredEdge]) -> dict[str, np.ndarray]:
         arrays[f"edge_{name}_bytes"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
         arrays[f"edge_{name}_ends"] = np.cumsum([len(text) for text in encoded], dtype=np.int64)
     return arrays
+
+
+def test_ids_rows_and_confidences_are_stored_small_and_read_from_either_form() -> None:
+    edges = _edges(count=40)
+    arrays = stored_edge_arrays(edges)
+    assert [arrays[name].dtype for name in ("edge_ids", "edge_rows", "edge_confidence_codes", "edge_end_codes")] == [
+        np.uint8, np.int8, np.uint8, np.uint8]  # ids 1-40, owner rows -1-59, 40 values, fewer than 256 ends
+    assert [smallest_int(np.asarray(values)).dtype for values in ([0, 300], [-1, 40000], [2**40], [])] == [
+        np.uint16, np.int32, np.int64, np.uint8]
+    assert arrays["edge_confidence_values"].tolist() == sorted({stored.edge.confidence for stored in edges})
+    older = {name: array for name, array in arrays.items() if not name.startswith("edge_confidence_")}
+    older.update(edge_ids=arrays["edge_ids"].astype(np.int64), edge_rows=arrays["edge_rows"].astype(np.int64),
+                 edge_confidences=np.asarray([stored.edge.confidence for stored in edges]))
+    assert EdgeColumns(arrays).decoded() == EdgeColumns(older).decoded() == tuple(edges)
+    big = [StoredEdge(Edge(2**33 + i, stored.edge.source, stored.edge.target, stored.edge.edge_type, stored.edge.confidence),
+                      stored.namespace, stored.row) for i, stored in enumerate(edges)]
+    assert stored_edge_arrays(big)["edge_ids"].dtype == np.int64 and EdgeColumns.from_stored(big).decoded() == tuple(big)
+    with pytest.raises(ValueError, match="confidence codes"):
+        EdgeColumns(dict(arrays, edge_confidence_values=arrays["edge_confidence_values"][:1]))
 
 
 def test_types_and_namespaces_are_stored_as_codes_and_read_from_either_form() -> None:
@@ -175,9 +194,9 @@ def test_ends_are_stored_as_codes_into_distinct_ids_and_read_from_either_form() 
             assert len({row.tobytes() for row in ids}) == len(ids) == len(np.unique(codes))  # each used id once
     assert all(coded.mentioners(namespace) == older.mentioners(namespace) for namespace in ("alpha", "béta", "tenant/γ"))
     with pytest.raises(ValueError, match="end codes do not match"):
-        EdgeColumns(dict(arrays, edge_end_codes=arrays["edge_end_codes"] + len(distinct)))
+        EdgeColumns(dict(arrays, edge_end_codes=arrays["edge_end_codes"].astype(np.int64) + len(distinct)))
     with pytest.raises(ValueError, match="end codes do not match"):
-        EdgeColumns(dict(arrays, edge_end_codes=arrays["edge_end_codes"].astype(np.int64)))
+        EdgeColumns(dict(arrays, edge_end_codes=arrays["edge_end_codes"].astype(np.float64)))
 
 
 def test_merged_edges_keep_the_last_of_each_id_with_owner_rows_moved() -> None:

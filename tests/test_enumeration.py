@@ -149,7 +149,7 @@ def test_a_store_of_another_format_version_is_named(tmp_path):
     text = manifest.read_text()
     assert f'"format_version": {FORMAT_VERSION}' in text
     manifest.write_text(text.replace(f'"format_version": {FORMAT_VERSION}', '"format_version": 99'))
-    with pytest.raises(StoreError, match="format version 99, this version reads 3, 4 and 5; upgrade"):
+    with pytest.raises(StoreError, match="format version 99, this version reads 3, 4, 5 and 6; upgrade"):
         MemoryStore.open(tmp_path / "other")
 
 

@@ -90,8 +90,9 @@ def test_rms_migrate_keeps_objects_vectors_edges_and_log(tmp_path, capsys):
     with MemoryStore.open(tmp_path / "old", FakeEncoder()) as store:
         assert store.snapshot().get_objects([memory.id for memory in OBJECTS], sorted({memory.namespace for memory in OBJECTS})) == {memory.id: memory for memory in OBJECTS}
         assert store.snapshot().state_fingerprint() == "g1-o3-e1" and store.snapshot().embedding_identity == FakeEncoder().identity
-        best = store.snapshot().search_vector(FakeEncoder().encode(["Ann"])[0], ["a"], 5)[0]
-        assert best.object_id == UUID(int=3) and best.cosine == pytest.approx(1.0)
+        hits = store.snapshot().search_vector(FakeEncoder().encode(["Ann likes tea"])[0], ["a"], 5)
+        assert hits[0].object_id == UUID(int=2) and hits[0].cosine == pytest.approx(1.0)
+        assert UUID(int=3) not in {hit.object_id for hit in hits}  # the bare entity keeps no vector
         assert [hit.object_id for hit in store.snapshot().search_lexical("cat", ["a"], 5)] == [UUID(int=1)]
         assert [edge.edge_type for edge in store.snapshot().adjacency(["a"]).touching([UUID(int=1)], 0.0)] == ["SPOKEN_BY"]
         assert store.retrieval_log() == [{"request_id": str(UUID(int=99)), "payload": {"status": "ok"}}]

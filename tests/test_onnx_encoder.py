@@ -213,7 +213,7 @@ def test_a_stored_vector_is_the_vector_of_the_same_text_asked(tmp_path, query_en
     with MemoryStore.open(tmp_path / "store") as store:
         store.add(objects)
         [segment] = store.snapshot().segments
-        stored = np.stack([segment.vectors[segment.ids.index(o.id)] for o in objects])
+        stored = np.stack([segment.vectors.of(segment.ids.index(o.id)) for o in objects])
     np.testing.assert_array_equal(stored, np.stack([query_encoder.encode([text])[0] for text in texts]))
 
 

@@ -24,6 +24,7 @@ from rms_retrieval.stores.engine import segment_parquet
 from rms_retrieval.stores.engine.segment_parquet import MappedRecords, Records, objects_table, parquet_bytes
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.engine.segment_writing import write_deletions, write_segment
+from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
 
 RICH = MemoryObject(
     id=UUID(int=7), namespace="a", content="Ann paid 4.50 for coffee", node_type=NodeType.FACT, session_id="s",
@@ -36,7 +37,7 @@ RICH = MemoryObject(
 
 
 def test_a_record_round_trips_to_an_equal_object_in_utc():
-    back = memory_object(object_record(RICH))
+    back = memory_object(object_record(RICH), RICH.id, RICH.namespace)
     assert back == RICH and back.created_at.tzinfo is timezone.utc
     assert row_values(RICH)["assertion_predicate_norm"] == "paid_for" and json.loads(row_values(RICH)["metadata"]) == RICH.metadata
 
@@ -44,8 +45,7 @@ def test_a_record_round_trips_to_an_equal_object_in_utc():
 @pytest.mark.parametrize("memory", [RICH, MemoryObject(namespace="a", content="plain")], ids=["rich", "plain"])
 def test_a_decoded_object_is_what_model_construct_makes_of_its_record(memory):
     record = object_record(memory)
-    decoded, given_id = memory_object(record), memory_object(record, memory.id)
-    fields = json.loads(record)
+    decoded, given_id = memory_object(record, UUID(int=memory.id.int), memory.namespace), memory_object(record, memory.id, memory.namespace)
     constructed = MemoryObject.model_construct(**{**vars(decoded)})  # pydantic's own way, the same values
     for made in (decoded, given_id):
         assert made == memory == constructed and type(made) is MemoryObject
@@ -53,13 +53,30 @@ def test_a_decoded_object_is_what_model_construct_makes_of_its_record(memory):
         assert vars(made) == vars(constructed) and made.model_dump() == constructed.model_dump()
         assert made.__pydantic_extra__ == constructed.__pydantic_extra__
         assert made.__pydantic_private__ == constructed.__pydantic_private__
-        assert made.__pydantic_fields_set__ == constructed.__pydantic_fields_set__ == set(fields)
+        assert made.__pydantic_fields_set__ == constructed.__pydantic_fields_set__ == set(OBJECT_FIELDS)
         assert repr(made) == repr(constructed)
     assert given_id.id is memory.id
 
 
+def test_a_record_leaves_out_the_common_values_and_one_holding_every_field_reads_the_same():
+    spotted = MemoryObject(namespace="a", node_type=NodeType.ENTITY, content="Consider", entity_canonical_name="Consider",
+                           epistemic_type="INFERRED", confidence=0.7, metadata={"extracted": True},
+                           created_at=datetime(2023, 1, 2, tzinfo=timezone.utc), updated_at=datetime(2023, 1, 2, tzinfo=timezone.utc))
+    record = json.loads(object_record(spotted))
+    assert set(record) == {"node_type", "content", "epistemic_type", "confidence", "metadata",
+                           "created_at"}  # the id, namespace and entity name are its row's columns
+    every = {**vars(spotted), "id": str(spotted.id), "created_at": spotted.created_at.isoformat(),
+             "updated_at": spotted.updated_at.isoformat(), "evidence_refs": []}
+    assert memory_object(json.dumps(every, default=str)) == spotted == memory_object(object_record(spotted), spotted.id, "a", "Consider")
+    plain = MemoryObject(namespace="a", content="plain")
+    first, second = (memory_object(object_record(plain), plain.id, "a") for _ in range(2))
+    assert first.metadata == {} and first.metadata is not second.metadata  # never one shared dictionary
+    later = spotted.model_copy(update={"updated_at": datetime(2023, 5, 1, tzinfo=timezone.utc)})
+    assert "updated_at" in json.loads(object_record(later)) and memory_object(object_record(later), later.id, "a", "Consider") == later
+
+
 def test_decoded_objects_share_one_set_of_field_names_and_a_copy_gets_its_own():
-    first, second = memory_object(object_record(RICH)), memory_object(object_record(RICH.model_copy(update={"content": "y"})))
+    first, second = (memory_object(object_record(memory), RICH.id, "a") for memory in (RICH, RICH.model_copy(update={"content": "y"})))
     assert first.__pydantic_fields_set__ is second.__pydantic_fields_set__
     changed = first.model_copy(update={"content": "z"})
     assert changed.content == "z" and first.content == RICH.content and second == RICH.model_copy(update={"content": "y"})
@@ -88,13 +105,13 @@ def test_a_segment_holds_rows_vectors_edges_and_postings_grouped_by_namespace(tm
     rows = [store_workers.turn(0), RICH, store_workers.turn(1)]
     vectors = np.eye(3, 16, dtype=np.float32)
     edge = StoredEdge(Edge(1, RICH.id, UUID(int=9), "MENTIONS", 0.9), "a")
-    written = write_segment(tmp_path, "g1-x", rows, vectors, [edge])
+    written = write_segment(tmp_path, "g1-x", rows, SegmentVectors.dense(vectors), [edge])
     segment = LoadedSegment(tmp_path, written.entry)
     assert (written.ids, written.namespace_slices, written.pinned_rows, written.edges) == (
         segment.ids, segment.namespace_slices, segment.pinned_rows, segment.edges)
     assert segment.ids == [RICH.id, UUID(int=1), UUID(int=2)]  # namespace a before live
     assert segment.namespace_slices == {"a": (0, 1), "live": (1, 3)}
-    assert segment.vectors[0].tolist() == vectors[1].tolist() and segment.postings.num_rows == 3
+    assert segment.vectors.of(0).tolist() == vectors[1].tolist() and segment.postings.num_rows == 3
     assert segment.object_at(0) == RICH and segment.pinned_rows == [0]
     owned = StoredEdge(edge.edge, edge.namespace, 0)  # an edge given without its owner is owned by its source's row
     assert segment.edges == (owned,) and segment.sessions[("live", "default", "default", "s")] == [(0, 1), (1, 2)]
@@ -104,7 +121,7 @@ def test_a_segment_holds_rows_vectors_edges_and_postings_grouped_by_namespace(tm
 def test_a_segment_written_before_edge_owners_finds_each_edge_s_owner_by_its_source(tmp_path):
     edges = [StoredEdge(Edge(1, RICH.id, UUID(int=9), "MENTIONS", 0.9), "a", 0),
              StoredEdge(Edge(2, UUID(int=8), UUID(int=9), "CO_MENTIONED", 0.45), "a", -1)]
-    written = write_segment(tmp_path, "g1-x", [RICH, store_workers.turn(0)], np.eye(2, 8, dtype=np.float32), edges)
+    written = write_segment(tmp_path, "g1-x", [RICH, store_workers.turn(0)], SegmentVectors.dense(np.eye(2, 8, dtype=np.float32)), edges)
     index = written.directory / "index.npz"
     with np.load(index) as arrays:
         older = {name: arrays[name] for name in arrays.files if name != "edge_rows"}
@@ -114,23 +131,23 @@ def test_a_segment_written_before_edge_owners_finds_each_edge_s_owner_by_its_sou
 
 
 def test_a_segment_file_that_differs_from_its_checksum_is_named(tmp_path):
-    entry = write_segment(tmp_path, "g1-x", [RICH], np.ones((1, 4), dtype=np.float32), []).entry
+    entry = write_segment(tmp_path, "g1-x", [RICH], SegmentVectors.dense(np.ones((1, 4), dtype=np.float32)), []).entry
     damaged = SegmentEntry(entry.id, entry.rows, {**entry.files, "index.npz": "0" * 64})
     segment = LoadedSegment(tmp_path, damaged)  # mapped: an open reads no array
     with pytest.raises(StoreError, match=r"index\.npz is damaged"):
         segment.vectors
     with pytest.raises(StoreError, match=r"index\.npz is damaged"):
         segment.checked()
-    assert LoadedSegment(tmp_path, entry).checked().vectors.tolist() == [[1.0] * 4]
+    assert LoadedSegment(tmp_path, entry).checked().vectors.matrix.tolist() == [[1.0] * 4]
 
 
 def test_a_segment_of_separate_files_loads_as_its_one_index_file_form(tmp_path):
     """Format-3 segments kept vectors, edges and postings in files of their own."""
     rows = [RICH, store_workers.turn(0)]
     edges = [StoredEdge(Edge(1, RICH.id, UUID(int=9), "MENTIONS", 0.9), "a")]
-    written = write_segment(tmp_path, "g1-x", rows, np.eye(2, 8, dtype=np.float32), edges)
+    written = write_segment(tmp_path, "g1-x", rows, SegmentVectors.dense(np.eye(2, 8, dtype=np.float32)), edges)
     directory = written.directory
-    np.save(directory / "vectors.npy", written.vectors)
+    np.save(directory / "vectors.npy", written.vectors.matrix)
     np.savez(directory / "postings.npz", **written.postings.to_arrays())
     edge_columns = {"edge_id": [1], "source": [RICH.id.bytes], "target": [UUID(int=9).bytes], "edge_type": ["MENTIONS"],
                     "confidence": [0.9], "namespace": ["a"]}
@@ -143,14 +160,14 @@ def test_a_segment_of_separate_files_loads_as_its_one_index_file_form(tmp_path):
              for name in ("objects.parquet", "vectors.npy", "edges.parquet", "postings.npz")}
     separate = LoadedSegment(tmp_path, SegmentEntry("g1-x", 2, files))
     assert (separate.ids, separate.edges, separate.namespace_slices) == (written.ids, written.edges, written.namespace_slices)
-    assert separate.vectors.tobytes() == written.vectors.tobytes() and separate.object_at(0) == RICH
+    assert separate.vectors.matrix.tobytes() == written.vectors.matrix.tobytes() and separate.object_at(0) == RICH
     assert separate.postings.to_arrays().keys() == written.postings.to_arrays().keys()
     assert all(np.array_equal(separate.postings.to_arrays()[key], value) for key, value in written.postings.to_arrays().items())
 
 
 def test_an_open_reads_ids_sessions_and_records_only_as_they_are_asked_for(tmp_path):
     rows = [store_workers.turn(number) for number in range(4)] + [RICH]
-    written = write_segment(tmp_path, "g1-x", rows, np.eye(5, 8, dtype=np.float32), [])
+    written = write_segment(tmp_path, "g1-x", rows, SegmentVectors.dense(np.eye(5, 8, dtype=np.float32)), [])
     segment = LoadedSegment(tmp_path, written.entry)
     assert isinstance(segment._columns.records, MappedRecords) and segment._index._check is not None  # nothing read
     assert {"ids", "namespace_of_row"}.isdisjoint(segment.__dict__)
@@ -168,11 +185,12 @@ def test_an_open_reads_ids_sessions_and_records_only_as_they_are_asked_for(tmp_p
     assert segment.sessions.get(("live", "default", "default", "s")) == [(0, 1), (1, 2), (2, 3), (3, 4)]
 
 
-def test_records_live_in_the_index_file_and_the_objects_file_holds_none(tmp_path):
+def test_records_live_in_the_index_file_and_the_objects_file_holds_neither_them_nor_content(tmp_path):
     rows = [RICH, store_workers.turn(0), store_workers.turn(1)]
-    written = write_segment(tmp_path, "g1-x", rows, np.eye(3, 8, dtype=np.float32), [])
+    written = write_segment(tmp_path, "g1-x", rows, SegmentVectors.dense(np.eye(3, 8, dtype=np.float32)), [])
     on_disk = pq.read_table(written.directory / "objects.parquet")
-    assert on_disk.column("record").null_count == 3 and on_disk.column("content").null_count == 0
+    assert on_disk.column("record").null_count == on_disk.column("content").null_count == 3  # the records hold content
+    assert on_disk.column("namespace").null_count == 0
     with np.load(written.directory / "index.npz") as arrays:
         offsets, data = arrays["record_offsets"], arrays["record_bytes"]
         ordered = written.objects()
@@ -186,7 +204,7 @@ def test_records_live_in_the_index_file_and_the_objects_file_holds_none(tmp_path
 def test_a_segment_with_its_records_in_the_objects_file_loads_the_same(tmp_path):
     """Format-4 segments kept each row's record in objects.parquet and none in index.npz."""
     rows = [RICH, store_workers.turn(0), store_workers.turn(1)]
-    written = write_segment(tmp_path, "g1-x", rows, np.eye(3, 8, dtype=np.float32), [])
+    written = write_segment(tmp_path, "g1-x", rows, SegmentVectors.dense(np.eye(3, 8, dtype=np.float32)), [])
     directory, table, objects = written.directory, written.objects_table(), written.objects()
     with np.load(directory / "index.npz") as arrays:
         kept = {name: arrays[name] for name in arrays.files if not name.startswith("record_")}
@@ -221,7 +239,7 @@ def test_records_are_read_one_row_group_at_a_time(monkeypatch):
     rows = [store_workers.turn(number) for number in range(10)]
     records = Records(data=parquet_bytes(objects_table(rows)))
     assert json.loads(records.at(9))["content"] == rows[9].content and list(records._groups) == [2]
-    assert [memory_object(records.at(row)) for row in range(10)] == rows and sorted(records._groups) == [0, 1, 2]
+    assert [memory_object(records.at(row), rows[row].id, rows[row].namespace) for row in range(10)] == rows and sorted(records._groups) == [0, 1, 2]
     with pytest.raises(ValueError, match="not both"):
         Records(array=pa.array(["{}"]), data=b"")
     with pytest.raises(ValueError, match="in its record column"):

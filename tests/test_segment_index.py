@@ -14,6 +14,7 @@ from rms_retrieval.stores.engine.segment_index import IndexArrays, owned_edges
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import term_postings
 from rms_retrieval.stores.protocols import Edge
+from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
 
 SOURCE, ENTITY, OTHER = UUID(int=1), UUID(int=8), UUID(int=9)
 
@@ -41,10 +42,10 @@ def test_the_arrays_wait_for_one_check_and_a_failed_one_is_raised_again():
         if verdict is not None:
             raise verdict
 
-    index = IndexArrays(np.ones((2, 4), dtype=np.float32), postings, columns, pa.array(["Caroline", None]), check)
-    assert index.num_rows == 2 and not index.vectors.flags.writeable and runs == []  # shapes read, nothing checked
+    index = IndexArrays(SegmentVectors.dense(np.ones((2, 4), dtype=np.float32)), postings, columns, pa.array(["Caroline", None]), check)
+    assert index.num_rows == 2 and not index.vectors.matrix.flags.writeable and runs == []  # shapes read, nothing checked
     with pytest.raises(StoreError, match="damaged"):
         index.checked()
     assert index.checked() is index and index.checked() is index and runs == [1, 1]
     assert index.postings is index.postings and index.postings.name_tfs is not None  # the names, counted once
-    assert IndexArrays(np.ones((2, 4), dtype=np.float32), postings, columns, None, None).postings is postings
+    assert IndexArrays(SegmentVectors.dense(np.ones((2, 4), dtype=np.float32)), postings, columns, None, None).postings is postings

@@ -23,15 +23,8 @@ from rms_retrieval.stores.visibility import MODE_VISIBILITY
 _VALIDITY_EXEMPT = frozenset({NodeType.ENTITY, NodeType.PREFERENCE})
 
 
-def _is_bare_entity(obj: MemoryObject) -> bool:
-    """An ENTITY whose text is only its own name: a graph node with nothing to tell a reader."""
-    if obj.node_type is not NodeType.ENTITY:
-        return False
-    return obj.content.strip().casefold() == (obj.entity_canonical_name or "").strip().casefold()
-
-
 def _epistemic_reason(obj: MemoryObject, mode: RetrievalMode, filtering: FilterSettings) -> str | None:
-    if mode is not RetrievalMode.AUDIT and _is_bare_entity(obj):
+    if mode is not RetrievalMode.AUDIT and obj.is_bare_entity:
         return "bare_entity"
     rule = MODE_VISIBILITY[mode]
     if obj.epistemic_type in rule.dropped_epistemic_types:

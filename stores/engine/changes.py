@@ -19,13 +19,13 @@ from pydantic import ValidationError
 
 from rms_retrieval.stores.indexes.entity_graph import MENTIONS, SPOKEN_BY, GraphUpdate, entity_id
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.providers.embedding import encode_many
 from rms_retrieval.stores.analysis.expansion import IndexedTexts, TurnExpansion, indexed_texts
 from rms_retrieval.stores.indexes.postings import TermPostings, term_postings
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.snapshot import StoreSnapshot
-from rms_retrieval.stores.engine.writer import PreparedWrite, joined
+from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
+from rms_retrieval.stores.engine.writer import PreparedWrite, joined, row_vectors
 from rms_retrieval.stores.analysis.speakers import SpeakerRules, speaker_of, spoken_text
 
 # What `update` may change in place; `content` too, as a new version that is embedded and indexed again.
@@ -76,7 +76,9 @@ def copied_write(versions: Sequence[tuple[Located, MemoryObject]], expansion: Tu
     rows = tuple(memory for _, memory in versions)
     if len({memory.namespace for memory in rows}) > 1:
         raise StoreError("one change touches one namespace; this is a bug, report it")
-    vectors = np.stack([segment.vectors[row] for (segment, row), _ in versions]) if versions else np.empty((0, 0), np.float32)
+    dimension = versions[0][0][0].vectors.matrix.shape[1] if versions else 0
+    vectors = SegmentVectors.stacked([None if memory.is_bare_entity else segment.vectors.of(row)
+                                      for (segment, row), memory in versions], dimension)
     postings = TermPostings.concatenate([segment.postings.subset(np.asarray([row])) for (segment, row), _ in versions])
     moved = moved_edges([where for where, _ in versions]) if edges else ()
     return PreparedWrite(rows, vectors, moved, GraphUpdate((), (), ()), 0.0, postings, expansion)
@@ -256,7 +258,7 @@ def reindexed_write(snapshot: StoreSnapshot, gone: Sequence[Located], again: Seq
     stored = [_Without(segment, without.get(segment.entry.id, set())) for segment in snapshot.segments]
     texts = indexed_texts([*rows, *present], stored, expansion)
     texts = IndexedTexts(texts.vector[:len(rows)], texts.lexical[:len(rows)])
-    vectors = encode_many(encoder, texts.vector, progress=False)
+    vectors = row_vectors(rows, texts.vector, encoder, {}, progress=False)
     return PreparedWrite(rows, vectors, moved_edges(ordered), GraphUpdate((), (), ()), 0.0, term_postings(texts.lexical),
                          expansion)
 
@@ -264,7 +266,8 @@ def reindexed_write(snapshot: StoreSnapshot, gone: Sequence[Located], again: Seq
 def analysed_again(old: MemoryObject, version: MemoryObject, speakers: SpeakerRules) -> bool:
     """Whether a new version is embedded, indexed and put in the graph again: its content changed,
     or its speaker (a `metadata["speaker"]` change), who is part of the text it is indexed by and
-    the source of its SPOKEN_BY edge."""
+    the source of its SPOKEN_BY edge. (An ENTITY's name cannot change, so neither can whether it is
+    bare, and with it whether it has a vector, unless its content does.)"""
     return (version.content, spoken_text(version), speaker_of(version, speakers)) != \
         (old.content, spoken_text(old), speaker_of(old, speakers))
 

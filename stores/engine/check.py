@@ -53,8 +53,11 @@ def check_store(path: Path) -> CheckReport:
             report.problems.append(f"segment {entry.id} repeats object {object_id} of namespace {namespace!r}")
         seen.update(keys)
         edge_ids.update(stored.edge.edge_id for stored in segment.edges)
-        if manifest.embedding is not None and segment.vectors.shape[1:] != (manifest.embedding.dimension,):
-            report.problems.append(f"segment {entry.id} holds vectors of shape {segment.vectors.shape[1:]}, "
+        matrix = segment.vectors.matrix
+        if manifest.embedding is not None and len(matrix) and matrix.shape[1:] != (manifest.embedding.dimension,):
+            report.problems.append(f"segment {entry.id} holds vectors of shape {matrix.shape[1:]}, "
                                    f"the manifest says dimension {manifest.embedding.dimension}")
+        if (problem := segment.vectors.problem()) is not None:
+            report.problems.append(f"segment {entry.id}: {problem}")
     report.objects, report.edges = len(seen), len(edge_ids)
     return report

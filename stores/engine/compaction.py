@@ -59,7 +59,7 @@ def compact(store: Path, snapshot: StoreSnapshot) -> tuple[Manifest, list[Loaded
                 continue
             objects = segment.objects_table().take(pa.array(kept))
             objects = objects.set_column(0, "row", pa.array(np.arange(len(kept), dtype=np.int64)))
-            written.append(write_table_segment(store, new_segment_id(generation), objects, segment.vectors[kept], edges,
+            written.append(write_table_segment(store, new_segment_id(generation), objects, segment.rewritten_vectors().take(kept), edges,
                                                segment.postings.subset(kept), sources=(segment.entry.id,)))
             segments.append(written[-1])
         manifest = Manifest(generation, snapshot.manifest.embedding, tuple(segment.entry for segment in segments),

@@ -34,7 +34,11 @@ CO_MENTIONED = "CO_MENTIONED"
 # `edge_type_ends`, ...), and those written before owners were stored have no `edge_rows`. The
 # ends are codes too (`edge_end_codes`, a source and a target per edge, into `edge_end_ids`, the
 # segment's distinct ends as rows of 16 id bytes, sorted); segments written before stored each
-# edge's two ids (`edge_ends`, 32 bytes per edge).
+# edge's two ids (`edge_ends`, 32 bytes per edge). Confidences are codes into their distinct values
+# (`edge_confidence_codes`, `edge_confidence_values`: a store makes a handful), and ids, owner rows
+# and end codes take the smallest integer type their values fit (`smallest_int`); segments
+# written before stored each edge's float64 confidence (`edge_confidences`), int64 ids and rows
+# and int32 end codes, and read the same.
 EDGE_PREFIX = "edge_"
 
 
@@ -67,18 +71,35 @@ def _coded(texts: Sequence[str], name: str) -> dict[str, np.ndarray]:
             f"edge_{name}_names": names, f"edge_{name}_name_ends": ends}
 
 
+def smallest_int(values: np.ndarray) -> np.ndarray:
+    """`values` (integers) as the smallest of uint8/16/32 (none negative) or int8/16/32 that holds
+    them, else int64."""
+    low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+    kinds = (np.uint8, np.uint16, np.uint32) if low >= 0 else (np.int8, np.int16, np.int32)
+    return values.astype(next((kind for kind in kinds if np.iinfo(kind).min <= low and high <= np.iinfo(kind).max), np.int64))
+
+
+def _number_arrays(ids: np.ndarray, confidences: np.ndarray, rows: np.ndarray, end_codes: np.ndarray
+                   ) -> dict[str, np.ndarray]:
+    """Ids, owner rows and end codes each in the smallest integer type that holds them, and
+    confidences as codes into their distinct values."""
+    values, codes = np.unique(np.asarray(confidences, dtype=np.float64), return_inverse=True)
+    return {"edge_ids": smallest_int(ids), "edge_confidence_values": values,
+            "edge_confidence_codes": smallest_int(codes.reshape(-1)), "edge_rows": smallest_int(rows),
+            "edge_end_codes": smallest_int(end_codes.reshape(len(ids), 2))}
+
+
 def stored_edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
     """The edges as plain arrays for index.npz (ids as 16-byte rows, types and namespaces as codes)."""
     ends = np.frombuffer(b"".join(stored.edge.source.bytes + stored.edge.target.bytes for stored in edges), dtype=np.uint8)
     distinct, codes = np.unique(id_keys(ends), return_inverse=True)
     return {
-        "edge_ids": np.asarray([stored.edge.edge_id for stored in edges], dtype=np.int64),
+        **_number_arrays(np.asarray([stored.edge.edge_id for stored in edges], dtype=np.int64),
+                         np.asarray([stored.edge.confidence for stored in edges], dtype=np.float64),
+                         np.asarray([-1 if stored.row is None else stored.row for stored in edges], dtype=np.int64), codes),
         "edge_end_ids": np.frombuffer(distinct.tobytes(), dtype=np.uint8).reshape(len(distinct), 16),
-        "edge_end_codes": codes.astype(np.int32).reshape(len(edges), 2),
-        "edge_confidences": np.asarray([stored.edge.confidence for stored in edges], dtype=np.float64),
         **_coded([stored.edge.edge_type for stored in edges], "type"),
         **_coded([stored.namespace for stored in edges], "namespace"),
-        "edge_rows": np.asarray([-1 if stored.row is None else stored.row for stored in edges], dtype=np.int64),
     }
 
 
@@ -115,18 +136,15 @@ def merged_edge_arrays(parts: Sequence[tuple[EdgeColumns, np.ndarray]]) -> dict[
     ends = np.concatenate([np.zeros((0, 2), dtype=np.int64), *part_ends])
     rows = np.concatenate([np.zeros(0, dtype=np.int64), *(np.where(columns.rows >= 0, new_row[np.maximum(columns.rows, 0)], -1)
                                                           for columns, new_row in parts)])
-    confidences = np.concatenate([np.zeros(0, dtype=np.float64), *(columns.confidences for columns, _ in parts)])
+    confidences = np.concatenate([np.zeros(0, dtype=np.float64), *(columns.confidences_at(slice(None)) for columns, _ in parts)])
     _, last = np.unique(ids[::-1], return_index=True)
     kept = len(ids) - 1 - last  # the last of each id, in id order
     codes, used = used_numbers(ends[kept], len(keys))  # the ends the kept edges use
     return {
-        "edge_ids": ids[kept],
+        **_number_arrays(ids[kept], confidences[kept], rows[kept], codes),
         "edge_end_ids": np.frombuffer(keys[used].tobytes(), dtype=np.uint8).reshape(len(used), 16),
-        "edge_end_codes": codes.astype(np.int32).reshape(len(kept), 2),
-        "edge_confidences": confidences[kept],
         **_recoded([(columns.types, columns.type_names) for columns, _ in parts], kept, "type"),
         **_recoded([(columns.namespaces, columns.namespace_names) for columns, _ in parts], kept, "namespace"),
-        "edge_rows": rows[kept],
     }
 
 
@@ -177,23 +195,32 @@ class EdgeColumns:
     def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
         """From index.npz's arrays, which must hold `edge_rows` (older segments' edges are decoded
         and given owners first: `from_stored`). Raises ValueError or KeyError where they disagree."""
-        self.ids = np.asarray(arrays["edge_ids"], dtype=np.int64)
+        self.ids = np.asarray(arrays["edge_ids"])
         count = len(self.ids)
         self._end_ids: np.ndarray | None = None
         if "edge_end_codes" in arrays:
             self._end_ids = np.asarray(arrays["edge_end_ids"], dtype=np.uint8).reshape(-1, 16)
             self._ends = np.asarray(arrays["edge_end_codes"]).reshape(count, 2)
-            if self._ends.dtype != np.int32 or (count and (int(self._ends.min()) < 0 or int(self._ends.max()) >= len(self._end_ids))):
+            if self._ends.dtype.kind not in "iu" or (count and (int(self._ends.min()) < 0 or int(self._ends.max()) >= len(self._end_ids))):
                 raise ValueError("edge end codes do not match their ids")
         else:
             self._ends = np.asarray(arrays["edge_ends"], dtype=np.uint8).reshape(count, 32)
-        self.confidences = np.asarray(arrays["edge_confidences"], dtype=np.float64)
-        self.rows = np.asarray(arrays["edge_rows"], dtype=np.int64)
+        self._confidence_values: np.ndarray | None = None
+        if "edge_confidence_codes" in arrays:
+            self._confidence_values = np.asarray(arrays["edge_confidence_values"], dtype=np.float64)
+            self._confidences = np.asarray(arrays["edge_confidence_codes"])
+            if self._confidences.dtype.kind not in "iu" or (count and int(self._confidences.max()) >= len(self._confidence_values)):
+                raise ValueError("edge confidence codes do not match their values")
+        else:
+            self._confidences = np.asarray(arrays["edge_confidences"], dtype=np.float64)
+        self.rows = np.asarray(arrays["edge_rows"])
+        if self.ids.dtype.kind not in "iu" or self.rows.dtype.kind not in "iu":
+            raise ValueError("edge ids or owner rows are not integers")
         self.types, self.type_names = _codes(arrays, "type")
         self.namespaces, self.namespace_names = _codes(arrays, "namespace")
-        if not (len(self.confidences) == len(self.rows) == len(self.types) == len(self.namespaces) == count):
+        if not (len(self._confidences) == len(self.rows) == len(self.types) == len(self.namespaces) == count):
             raise ValueError("the edge arrays differ in length")
-        for array in (self.ids, self._ends, self.confidences, self.rows, self.types, self.namespaces):
+        for array in (self.ids, self._ends, self._confidences, self.rows, self.types, self.namespaces):
             array.flags.writeable = False
         self._lock = threading.Lock()
         self._mentioners: dict[str, dict[int, frozenset[int]]] = {}
@@ -206,6 +233,11 @@ class EdgeColumns:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def confidences_at(self, positions: np.ndarray | slice) -> np.ndarray:
+        """The confidences (float64) of the edges at `positions`."""
+        stored = self._confidences[positions]
+        return stored if self._confidence_values is None else self._confidence_values[stored]
 
     def ends_at(self, positions: np.ndarray) -> np.ndarray:
         """The ends of the edges at `positions` (indices or a mask), one row of 32 bytes per edge:
@@ -261,7 +293,7 @@ class EdgeColumns:
         return [Edge(edge_id, ids[source], ids[target], types[type_code], confidence)
                 for edge_id, source, target, type_code, confidence in zip(
                     self.ids[positions].tolist(), numbers[:, 0].tolist(), numbers[:, 1].tolist(),
-                    self.types[positions].tolist(), self.confidences[positions].tolist())]
+                    self.types[positions].tolist(), self.confidences_at(positions).tolist())]
 
     def type_code(self, edge_type: str) -> int:
         """The code of `edge_type` among the edges' types, -1 when no edge has it."""

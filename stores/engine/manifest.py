@@ -19,10 +19,11 @@ from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.analysis.expansion import OFF, TurnExpansion, expansion_from_json
 from rms_retrieval.stores.protocols import EmbeddingIdentity
 
-FORMAT_VERSION = 5
-# Formats 3 and 4 differ from 5 only in their segments' files (stores/engine/segments.py reads each
-# form), so they are read as is; a write adds segments of the current form.
-READABLE_VERSIONS = (3, 4, 5)
+FORMAT_VERSION = 6
+# Formats 3 to 5 differ from 6 only in their segments' files (stores/engine/segments.py reads each
+# form; format 6 adds `vector_rows`, as bare entities have no vector), so they are read as is; a
+# write adds segments of the current form.
+READABLE_VERSIONS = (3, 4, 5, 6)
 MANIFEST_FILE = "manifest.json"
 SEGMENTS_DIR = "segments"
 LEGACY_DATABASE_FILE = "store.duckdb"

@@ -38,6 +38,7 @@ from rms_retrieval.stores.engine.segment_writing import write_deletions, write_t
 from rms_retrieval.stores.engine.edge_columns import merged_edge_arrays
 from rms_retrieval.stores.engine.segment_layout import new_segment_id, segment_generation
 from rms_retrieval.stores.engine.segments import LoadedSegment
+from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.snapshot import StoreSnapshot
@@ -98,7 +99,7 @@ def staged_merge(store: Path, segments: Sequence[LoadedSegment]) -> StagedMerge:
     lengths = np.empty_like(joined.lengths)
     lengths[new_row] = joined.lengths
     postings = TermPostings(joined.vocabulary, joined.term_ids[by_term], posting_rows[by_term], joined.tfs[by_term], lengths)
-    vectors = np.concatenate([segment.vectors for segment in segments])[order]
+    vectors = SegmentVectors.concatenate([segment.rewritten_vectors() for segment in segments]).take(order)
     objects = pa.concat_tables([segment.objects_table() for segment in segments]).take(pa.array(order))
     objects = objects.set_column(0, "row", pa.array(np.arange(len(order), dtype=np.int64)))
     offsets = np.cumsum([0, *(segment.entry.rows for segment in segments)]).tolist()

@@ -26,6 +26,7 @@ from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
 from rms_retrieval.stores.log.retrieval_log import RetrievalLogWriter
 from rms_retrieval.stores.engine.segment_layout import new_segment_id
 from rms_retrieval.stores.engine.segments import StoredEdge
+from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
 from rms_retrieval.stores.engine.segment_writing import write_segment
 from rms_retrieval.stores.engine.write_lock import WriteLock
 
@@ -76,7 +77,9 @@ def migrate_store(path: Path) -> MigrationReport:
     with WriteLock(path):
         segments = ()
         if objects:
-            segments = (write_segment(path, new_segment_id(1), objects, vectors, stored_edges).entry,)
+            kept = SegmentVectors.dense(vectors).take(np.arange(len(objects)),
+                                                      np.asarray([not memory.is_bare_entity for memory in objects]))
+            segments = (write_segment(path, new_segment_id(1), objects, kept, stored_edges).entry,)
         if log:
             writer = RetrievalLogWriter(path / "log")
             for record in log:

@@ -209,8 +209,9 @@ def _repair(store: Path, default_identity: Callable[[], EmbeddingIdentity]) -> R
                             "and turn expansion to be off")
     for segment_id in kept:
         segment = intact[segment_id][0]
-        if identity is not None and segment.vectors.shape[1:] != (identity.dimension,):
-            raise StoreError(f"segment {segment_id} holds vectors of dimension {segment.vectors.shape[1]}, not the "
+        matrix = segment.vectors.matrix
+        if identity is not None and len(matrix) and matrix.shape[1:] != (identity.dimension,):
+            raise StoreError(f"segment {segment_id} holds vectors of dimension {matrix.shape[1]}, not the "
                              f"{identity.dimension} of {identity.model_name}; nothing was changed")
 
     generation = max([segment_generation(name) for name in (*intact, *damaged)] + [old.generation if old else 0]) + 1

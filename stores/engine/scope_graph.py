@@ -123,14 +123,14 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     blocks = [block for block in blocks if len(block.positions)]
     if not blocks:
         return Adjacency([])
-    ids = np.concatenate([block.columns.ids[block.positions] for block in blocks])
+    ids = np.concatenate([block.columns.ids[block.positions] for block in blocks]).astype(np.int64)
     keys, block_ends = joined_ends([(block.columns, block.positions) for block in blocks])
     ends = np.concatenate(block_ends).astype(np.int64)
     types = np.concatenate([np.asarray(block.columns.type_names, dtype=object)[block.columns.types[block.positions]]
                             for block in blocks])
     co_mentioned = np.concatenate([block.columns.types[block.positions] == block.columns.type_code(CO_MENTIONED)
                                    for block in blocks])  # codes, not the names: no string compared per edge
-    confidence = np.concatenate([block.columns.confidences[block.positions] for block in blocks])
+    confidence = np.concatenate([block.columns.confidences_at(block.positions) for block in blocks])
     names = sorted({block.namespace for block in blocks})
     namespace = np.concatenate([np.full(len(block.positions), names.index(block.namespace)) for block in blocks])
     if not np.all(ids[1:] > ids[:-1]):  # else every id is there once, in id order, as the search below leaves them

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, EDGE_PREFIX, EdgeColumns, StoredEdge
+from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.protocols import Edge
@@ -59,10 +60,10 @@ class IndexArrays:
     the next call); until then the arrays are unverified, good for their shapes only. Shared by
     every reading of the segment."""
 
-    def __init__(self, vectors: np.ndarray, postings: TermPostings, edges: EdgeColumns, names: pa.Array | None,
+    def __init__(self, vectors: SegmentVectors, postings: TermPostings, edges: EdgeColumns, names: pa.Array | None,
                  check: Callable[[IndexArrays], None] | None) -> None:
         """`names`: each row's entity name, for the postings' name counts (None: `postings` has them)."""
-        vectors.flags.writeable = False
+        vectors.matrix.flags.writeable = False
         self.vectors, self.edges, self._postings = vectors, edges, postings
         self._names, self._check = names, check
         self._named: TermPostings | None = None

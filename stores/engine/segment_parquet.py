@@ -107,9 +107,11 @@ def record_arrays(records: pa.Array | pa.ChunkedArray) -> dict[str, np.ndarray]:
 
 
 def without_records(table: pa.Table) -> pa.Table:
-    """`table` with an empty `record` column: what the Parquet file of a segment holds when its
-    index file holds the records."""
-    return table.set_column(table.schema.get_field_index("record"), "record", pa.nulls(table.num_rows, _TEXT))
+    """`table` with empty `record` and `content` columns: what the Parquet file of a segment holds
+    when its index file holds the records (each record holds the content; no SQL reads it)."""
+    for name in ("record", "content"):
+        table = table.set_column(table.schema.get_field_index(name), name, pa.nulls(table.num_rows, _TEXT))
+    return table
 
 
 class MappedRecords:

@@ -23,6 +23,7 @@ from rms_retrieval.stores.engine.npz_views import npz_bytes
 from rms_retrieval.stores.engine.segment_parquet import (objects_table, parquet_bytes, record_arrays, segment_columns,
                                                          without_records)
 from rms_retrieval.stores.engine.segment_index import IndexArrays, owned_edges
+from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
 from rms_retrieval.stores.engine.segment_layout import (DELETIONS_PREFIX, INDEX_FILE, OBJECTS_FILE, SIDECAR_FILE,
                                                        TEMPORARY_PREFIX, segment_directory)
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
@@ -40,7 +41,7 @@ def write_segment(
     store: Path,
     segment_id: str,
     rows: Sequence[MemoryObject],
-    vectors: np.ndarray,
+    vectors: SegmentVectors,
     edges: Sequence[StoredEdge],
     postings: TermPostings | None = None,
 ) -> LoadedSegment:
@@ -52,7 +53,7 @@ def write_segment(
     if postings is None:
         order = _namespace_order(rows)
         rows = [rows[position] for position in order]
-        vectors = np.asarray(vectors, dtype=np.float32)[order] if len(order) else vectors
+        vectors = vectors.take(np.asarray(order, dtype=np.int64))
         postings = term_postings([(memory.content, memory.entity_canonical_name) for memory in rows])
     return write_table_segment(store, segment_id, objects_table(rows), vectors, edges, postings)
 
@@ -61,7 +62,7 @@ def write_table_segment(
     store: Path,
     segment_id: str,
     objects: pa.Table,
-    vectors: np.ndarray,
+    vectors: SegmentVectors,
     edges: Sequence[StoredEdge] | Mapping[str, np.ndarray],
     postings: TermPostings,
     sources: tuple[str, ...] = (),
@@ -77,9 +78,10 @@ def write_table_segment(
     a merge renames it itself when it commits. Nothing names the segment until a manifest does,
     and `write_manifest` fsyncs `segments/` before it switches to one that does.
     """
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    if vectors.shape[0] != objects.num_rows or postings.num_rows != objects.num_rows:
-        raise StoreError(f"segment {segment_id}: {objects.num_rows} rows, {vectors.shape[0]} vectors and "
+    vector_arrays = vectors.to_arrays()
+    vectors = SegmentVectors.from_arrays(vector_arrays, vectors.num_rows)
+    if vectors.problem() is not None or vectors.num_rows != objects.num_rows or postings.num_rows != objects.num_rows:
+        raise StoreError(f"segment {segment_id}: {objects.num_rows} rows, {vectors.problem() or 'its vectors'} and "
                          f"{postings.num_rows} postings rows disagree; this is a bug, report it")
     columns = segment_columns(objects)
     decoded = None
@@ -93,12 +95,12 @@ def write_table_segment(
         decoded = owned_edges(edges, row_of, objects.num_rows)
         edge_arrays = stored_edge_arrays(decoded)
     blobs = {OBJECTS_FILE: parquet_bytes(without_records(objects)),
-             INDEX_FILE: npz_bytes({"vectors": vectors, **record_arrays(objects.column("record")), **postings.to_arrays(),
+             INDEX_FILE: npz_bytes({**vector_arrays, **record_arrays(objects.column("record")), **postings.to_arrays(),
                                     **edge_arrays})}
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
     namespaces = Counter(objects.column("namespace").to_pylist())
     sidecar = sidecar_bytes(segment_id, objects.num_rows, digests, sources, dict(sorted(namespaces.items())),
-                            vectors.shape[1] if vectors.ndim == 2 else 0)
+                            vectors.matrix.shape[1] if vectors.matrix.ndim == 2 else 0)
     parent = store / SEGMENTS_DIR
     parent.mkdir(exist_ok=True)
     staging = parent / f"{staging_prefix}{segment_id}"

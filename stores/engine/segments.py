@@ -43,6 +43,7 @@ from rms_retrieval.stores.engine.segment_index import IndexArrays, legacy_edges,
 from rms_retrieval.stores.engine.segment_layout import (EDGES_FILE, INDEX_FILE, OBJECTS_FILE, POSTINGS_FILE,
                                                        SEPARATE_FILES, VECTORS_FILE, segment_directory)
 from rms_retrieval.stores.engine.segment_lookups import RowIndex, SegmentSessions
+from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SegmentEntry
@@ -72,13 +73,13 @@ class LoadedSegment:
         try:
             table = read_table(blobs[OBJECTS_FILE], LOADED_COLUMNS)
             if separate:
-                vectors = np.load(io.BytesIO(blobs[VECTORS_FILE]), allow_pickle=False)
+                vectors = SegmentVectors.dense(np.load(io.BytesIO(blobs[VECTORS_FILE]), allow_pickle=False))
                 with np.load(io.BytesIO(blobs[POSTINGS_FILE]), allow_pickle=False) as arrays:
                     postings = TermPostings.from_arrays(arrays, directory / POSTINGS_FILE)
                 edges = parquet_edges(read_table(blobs[EDGES_FILE]))
             else:
                 arrays = mapped[1] if mapped is not None else index if isinstance(index, dict) else load_npz(index)
-                vectors = arrays["vectors"]
+                vectors = SegmentVectors.from_arrays(arrays, entry.rows)
                 postings = TermPostings.from_arrays(arrays, directory / INDEX_FILE)
                 if "edge_rows" in arrays:
                     edges = EdgeColumns({name: array for name, array in arrays.items() if name.startswith(EDGE_PREFIX)})
@@ -142,8 +143,9 @@ class LoadedSegment:
         when a caller first asks for them unless `decoded` holds them already."""
         entry = self.entry
         self._index = index
-        if not (len(columns) == entry.rows == index.vectors.shape[0] == index.num_rows):  # shapes: nothing read
-            raise StoreError(f"segment {self.directory} holds {len(columns)} rows, {index.vectors.shape[0]} vectors "
+        vectors = index.vectors.shape_problem()  # shapes: nothing read
+        if vectors is not None or not (len(columns) == entry.rows == index.vectors.num_rows == index.num_rows):
+            raise StoreError(f"segment {self.directory} holds {len(columns)} rows, {vectors or 'vectors'} "
                              f"and {index.num_rows} postings rows, the manifest says {entry.rows}; "
                              f"run `rms check --store {store}`")
         self._columns = columns
@@ -188,9 +190,36 @@ class LoadedSegment:
         return self._columns
 
     @property
-    def vectors(self) -> np.ndarray:
-        """The unit vectors, one per row (read-only)."""
+    def vectors(self) -> SegmentVectors:
+        """The unit vectors of the rows that have one (read-only)."""
         return self._index.checked().vectors
+
+    @cached_property
+    def _bare_vector_rows(self) -> list[int]:
+        """The live bare entities that have a vector: none, unless the segment was written before
+        bare entities went without (stores/engine/segment_vectors.py)."""
+        if self.vectors.rows is not None:
+            return []
+        return [row for row in self.entity_rows if self.object_at(row).is_bare_entity]
+
+    @cached_property
+    def vector_skip(self) -> np.ndarray | None:
+        """Per row, True where the vector search passes a vector by: a dead row, or a bare entity's
+        vector in an older segment (None: no row)."""
+        if not self._bare_vector_rows:
+            return self.dead
+        skip = np.zeros(self.entry.rows, dtype=bool) if self.dead is None else self.dead.copy()
+        skip[self._bare_vector_rows] = True
+        return skip
+
+    def rewritten_vectors(self) -> SegmentVectors:
+        """The vectors a merge or compaction rewrites this segment with: all but an older segment's
+        bare entities'."""
+        if not self._bare_vector_rows:
+            return self.vectors
+        keep = np.ones(self.entry.rows, dtype=bool)
+        keep[self._bare_vector_rows] = False
+        return self.vectors.take(np.arange(self.entry.rows), keep)
 
     @property
     def postings(self) -> TermPostings:
@@ -308,7 +337,8 @@ class LoadedSegment:
     def object_at(self, position: int) -> MemoryObject:
         memory = self._decoded.get(position)
         if memory is None:
-            memory = memory_object(self._columns.records.at(position), self.id_at(position))
+            memory = memory_object(self._columns.records.at(position), self.id_at(position), self.namespace_at(position),
+                                   self._columns.entity_names[position].as_py())
             if len(self._decoded) >= _DECODED_CACHE_LIMIT:
                 self._decoded.clear()
             self._decoded[position] = memory
@@ -321,12 +351,10 @@ class LoadedSegment:
         if memory is not None:
             return memory.entity_canonical_name or "", entity_names(memory)
         record = self._columns.records.at(position)
+        canonical = self._columns.entity_names[position].as_py()  # the column's is the record's
         if '"aliases"' not in record:  # no aliases key (JSON escapes a quote in a text): the name column is all
-            canonical = self._columns.entity_names[position].as_py()
             return canonical or "", names_of(canonical, None)
-        fields = json.loads(record)
-        canonical = fields["entity_canonical_name"]
-        return canonical or "", names_of(canonical, (fields["metadata"] or {}).get("aliases"))
+        return canonical or "", names_of(canonical, (json.loads(record).get("metadata") or {}).get("aliases"))
 
     def objects(self) -> list[MemoryObject]:
         """The live objects, in row order."""

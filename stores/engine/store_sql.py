@@ -34,7 +34,7 @@ def connect() -> duckdb.DuckDBPyConnection:
 
 # One row beyond the limit tells whether another page follows.
 SCAN_PAGE = """
-SELECT record FROM segment_rows
+SELECT record, id, namespace, entity_canonical_name FROM segment_rows
 WHERE namespace = $namespace
   AND ($scope IS NULL OR scope = $scope)
   AND node_type = ANY($node_types)
@@ -139,7 +139,7 @@ class ParquetRecords(RecordReader):
     def scan_page(self, selection: ScanSelection) -> list[MemoryObject]:
         parameters = _bound(selection)
         parameters["limit_plus_one"] = parameters.pop("limit") + 1  # one row more tells that a page follows
-        return [memory_object(record) for (record,) in self._rows(SCAN_PAGE, parameters)]
+        return [memory_object(*row) for row in self._rows(SCAN_PAGE, parameters)]
 
     def exclusion_counts(self, selection: ClaimSelection) -> dict[str, int]:
         return {reason: count for reason, count in self._rows(EXCLUSION_COUNTS, _claim_parameters(selection, None))}

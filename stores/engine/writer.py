@@ -34,6 +34,7 @@ from rms_retrieval.stores.engine.segment_layout import (DELETIONS_PREFIX, SEGMEN
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.engine.merging import remove_dead_merges
 from rms_retrieval.stores.engine.segment_writing import write_deletions, write_segment
+from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
 from rms_retrieval.stores.snapshot import StoreSnapshot
 from rms_retrieval.stores.analysis.speakers import DEFAULT_SPEAKER_RULES, SpeakerRules
 
@@ -47,7 +48,7 @@ class PreparedWrite:
     """What one add will store: its rows (objects and new entities), their vectors and edges."""
 
     rows: tuple[MemoryObject, ...]
-    vectors: np.ndarray
+    vectors: SegmentVectors
     edges: tuple[StoredEdge, ...]
     graph: GraphUpdate
     embedding_seconds: float
@@ -77,7 +78,7 @@ def prepare_write(
     rows = tuple(sorted((*objects, *graph.entities), key=lambda memory: memory.namespace))
     texts = indexed_texts(rows, snapshot.segments, expansion)
     started = time.perf_counter()
-    vectors = _row_vectors(rows, texts.vector, encoder, given_vectors or {}, progress)
+    vectors = row_vectors(rows, texts.vector, encoder, given_vectors or {}, progress)
     embedding_seconds = time.perf_counter() - started
     next_id = snapshot.max_edge_id + 1
     owner = {(memory.namespace, memory.id): row for row, memory in enumerate(rows)}
@@ -111,11 +112,11 @@ def joined(first: PreparedWrite, second: PreparedWrite) -> PreparedWrite:
             start, stop = by_namespace[namespace]
             offset = len(rows) - start
             rows += write.rows[start:stop]
-            vectors.append(write.vectors[start:stop])
+            vectors.append(write.vectors.take(np.arange(start, stop)))
             postings.append(write.postings.subset(np.arange(start, stop)))
             edges += [StoredEdge(stored.edge, stored.namespace, stored.row + offset) for stored in write.edges
                       if start <= stored.row < stop]
-    return PreparedWrite(tuple(rows), np.concatenate(vectors), tuple(sorted(edges, key=lambda stored: stored.edge.edge_id)),
+    return PreparedWrite(tuple(rows), SegmentVectors.concatenate(vectors), tuple(sorted(edges, key=lambda stored: stored.edge.edge_id)),
                          first.graph, first.embedding_seconds, TermPostings.concatenate(postings), first.expansion)
 
 
@@ -128,24 +129,25 @@ def _namespace_spans(rows: Sequence[MemoryObject]) -> dict[str, tuple[int, int]]
     return spans
 
 
-def _row_vectors(rows: Sequence[MemoryObject], texts: Sequence[str], encoder: QueryEncoder,
-                 given: Mapping[UUID, np.ndarray], progress: bool) -> np.ndarray:
-    """Each row's vector: the given one, else the encoder's (entities the store adds are always embedded)."""
-    if not given:
-        return encode_many(encoder, texts, progress=progress)
-    for memory, text in zip(rows, texts, strict=True):
-        if memory.id in given and text != memory.content:
-            raise StoreError(f"object {memory.id} is embedded with its neighbouring turns in this store (its "
+def row_vectors(rows: Sequence[MemoryObject], texts: Sequence[str], encoder: QueryEncoder,
+                given: Mapping[UUID, np.ndarray], progress: bool) -> SegmentVectors:
+    """Each row's vector: the given one, else the encoder's; a bare entity has none
+    (stores/engine/segment_vectors.py), so nothing embeds it and a vector given for it is not kept."""
+    embedded = [i for i, memory in enumerate(rows) if not memory.is_bare_entity]
+    for i in embedded:
+        if rows[i].id in given and texts[i] != rows[i].content:
+            raise StoreError(f"object {rows[i].id} is embedded with its neighbouring turns in this store (its "
                              "expansion embeds expanded text), so a precomputed vector of its content alone does not "
                              "fit; add it without vectors, or use a store whose expansion leaves vectors alone")
-    missing = [i for i, memory in enumerate(rows) if memory.id not in given]
-    vectors = np.empty((len(rows), encoder.identity.dimension), dtype=np.float32)
+    missing = [i for i in embedded if rows[i].id not in given]
+    matrix = np.empty((len(embedded), encoder.identity.dimension), dtype=np.float32)
     if missing:
-        vectors[missing] = encode_many(encoder, [texts[i] for i in missing], progress=progress)
-    for i, memory in enumerate(rows):
-        if memory.id in given:
-            vectors[i] = given[memory.id]
-    return vectors
+        encoded = encode_many(encoder, [texts[i] for i in missing], progress=progress)
+        matrix[np.searchsorted(embedded, missing)] = encoded
+    for position, i in enumerate(embedded):
+        if rows[i].id in given:
+            matrix[position] = given[rows[i].id]
+    return SegmentVectors(matrix, np.asarray(embedded, dtype=np.int64), len(rows))
 
 
 def _stored(edge: GraphEdge, edge_id: int, owner: Mapping[tuple[str, UUID], int]) -> StoredEdge:
