@@ -171,6 +171,11 @@ def test_an_open_reads_ids_sessions_and_records_only_as_they_are_asked_for(tmp_p
     segment = LoadedSegment(tmp_path, written.entry)
     assert isinstance(segment._columns.records, MappedRecords) and segment._index._check is not None  # nothing read
     assert {"ids", "namespace_of_row"}.isdisjoint(segment.__dict__)
+    columns = segment.columns  # the few-valued texts as codes, read as such, and the same as written
+    for name in ("node_types", "owners", "scopes", "session_ids"):
+        assert pa.types.is_dictionary(getattr(columns, name).type)
+        assert getattr(columns, name).to_pylist() == getattr(written.columns, name).to_pylist()
+    assert columns.node_types.to_pylist() == ["FACT", "TURN", "TURN", "TURN", "TURN"]
     assert segment.live_row("live", UUID(int=2)) == 2 and segment.live_row("a", UUID(int=2)) is None
     assert segment.holds("a", RICH.id) and not segment.holds("live", RICH.id) and not segment.holds("b", RICH.id)
     assert (segment.id_at(0), segment.namespace_at(0)) == (RICH.id, "a")

@@ -30,6 +30,13 @@ def _namespace_rows(columns: SegmentColumns, slices: Mapping[str, tuple[int, int
     return start + np.flatnonzero(columns.namespace_codes[start:stop] == code)
 
 
+def _texts(dictionary: pa.Array, codes: np.ndarray) -> dict[int, str]:
+    """The texts of the distinct `codes` by code (-1, a null, is not there: None), only those a
+    namespace's sessions use, not the segment's every value."""
+    used = np.unique(codes[codes >= 0])
+    return dict(zip(used.tolist(), dictionary.take(pa.array(used)).to_pylist()))
+
+
 class RowIndex:
     """Row by (namespace, object id) over every row of a segment, as arrays: each namespace's ids
     sorted (16-byte strings, compared as bytes) beside their rows, made the first time that
@@ -125,7 +132,7 @@ class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
         if not len(rows):
             return {}, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         taken = pa.array(rows)
-        encoded = [column.take(taken).dictionary_encode() for column in keys]
+        encoded = [column.take(taken) for column in keys]  # codes into the segment's distinct values
         codes = [pc.fill_null(part.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64) for part in encoded]
         sizes = [len(part.dictionary) + 1 for part in encoded]
         session = (codes[0] + 1) * sizes[1] * sizes[2] + (codes[1] + 1) * sizes[2] + (codes[2] + 1)
@@ -134,13 +141,14 @@ class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
         seqs = columns.session_seqs.take(pa.array(rows)).to_numpy(zero_copy_only=False).astype(np.int64)
         starts = np.flatnonzero(np.r_[True, session[1:] != session[:-1]])
         ends = np.r_[starts[1:], len(session)]
-        names = [part.dictionary.to_pylist() for part in encoded]
         by_first_row = np.argsort(rows[starts], kind="stable")  # sessions in the order they start
         starts, ends = starts[by_first_row], ends[by_first_row]
         first = order[starts]  # each session's first row, as a position among the taken rows
-        runs = {(namespace, names[0][codes[0][at]] if codes[0][at] >= 0 else None,
-                 names[1][codes[1][at]] if codes[1][at] >= 0 else None, names[2][codes[2][at]]): (start, end)
-                for at, start, end in zip(first.tolist(), starts.tolist(), ends.tolist())}
+        texts = [_texts(part.dictionary, part_codes[first]) for part, part_codes in zip(encoded, codes)]
+        owners, scopes, sessions = ([names.get(code) for code in part_codes[first].tolist()]
+                                    for names, part_codes in zip(texts, codes))
+        runs = {(namespace, owner, scope, session): (start, end)
+                for owner, scope, session, start, end in zip(owners, scopes, sessions, starts.tolist(), ends.tolist())}
         return runs, seqs, rows
 
     def __getitem__(self, key: SessionKey) -> list[tuple[int, int]]:

@@ -48,6 +48,9 @@ OBJECTS_SCHEMA = pa.schema([
 # What a reader keeps in memory of each row (`SegmentColumns`); `record` is read on first use.
 LOADED_COLUMNS = ("id", "namespace", "owner", "scope", "session_id", "node_type", "pinned", "session_seq",
                   "entity_canonical_name")
+# Of those, the texts a segment holds few distinct values of: kept as codes into each segment's
+# distinct values (4 bytes a row, not the text), read that way from the Parquet dictionary pages.
+CODED_COLUMNS = ("namespace", "owner", "scope", "session_id", "node_type")
 _COMPRESSION = "zstd"
 # Rows per Parquet row group: what a reader decodes to read one record of a segment written with
 # its records in the Parquet file (`Records`).
@@ -75,10 +78,19 @@ def parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def read_table(data: Any, columns: Sequence[str] | None = None) -> pa.Table:
+def read_table(data: Any, columns: Sequence[str] | None = None, coded: Sequence[str] = ()) -> pa.Table:
     """A Parquet file's table from its (verified) bytes (any buffer: a memory map too), read as one file (`ParquetFile`): not
-    through `pq.read_table`'s dataset layer, which a process sets up on its first call."""
-    return pq.ParquetFile(pa.BufferReader(pa.py_buffer(data))).read(columns=list(columns) if columns is not None else None)
+    through `pq.read_table`'s dataset layer, which a process sets up on its first call. `coded`: columns read as
+    dictionary arrays."""
+    source = pa.BufferReader(pa.py_buffer(data))
+    return pq.ParquetFile(source, read_dictionary=list(coded) or None).read(columns=list(columns) if columns is not None else None)
+
+
+def _coded(column: pa.ChunkedArray) -> pa.DictionaryArray:
+    """One dictionary array of `column` (text, or dictionary arrays of a file's row groups)."""
+    if pa.types.is_dictionary(column.type):
+        return column.unify_dictionaries().combine_chunks()
+    return column.combine_chunks().dictionary_encode()
 
 
 def conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -185,16 +197,17 @@ class Records:
 @dataclass(frozen=True)
 class SegmentColumns:
     """What a reader keeps of a segment's rows, as arrays: no Python object per row. Ids are
-    16-byte big-endian UUIDs (`ids`, dtype V16); namespaces are codes into `namespaces`."""
+    16-byte big-endian UUIDs (`ids`, dtype V16); namespaces are codes into `namespaces`, node
+    types, owners, scopes and session ids dictionary arrays (CODED_COLUMNS)."""
 
     ids: np.ndarray
     namespaces: tuple[str, ...]
     namespace_codes: np.ndarray
-    node_types: pa.Array
+    node_types: pa.DictionaryArray
     pinned: np.ndarray
-    owners: pa.Array
-    scopes: pa.Array
-    session_ids: pa.Array
+    owners: pa.DictionaryArray
+    scopes: pa.DictionaryArray
+    session_ids: pa.DictionaryArray
     session_seqs: pa.Array
     entity_names: pa.Array
     records: Records | MappedRecords
@@ -228,16 +241,16 @@ def segment_columns(table: pa.Table, records: Records | MappedRecords | None = N
     if ids.null_count:
         raise ValueError("an object id is missing")
     id_array = np.frombuffer(ids.buffers()[1], dtype="V16", count=len(ids), offset=ids.offset * 16)
-    namespaces = table.column("namespace").combine_chunks().dictionary_encode()
+    namespaces = _coded(table.column("namespace"))
     return SegmentColumns(
         ids=id_array,
         namespaces=tuple(namespaces.dictionary.to_pylist()),
         namespace_codes=namespaces.indices.to_numpy(zero_copy_only=False).astype(np.int32),
-        node_types=table.column("node_type").combine_chunks(),
+        node_types=_coded(table.column("node_type")),
         pinned=pc.fill_null(table.column("pinned").combine_chunks(), False).to_numpy(zero_copy_only=False),
-        owners=table.column("owner").combine_chunks(),
-        scopes=table.column("scope").combine_chunks(),
-        session_ids=table.column("session_id").combine_chunks(),
+        owners=_coded(table.column("owner")),
+        scopes=_coded(table.column("scope")),
+        session_ids=_coded(table.column("session_id")),
         session_seqs=table.column("session_seq").combine_chunks(),
         entity_names=table.column("entity_canonical_name").combine_chunks(),
         records=records if records is not None else Records(array=table.column("record").combine_chunks()),

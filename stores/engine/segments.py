@@ -49,8 +49,8 @@ from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SegmentEntry
 from rms_retrieval.stores.engine.npz_views import load_npz, map_npz, read_npz
 from rms_retrieval.stores.models import MemoryObject, NodeType
-from rms_retrieval.stores.engine.segment_parquet import (LOADED_COLUMNS, OBJECTS_SCHEMA, MappedRecords, Records, SegmentColumns,
-                                                         conformed, read_table, segment_columns)
+from rms_retrieval.stores.engine.segment_parquet import (CODED_COLUMNS, LOADED_COLUMNS, OBJECTS_SCHEMA, MappedRecords, Records,
+                                                         SegmentColumns, conformed, read_table, segment_columns)
 
 _DECODED_CACHE_LIMIT = 50_000
 NO_ROWS: frozenset[int] = frozenset()
@@ -71,7 +71,7 @@ class LoadedSegment:
         mapped = None if separate else map_npz(directory / INDEX_FILE)  # FileNotFoundError, as above
         index = None if separate or mapped is not None else self._verified_index()
         try:
-            table = read_table(blobs[OBJECTS_FILE], LOADED_COLUMNS)
+            table = read_table(blobs[OBJECTS_FILE], LOADED_COLUMNS, CODED_COLUMNS)
             if separate:
                 vectors = SegmentVectors.dense(np.load(io.BytesIO(blobs[VECTORS_FILE]), allow_pickle=False))
                 with np.load(io.BytesIO(blobs[POSTINGS_FILE]), allow_pickle=False) as arrays:
