@@ -24,7 +24,8 @@ machine load and none always follows the same arm:
   them those arms are skipped with a message.
 
 With `--lme-data` and `--lme-store`, a second block times LongMemEval-S beside LoCoMo, warm and
-right after a write (`lme_latency.py`).
+right after a write (`lme_latency.py`). Each block starts with the first query on each of its
+namespaces after a fresh open, against the same questions warm (`first_query.py`).
 
 Before timing, every arm answers the first questions and one question of each conversation:
 "warm" means the per-namespace structures a store builds on first use (the adjacency lists, the
@@ -212,6 +213,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
+    from rms_retrieval.dataflows.bench.first_query import first_query_line, first_query_report
     from rms_retrieval.dataflows.locomo import load_locomo
     from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
@@ -228,12 +230,16 @@ def _cmd_latency(args: argparse.Namespace) -> int:
         if not args.no_after_write:
             copied = shutil.copytree(args.store, Path(scratch) / "store", ignore=shutil.ignore_patterns("log", "*.lock"))
             after_write = stack.enter_context(MemoryStore.open(copied, create=False))
+        asked = locomo_bench_queries(dataset, evenly_spaced(benchmark_questions(dataset)["main"], args.questions))
+        first = first_query_report(args.store, asked, default_encoder())  # before any arm asks these questions
         report = run_latency(store, dataset, default_encoder(), questions=args.questions, peers=not args.no_peers,
                              node_queries=args.node_queries, after_write_store=after_write)
+        report["first_query"] = first
         if args.lme_data is not None:
             report["lme"] = _lme_block(args, store, dataset, stack, Path(scratch))
     for line in summary_lines(report):
         print(line)
+    print(first_query_line("LoCoMo", report["first_query"]))
     if "lme" in report:
         from rms_retrieval.dataflows.bench.lme_latency import lme_summary_lines
 
@@ -248,6 +254,7 @@ def _lme_block(args: argparse.Namespace, locomo_store: Any, dataset: Any, stack:
     """The LongMemEval-S arms (lme_latency.py) on --lme-store, its after-write arm on a copy in `scratch`."""
     import shutil
 
+    from rms_retrieval.dataflows.bench.first_query import first_query_report
     from rms_retrieval.dataflows.bench.lme_latency import lme_queries, run_lme_latency
     from rms_retrieval.dataflows.bench.speed_bench import locomo_bench_queries
     from rms_retrieval.stores.memory_store import MemoryStore
@@ -260,4 +267,6 @@ def _lme_block(args: argparse.Namespace, locomo_store: Any, dataset: Any, stack:
         copied = shutil.copytree(args.lme_store, scratch / "lme-store", ignore=shutil.ignore_patterns("log", "*.lock"))
         after_write = stack.enter_context(MemoryStore.open(copied, create=False))
     locomo = locomo_bench_queries(dataset, evenly_spaced(benchmark_questions(dataset)["main"], args.questions))
-    return run_lme_latency(store, after_write, queries, locomo_store, locomo, default_encoder(), samples=args.lme_samples)
+    first = first_query_report(args.lme_store, queries, default_encoder())  # before any arm asks these questions
+    report = run_lme_latency(store, after_write, queries, locomo_store, locomo, default_encoder(), samples=args.lme_samples)
+    return {**report, "first_query": first}

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rms_retrieval.dataflows.bench.first_query import first_query_line
 from rms_retrieval.dataflows.bench.interleaving import AfterWriteArm, collections_line, interleaved, pipeline_arm
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
 from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
@@ -94,4 +95,6 @@ def lme_summary_lines(report: dict[str, Any]) -> list[str]:
         ratio = report["lme_after_write_over_quiet"]
         lines.append(f"LongMemEval-S, a question right after a one-turn write over the same warm: p50 "
                      f"{ratio['p50']:.2f}x, p99 {ratio['p99']:.2f}x (target 2x)")
+    if "first_query" in report:
+        lines.append(first_query_line("LongMemEval-S", report["first_query"]))
     return lines
