@@ -112,3 +112,21 @@ def test_an_older_segment_s_bare_entity_vectors_are_skipped_and_dropped_by_a_rew
         assert rewritten.vectors.rows is not None
         assert rewritten.vectors.has_vector().tolist() == [row not in _bare_rows(rewritten) for row in range(rewritten.entry.rows)]
         assert store.snapshot().search_vector(encoder.encode([BOB.content])[0], ["n"], 1)[0].object_id == BOB.id
+
+
+def test_a_merge_of_older_segments_drops_their_bare_entities_vectors(tmp_path):
+    encoder = RandomEncoder(16)
+    with MemoryStore.open(tmp_path / "s", encoder) as store:
+        store.add([ANN, BOB, *TURNS])
+    _as_format_5(tmp_path / "s", encoder)
+    with MemoryStore.open(tmp_path / "s", encoder) as store:
+        for number in range(9):  # ten segments of the smallest tier: a merge is due
+            store.add([MemoryObject(id=UUID(int=100 + number), namespace="n", content=f"tea note {number}",
+                                    session_id="s", session_seq=10 + number, created_at=T0, updated_at=T0)])
+        store.wait_for_merges()
+        segments = store.snapshot().segments
+        assert len(segments) == 1 and segments[0].entry.sources  # the older segment merged with the rest
+        merged = segments[0]
+        assert merged.vectors.has_vector().tolist() == [row not in _bare_rows(merged) for row in range(merged.entry.rows)]
+        hits = store.snapshot().search_vector(encoder.encode(["Ann"])[0], ["n"], 20)
+        assert ANN.id not in {hit.object_id for hit in hits} and len(hits) == 12  # Bob, two turns, nine notes
