@@ -168,3 +168,16 @@ def test_the_three_ways_of_counting_co_mentions_agree_across_many_rows() -> None
         counted = co_mention_counts(sources, targets, keys, segments, dense_cells=dense_cells, by_bits=by_bits)
         assert counted.tolist() == expected
     assert max(expected) > 1
+
+
+def test_found_gives_each_key_s_position_by_table_by_prefix_and_by_bytes() -> None:
+    from rms_retrieval.stores.engine.scope_graph import _found
+
+    codes = np.asarray([2, 5, 9])
+    assert _found(codes, np.asarray([9, 2, 3, -1, 40, 5])).tolist() == [2, 0, -1, -1, -1, 1]
+    distinct = np.sort(uuid_keys([UUID(int=n << 70) for n in (3, 1, 7)]))
+    shared = np.sort(uuid_keys([UUID(int=(1 << 70) + n) for n in (3, 1, 7)]))  # one first 8 bytes: searched by bytes
+    for keys in (distinct, shared):
+        wanted = np.concatenate([keys[::-1], uuid_keys([UUID(int=12345)])])
+        assert _found(keys, wanted).tolist() == [2, 1, 0, -1]
+    assert _found(distinct[:0], distinct).tolist() == [-1, -1, -1] and _found(distinct, distinct[:0]).tolist() == []

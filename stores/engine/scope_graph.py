@@ -110,10 +110,23 @@ def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray
 
 
 def _found(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """The position of each wanted key in the sorted `keys`, -1 where absent."""
-    at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
-    found = keys[at] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)
-    return np.where(found, at, -1)
+    """The position of each wanted key in the sorted, distinct `keys`, -1 where absent. Integer keys
+    (codes) are looked up in a table; 16-byte ids are searched by their first 8 bytes as a number
+    where those tell every key apart (searching the bytes themselves took 1.7 ms for a LongMemEval-S
+    namespace's 15,000 mentions), by the bytes otherwise."""
+    if not len(keys) or not len(wanted):
+        return np.full(len(wanted), -1, dtype=np.int64)
+    if keys.dtype.kind in "iu":
+        table = np.full(int(keys.max()) + 1, -1, dtype=np.int64)
+        table[keys] = np.arange(len(keys))
+        inside = (wanted >= 0) & (wanted < len(table))
+        return np.where(inside, table[np.where(inside, wanted, 0)], -1)
+    prefixes = keys.view(">u8")[::2].astype(np.uint64)  # big-endian: numbers sort as the bytes do
+    if np.all(prefixes[1:] > prefixes[:-1]):
+        at = np.minimum(np.searchsorted(prefixes, wanted.view(">u8")[::2].astype(np.uint64)), len(keys) - 1)
+    else:
+        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    return np.where(keys[at] == wanted, at, -1)
 
 
 def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID]],
