@@ -164,8 +164,9 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
         chosen = np.flatnonzero(co_mentioned & alive & (namespace == number))
         counts[chosen] = co_mention_counts(sources[chosen], targets[chosen], keys, mentions.get(name, []))
     alive &= ~co_mentioned | (counts > 0)
-    for found in np.unique(counts[co_mentioned & alive]).tolist():
-        confidence[co_mentioned & (counts == found)] = co_mention_confidence(found)
+    weighed = np.flatnonzero(co_mentioned & alive)
+    distinct, which = np.unique(counts[weighed], return_inverse=True)  # each weight computed once, as a write does
+    confidence[weighed] = np.asarray([co_mention_confidence(found) for found in distinct.tolist()], dtype=float)[which]
     return Adjacency.from_codes(ids[alive], keys, sources[alive], targets[alive], types[alive], confidence[alive])
 
 
