@@ -66,8 +66,7 @@ def test_a_bare_entity_is_stored_without_a_vector_and_the_search_never_finds_it(
     with MemoryStore.open(tmp_path / "s", encoder) as store:
         store.add([ANN, BOB, *TURNS])
         segment = store.snapshot().segments[-1]
-        bare = _bare_rows(segment)
-        assert bare and segment.vectors.has_vector().tolist() == [row not in bare for row in range(segment.entry.rows)]
+        assert _bare_rows(segment) and _has_vectors_but_bare_entities(segment)
         with zipfile.ZipFile(segment.directory / INDEX_FILE) as index:
             assert {f"{VECTOR_ROWS}.npy", "vectors.npy"} <= set(index.namelist())
         hits = store.snapshot().search_vector(encoder.encode(["Ann"])[0], ["n"], 10)
@@ -96,12 +95,21 @@ def _as_format_5(path, encoder) -> None:
     write_manifest(path, dataclasses.replace(manifest, segments=tuple(entries)))
 
 
+def _older_store(path, encoder):
+    """A store of Ann, Bob and the turns, written as format 5 wrote it."""
+    with MemoryStore.open(path, encoder) as store:
+        store.add([ANN, BOB, *TURNS])
+    _as_format_5(path, encoder)
+    return path
+
+
+def _has_vectors_but_bare_entities(segment) -> bool:
+    return segment.vectors.has_vector().tolist() == [row not in _bare_rows(segment) for row in range(segment.entry.rows)]
+
+
 def test_an_older_segment_s_bare_entity_vectors_are_skipped_and_dropped_by_a_rewrite(tmp_path):
     encoder = RandomEncoder(16)
-    with MemoryStore.open(tmp_path / "s", encoder) as store:
-        store.add([ANN, BOB, *TURNS])
-    _as_format_5(tmp_path / "s", encoder)
-    with MemoryStore.open(tmp_path / "s", encoder) as store:
+    with MemoryStore.open(_older_store(tmp_path / "s", encoder), encoder) as store:
         segment = store.snapshot().segments[0]
         assert segment.vectors.rows is None and len(segment.vectors.matrix) == segment.entry.rows  # format 5, read as is
         hits = store.snapshot().search_vector(encoder.encode(["Ann"])[0], ["n"], 10)
@@ -109,24 +117,19 @@ def test_an_older_segment_s_bare_entity_vectors_are_skipped_and_dropped_by_a_rew
         store.delete("n", [TURNS[1].id])
         store.compact()  # rewrites the segment: its bare entities' vectors go
         rewritten = store.snapshot().segments[0]
-        assert rewritten.vectors.rows is not None
-        assert rewritten.vectors.has_vector().tolist() == [row not in _bare_rows(rewritten) for row in range(rewritten.entry.rows)]
+        assert rewritten.vectors.rows is not None and _has_vectors_but_bare_entities(rewritten)
         assert store.snapshot().search_vector(encoder.encode([BOB.content])[0], ["n"], 1)[0].object_id == BOB.id
 
 
 def test_a_merge_of_older_segments_drops_their_bare_entities_vectors(tmp_path):
     encoder = RandomEncoder(16)
-    with MemoryStore.open(tmp_path / "s", encoder) as store:
-        store.add([ANN, BOB, *TURNS])
-    _as_format_5(tmp_path / "s", encoder)
-    with MemoryStore.open(tmp_path / "s", encoder) as store:
+    with MemoryStore.open(_older_store(tmp_path / "s", encoder), encoder) as store:
         for number in range(9):  # ten segments of the smallest tier: a merge is due
             store.add([MemoryObject(id=UUID(int=100 + number), namespace="n", content=f"tea note {number}",
                                     session_id="s", session_seq=10 + number, created_at=T0, updated_at=T0)])
         store.wait_for_merges()
         segments = store.snapshot().segments
         assert len(segments) == 1 and segments[0].entry.sources  # the older segment merged with the rest
-        merged = segments[0]
-        assert merged.vectors.has_vector().tolist() == [row not in _bare_rows(merged) for row in range(merged.entry.rows)]
+        assert _has_vectors_but_bare_entities(segments[0])
         hits = store.snapshot().search_vector(encoder.encode(["Ann"])[0], ["n"], 20)
         assert ANN.id not in {hit.object_id for hit in hits} and len(hits) == 12  # Bob, two turns, nine notes
