@@ -36,7 +36,7 @@ CO_MENTIONED = "CO_MENTIONED"
 # segment's distinct ends as rows of 16 id bytes, sorted); segments written before stored each
 # edge's two ids (`edge_ends`, 32 bytes per edge). Confidences are codes into their distinct values
 # (`edge_confidence_codes`, `edge_confidence_values`: a store makes a handful), and ids, owner rows
-# and end codes take the smallest integer type their values fit (`smallest_int`); segments
+# and every kind of code take the smallest integer type their values fit (`smallest_int`); segments
 # written before stored each edge's float64 confidence (`edge_confidences`), int64 ids and rows
 # and int32 end codes, and read the same.
 EDGE_PREFIX = "edge_"
@@ -61,22 +61,22 @@ def _texts_array(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(encoded), dtype=np.uint8), np.cumsum([len(text) for text in encoded], dtype=np.int64)
 
 
-def _coded(texts: Sequence[str], name: str) -> dict[str, np.ndarray]:
-    """`texts` as codes into their distinct values (in order of first appearance), those values as
-    UTF-8 bytes and ends: `edge_<name>_codes`, `edge_<name>_names` and `edge_<name>_name_ends`."""
-    distinct: dict[str, int] = {}
-    codes = [distinct.setdefault(text, len(distinct)) for text in texts]
-    names, ends = _texts_array(list(distinct))
-    return {f"edge_{name}_codes": np.asarray(codes, dtype=np.uint8 if len(distinct) <= 256 else np.int32),
-            f"edge_{name}_names": names, f"edge_{name}_name_ends": ends}
-
-
 def smallest_int(values: np.ndarray) -> np.ndarray:
     """`values` (integers) as the smallest of uint8/16/32 (none negative) or int8/16/32 that holds
     them, else int64."""
     low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
     kinds = (np.uint8, np.uint16, np.uint32) if low >= 0 else (np.int8, np.int16, np.int32)
     return values.astype(next((kind for kind in kinds if np.iinfo(kind).min <= low and high <= np.iinfo(kind).max), np.int64))
+
+
+def _coded(texts: Sequence[str], name: str) -> dict[str, np.ndarray]:
+    """`texts` as codes into their distinct values (in order of first appearance), those values as
+    UTF-8 bytes and ends: `edge_<name>_codes`, `edge_<name>_names` and `edge_<name>_name_ends`."""
+    distinct: dict[str, int] = {}
+    codes = [distinct.setdefault(text, len(distinct)) for text in texts]
+    names, ends = _texts_array(list(distinct))
+    return {f"edge_{name}_codes": smallest_int(np.asarray(codes, dtype=np.int64)),
+            f"edge_{name}_names": names, f"edge_{name}_name_ends": ends}
 
 
 def _number_arrays(ids: np.ndarray, confidences: np.ndarray, rows: np.ndarray, end_codes: np.ndarray
@@ -112,7 +112,7 @@ def _recoded(parts: Sequence[tuple[np.ndarray, tuple[str, ...]]], kept: np.ndarr
                               for part_codes, names in parts)])[kept]
     used = np.unique(codes)
     names, ends = _texts_array([every[code] for code in used.tolist()])
-    return {f"edge_{name}_codes": np.searchsorted(used, codes).astype(np.uint8 if len(used) <= 256 else np.int32),
+    return {f"edge_{name}_codes": smallest_int(np.searchsorted(used, codes)),
             f"edge_{name}_names": names, f"edge_{name}_name_ends": ends}
 
 
