@@ -100,7 +100,7 @@ def write_table_segment(
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
     namespaces = Counter(objects.column("namespace").to_pylist())
     sidecar = sidecar_bytes(segment_id, objects.num_rows, digests, sources, dict(sorted(namespaces.items())),
-                            vectors.matrix.shape[1] if vectors.matrix.ndim == 2 else 0)
+                            vectors.matrix.shape[1])
     parent = store / SEGMENTS_DIR
     parent.mkdir(exist_ok=True)
     staging = parent / f"{staging_prefix}{segment_id}"
