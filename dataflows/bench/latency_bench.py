@@ -42,6 +42,7 @@ from typing import Any
 
 from rms_retrieval.dataflows.bench.interleaving import (BUNDLE, AfterWriteArm, collections_line, frozen_collector,
                                                        interleaved, pipeline_arm, warming_queries)
+from rms_retrieval.dataflows.bench.first_query import first_query_line, first_query_report
 from rms_retrieval.dataflows.bench.lme_latency import LME_SAMPLES
 from rms_retrieval.dataflows.bench.locomo_bench import benchmark_questions, evenly_spaced
 from rms_retrieval.dataflows.bench.arms import arm_settings
@@ -122,13 +123,18 @@ def peer_arms(dataset: Any, encoder: QueryEncoder, namespaces: Sequence[str]) ->
     return {f"peer_k{k}": arm(k) for k in PEER_KS}
 
 
+def latency_questions(dataset: Any, questions: int) -> list[BenchQuery]:
+    """The `questions` LoCoMo questions every block of the benchmark asks, evenly spaced."""
+    return locomo_bench_queries(dataset, evenly_spaced(benchmark_questions(dataset)["main"], questions))
+
+
 def run_latency(
     store: Any, dataset: Any, encoder: QueryEncoder, *, questions: int = DEFAULT_QUESTIONS, peers: bool = True,
     node_queries: int = 50, after_write_store: Any | None = None,
 ) -> dict[str, Any]:
     """Every arm over the same evenly spaced questions, percentiles and ratios, and the node table;
     with `after_write_store` (a writable store holding what `store` holds) the after-write arm too."""
-    queries = locomo_bench_queries(dataset, evenly_spaced(benchmark_questions(dataset)["main"], questions))
+    queries = latency_questions(dataset, questions)
     arms: dict[str, Callable[[BenchQuery], Any]] = {
         "pipeline": pipeline_arm(store, encoder, RetrievalSettings()),
         "pipeline_logged": pipeline_arm(store, encoder, RetrievalSettings(), log=True),
@@ -213,7 +219,6 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from rms_retrieval.dataflows.bench.first_query import first_query_line, first_query_report
     from rms_retrieval.dataflows.locomo import load_locomo
     from rms_retrieval.stores.providers.onnx_encoder import default_encoder
     from rms_retrieval.stores.memory_store import MemoryStore
@@ -230,13 +235,13 @@ def _cmd_latency(args: argparse.Namespace) -> int:
         if not args.no_after_write:
             copied = shutil.copytree(args.store, Path(scratch) / "store", ignore=shutil.ignore_patterns("log", "*.lock"))
             after_write = stack.enter_context(MemoryStore.open(copied, create=False))
-        asked = locomo_bench_queries(dataset, evenly_spaced(benchmark_questions(dataset)["main"], args.questions))
+        asked = latency_questions(dataset, args.questions)
         first = first_query_report(args.store, asked, default_encoder())  # before any arm asks these questions
         report = run_latency(store, dataset, default_encoder(), questions=args.questions, peers=not args.no_peers,
                              node_queries=args.node_queries, after_write_store=after_write)
         report["first_query"] = first
         if args.lme_data is not None:
-            report["lme"] = _lme_block(args, store, dataset, stack, Path(scratch))
+            report["lme"] = _lme_block(args, store, asked, stack, Path(scratch))
     for line in summary_lines(report):
         print(line)
     print(first_query_line("LoCoMo", report["first_query"]))
@@ -250,13 +255,13 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lme_block(args: argparse.Namespace, locomo_store: Any, dataset: Any, stack: Any, scratch: Any) -> dict[str, Any]:
-    """The LongMemEval-S arms (lme_latency.py) on --lme-store, its after-write arm on a copy in `scratch`."""
+def _lme_block(args: argparse.Namespace, locomo_store: Any, locomo: Sequence[BenchQuery], stack: Any, scratch: Any
+               ) -> dict[str, Any]:
+    """The LongMemEval-S arms (lme_latency.py) on --lme-store, its after-write arm on a copy in
+    `scratch`, the LoCoMo questions `locomo` asked in turn beside them."""
     import shutil
 
-    from rms_retrieval.dataflows.bench.first_query import first_query_report
     from rms_retrieval.dataflows.bench.lme_latency import lme_queries, run_lme_latency
-    from rms_retrieval.dataflows.bench.speed_bench import locomo_bench_queries
     from rms_retrieval.stores.memory_store import MemoryStore
     from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 
@@ -266,7 +271,6 @@ def _lme_block(args: argparse.Namespace, locomo_store: Any, dataset: Any, stack:
     if not args.no_after_write:
         copied = shutil.copytree(args.lme_store, scratch / "lme-store", ignore=shutil.ignore_patterns("log", "*.lock"))
         after_write = stack.enter_context(MemoryStore.open(copied, create=False))
-    locomo = locomo_bench_queries(dataset, evenly_spaced(benchmark_questions(dataset)["main"], args.questions))
     first = first_query_report(args.lme_store, queries, default_encoder())  # before any arm asks these questions
     report = run_lme_latency(store, after_write, queries, locomo_store, locomo, default_encoder(), samples=args.lme_samples)
     return {**report, "first_query": first}
