@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta, timezone
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 from hamilton.function_modifiers import config
@@ -100,7 +100,7 @@ class _Inputs:
 
     _FLOATS = ("semantic", "lexical", "lexical_bm25", "graph_proximity", "graph_hops", "graph_channel_rank",
                "salience", "confidence", "epistemic_weight", "node_type_boost", "temporal_affinity")
-    _INTEGERS = ("update_wording", "stated_us", "updated_us", "current_us", "path_mask")
+    _INTEGERS = ("stated_us", "updated_us", "current_us", "path_mask")
 
     def __init__(
         self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings, spoken: frozenset[int]
@@ -125,7 +125,7 @@ class _Inputs:
                 obj.salience, obj.confidence, weights[obj.epistemic_type], boosts.get(obj.node_type, 1.0),
                 temporal_affinity(stated, window) if window else 0.0,
             ))
-            integers.append((_update_worded(obj.content), _micros(stated), _micros(obj.updated_at),
+            integers.append((_micros(stated), _micros(obj.updated_at),
                              _micros(obj.event_time or obj.updated_at), path_mask(hits)))
         table = np.array(rows, dtype=float).reshape(len(rows), len(self._FLOATS))
         for position, name in enumerate(self._FLOATS):
@@ -135,7 +135,6 @@ class _Inputs:
         for position, name in enumerate(self._INTEGERS):
             setattr(self, name, whole[:, position])
         self.objects: tuple[MemoryObject, ...] = tuple(c.object for c in filtered.candidates)
-        self.update_wording = self.update_wording.astype(bool)
         # Stated after the request's reference time: never the current state at that time (_current_rows).
         self.after_reference = self.stated_us > _micros(analysis.reference_time)
         # A candidate has one hit per path, so its primary paths are its mask's primary bits.
@@ -148,6 +147,12 @@ class _Inputs:
             (1.0 + boost if obj.id.int in spoken or (roles and role_of(obj) in roles) else 1.0 for obj in self.objects),
             dtype=float, count=len(self.objects),
         )
+
+    @cached_property
+    def update_wording(self) -> np.ndarray:
+        """Whether each candidate words a change ("moved", "now", ...): read only by a current-state
+        question's recency, so a long turn's text is searched only when one asks."""
+        return np.fromiter((_update_worded(obj.content) for obj in self.objects), dtype=bool, count=len(self.objects))
 
     def __len__(self) -> int:
         return len(self.objects)
@@ -221,11 +226,11 @@ def fused_scores__rrf(
         # One recency decay serves both formulas (see WeightedScoring.recency_lambda_per_day); a
         # field of its own under rank_fusion would change every configuration fingerprint.
         lam = settings.scoring.weighted.recency_lambda_per_day
-        ranked_recency = _exp(-lam * _days(stated[~later].max(), stated)) if (~later).any() else np.zeros(len(stated))
-        worded = inputs.update_wording[on_channel]
-        ranked_recency[worded] = np.minimum(1.0, UPDATE_WORDING_RECENCY_GAIN * ranked_recency[worded])
-        ranked_recency[later] = 0.0  # stated after the reference time: no current-state lift
-        if boost:
+        if boost:  # the recency only a current-state question reads
+            ranked_recency = _exp(-lam * _days(stated[~later].max(), stated)) if (~later).any() else np.zeros(len(stated))
+            worded = inputs.update_wording[on_channel]
+            ranked_recency[worded] = np.minimum(1.0, UPDATE_WORDING_RECENCY_GAIN * ranked_recency[worded])
+            ranked_recency[later] = 0.0  # stated after the reference time: no current-state lift
             recency[on_channel] = ranked_recency
             recency_boost_factor = _pool_relative(1.0 + boost * recency, on_channel)
         if fusion.rrf_tie_break == "event_time":

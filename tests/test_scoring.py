@@ -338,3 +338,14 @@ def test_while_shifted_update_wording_doubles_recency_and_the_decay_is_at_least_
 def test_update_wording_is_found_whatever_its_case_and_only_as_whole_words():
     assert _update_worded("I MOVED to Leeds") and _update_worded("Now I work at home") and _update_worded("No Longer there")
     assert not _update_worded("Snow fell; she knows the unchanged route") and not _update_worded("")
+
+
+@pytest.mark.parametrize("formula", [_rrf, _weighted])
+def test_a_turns_text_is_searched_for_update_wording_only_by_a_current_state_question(formula):
+    moved = make_candidate(make_object("moved", "Ines moved to Porto and now rows there.", days=-3),
+                           VECTOR=(1, 0.9), LEXICAL=(1, 1.0))
+    _update_worded.cache_clear()
+    formula(moved)
+    assert _update_worded.cache_info().misses == 0
+    formula(moved, analysis=_analysis(current_state=True), **({"settings": _shifted()} if formula is _weighted else {}))
+    assert _update_worded.cache_info().misses == 1
