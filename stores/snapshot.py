@@ -28,7 +28,7 @@ from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotErr
 from rms_retrieval.stores.indexes.lexical import Bm25Index
 from rms_retrieval.stores.engine.manifest import Manifest
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, ClaimSelection, EmbeddingIdentity, EntityRef, FieldWeights,
+from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, ClaimSelection, EmbeddingIdentity, FieldWeights,
                                             GraphIndex, LexicalHit, LexicalIndex, ObjectStore, QuantityRow, RecordReader,
                                             RetrievalLog, ScanSelection, SessionNeighbour, SnapshotSource, VectorHit,
                                             VectorIndex)
@@ -249,12 +249,22 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         key = tuple(sorted(set(namespaces)))
 
         def build() -> EntityCatalog:
-            refs = {EntityRef(segment.id_at(row), namespace, canonical, name)
-                    for segment, namespace, row in self._entity_rows(key)
-                    for canonical, names in (segment.entity_names_at(row),) for name in names}
-            return EntityCatalog(sorted(refs, key=lambda ref: (ref.namespace, ref.alias.lower(), ref.alias, ref.object_id)))
+            return EntityCatalog.of_names(self._entity_names(key))
 
         return self._catalogs.get(key, self._sources(key, lambda rows: rows.entity_rows), build)  # read-only, shared
+
+    def _entity_names(self, namespaces: tuple[str, ...]) -> Iterator[tuple[str, bytes, str, str]]:
+        """(namespace, 16-byte id, canonical name, name) of every name of each live ENTITY row of the
+        namespaces, read a segment's rows of a namespace at a time: no UUID or object is made."""
+        for segment, rows in self._split(namespaces):
+            for namespace in namespaces:
+                positions = list(rows.entity_rows.get(namespace, ()))
+                if not positions:
+                    continue
+                ids = segment.columns.ids[positions].tobytes()
+                for at, (canonical, names) in zip(range(0, len(ids), 16), segment.entity_names_of(positions)):
+                    for name in names:
+                        yield namespace, ids[at:at + 16], canonical, name
 
     def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
         """The graph of one namespace scope; edges never cross namespaces, and a later segment's

@@ -20,8 +20,9 @@ def test_nodes_are_numbered_in_uuid_order_and_each_row_lists_its_edges_ascending
     assert adjacency.nodes == (A, B, C) and [adjacency.node_at(i) for i in range(3)] == [A, B, C]
     assert adjacency.edge_id.tolist() == [2, 4, 7]
     assert adjacency.edge_type == ("CO", "SELF", "MENTIONS") == tuple(adjacency.type_at(i) for i in range(3))
-    rows = [adjacency.incident[adjacency.indptr[i]:adjacency.indptr[i + 1]].tolist() for i in range(3)]
+    rows = [adjacency.incident_edges(np.array([i]), 0.0).tolist() for i in range(3)]
     assert rows == [[0, 2], [0, 1], [2]]  # the self-loop is incident to B once
+    assert adjacency.incident_edges(np.array([2, 0, 2]), 0.0).tolist() == [0, 2]  # each edge once, ascending
     assert adjacency.numbers([C, UUID(int=9), A, A]).tolist() == [0, 2]
     keys = uuid_keys([A, C, UUID(int=9)])
     assert adjacency.key_numbers(keys).tolist() == [0, 2] and Adjacency([]).key_numbers(keys).tolist() == []
@@ -31,7 +32,7 @@ def test_nodes_are_numbered_in_uuid_order_and_each_row_lists_its_edges_ascending
 def test_an_empty_graph_has_no_edges_anywhere():
     adjacency = Adjacency([])
     assert len(adjacency) == 0 and adjacency.touching([A], 0.0) == []
-    assert adjacency.indptr.tolist() == [0]
+    assert adjacency.incident_edges(np.array([], dtype=np.int64), 0.0).tolist() == []
 
 
 def test_sources_into_follows_one_edge_type_into_the_targets_only():
@@ -50,7 +51,7 @@ def test_sources_into_follows_one_edge_type_into_the_targets_only():
 
 def _same_arrays(updated: Adjacency, built: Adjacency) -> None:
     assert updated.edges == built.edges and updated.nodes == built.nodes and updated.edge_type == built.edge_type
-    for name in ("source", "target", "confidence", "edge_id", "incident", "indptr"):
+    for name in ("source", "target", "confidence", "edge_id"):
         np.testing.assert_array_equal(getattr(updated, name), getattr(built, name), err_msg=name)
     assert updated.numbers(built.nodes).tolist() == list(range(len(built.nodes)))
 

@@ -69,6 +69,23 @@ def test_live_edges_by_namespace_leave_out_dead_owners_only() -> None:
     assert groups["alpha"] is groups["alpha"]  # decoded once, then kept
 
 
+@pytest.mark.parametrize("together", [True, False])  # each namespace's edges in one run, or interleaved
+@pytest.mark.parametrize("some_dead", [True, False])
+def test_a_namespaces_live_positions_are_found_whether_its_edges_lie_together_or_not(together, some_dead) -> None:
+    edges = _edges()
+    if together:
+        edges = tuple(sorted(edges, key=lambda stored: stored.namespace))
+    dead = np.zeros(60, dtype=bool)
+    dead[[3, 9, 40]] = some_dead
+    columns = EdgeColumns.from_stored(edges)
+    groups = columns.live_by_namespace(dead if some_dead else None)
+    for namespace in ("alpha", "béta", "tenant/γ", "nowhere"):
+        expected = [position for position, stored in enumerate(edges)
+                    if stored.namespace == namespace and (stored.row < 0 or not dead[stored.row])]
+        assert groups.positions(namespace).tolist() == expected
+    assert list(groups) == list(columns.namespace_names)  # in the order of their codes
+
+
 def test_a_namespace_whose_every_edge_is_dead_is_no_key() -> None:
     owner = UUID(int=1)
     edges = (StoredEdge(Edge(1, owner, UUID(int=2), MENTIONS, 1.0), "only", 0),

@@ -108,6 +108,8 @@ def test_deleted_turns_leave_the_graph_and_the_speaker_lift_as_in_a_store_that_n
         changed.compact()
         assert _graph(changed) == _graph(never) and _answers(changed) == _answers(never)
         assert check_store(tmp_path / "changed").problems == []
+        # every segment a write, a merge or the compaction made counted its co-mentions
+        assert all(segment.edge_columns.counted for segment in changed.snapshot().segments)
 
 
 def test_an_update_leaves_the_graph_of_a_store_that_only_held_the_new_versions(tmp_path):

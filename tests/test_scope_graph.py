@@ -10,9 +10,11 @@ from uuid import UUID
 import numpy as np
 import pytest
 
-from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, EdgeColumns, StoredEdge, stored_edge_arrays
+from rms_retrieval.stores.engine.edge_columns import (CO_MENTIONED, COUNTED_ARRAY, MENTIONS, EdgeColumns, StoredEdge,
+                                                      confidence_arrays, stored_edge_arrays)
 from rms_retrieval.stores.engine import scope_graph as scope_graph_module
-from rms_retrieval.stores.engine.scope_graph import EdgeBlock, co_mention_counts, mentions_of, scope_graph
+from rms_retrieval.stores.engine.scope_graph import (EdgeBlock, SegmentMentions, co_mention_counts, counted_confidences,
+                                                     mentions_of, scope_graph)
 from rms_retrieval.stores.indexes.adjacency import Adjacency, uuid_keys
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 from rms_retrieval.stores.protocols import Edge
@@ -93,15 +95,20 @@ def _byte_form(edges) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _built(segments, scope, dead_ids, older: tuple[int, ...] = ()) -> Adjacency:
-    """The graph from the segments' columns, those at `older` in the byte form of their ends."""
+def _built(segments, scope, dead_ids, older: tuple[int, ...] = (), counted: tuple[int, ...] = ()) -> Adjacency:
+    """The graph from the segments' columns, those at `older` in the byte form of their ends, those
+    at `counted` with the co-mention counts a write stores (made before any row died)."""
     blocks, mentions = [], {name: [] for name in scope}
     for number, (edges, dead) in enumerate(segments):
-        columns = EdgeColumns(_byte_form(edges)) if number in older else EdgeColumns.from_stored(edges)
+        arrays = _byte_form(edges) if number in older else stored_edge_arrays(edges)
+        if number in counted:
+            arrays.update(confidence_arrays(counted_confidences(EdgeColumns(arrays), len(dead))),
+                          **{COUNTED_ARRAY: np.ones(1, dtype=np.uint8)})
+        columns = EdgeColumns(arrays)
         groups = columns.live_by_namespace(dead)
         blocks += [EdgeBlock(name, groups.columns, groups.positions(name)) for name in scope]
         for name in scope:
-            mentions[name].append(mentions_of(columns, name, dead, len(dead)))
+            mentions[name].append(SegmentMentions(columns, name, dead if dead.any() else None, len(dead)))
     return scope_graph(blocks, dead_ids, mentions)
 
 
@@ -116,12 +123,14 @@ def test_the_graph_of_columns_is_the_graph_of_the_rule(dense_cells, by_bits, mon
         owner = next(stored for stored in segments[1][0] if stored.edge.edge_type == MENTIONS)
         dead_ids = frozenset({(owner.namespace, some_entity), (owner.namespace, owner.edge.source)})
         for scope in (("a",), ("b",), ("a", "b")):
-            built = _built(segments, scope, dead_ids if seed % 2 else frozenset(), older=((), (1,), (0, 2))[seed % 3])
             expected = _expected(segments, scope, dead_ids if seed % 2 else frozenset())
-            assert built.edges == tuple(expected)
+            for counted in ((), (0, 2), (0, 1, 2)):  # co-mentions stored by none, some or all segments
+                built = _built(segments, scope, dead_ids if seed % 2 else frozenset(), older=((), (1,), (0, 2))[seed % 3],
+                               counted=counted)
+                assert built.edges == tuple(expected)
             assert any(edge.edge_type == CO_MENTIONED for edge in expected)
             reference = Adjacency(expected)
-            for name in ("source", "target", "confidence", "edge_id", "incident", "indptr"):
+            for name in ("source", "target", "confidence", "edge_id"):
                 np.testing.assert_array_equal(getattr(built, name), getattr(reference, name), err_msg=name)
             assert built.nodes == reference.nodes and built.edge_type == reference.edge_type
 
@@ -181,3 +190,24 @@ def test_found_gives_each_key_s_position_by_table_by_prefix_and_by_bytes() -> No
         wanted = np.concatenate([keys[::-1], uuid_keys([UUID(int=12345)])])
         assert _found(keys, wanted).tolist() == [2, 1, 0, -1]
     assert _found(distinct[:0], distinct).tolist() == [-1, -1, -1] and _found(distinct, distinct[:0]).tolist() == []
+
+
+def test_a_pair_its_segment_counted_as_saturated_is_counted_again_once_rows_die() -> None:
+    first, second = UUID(int=1), UUID(int=2)
+    edges = [StoredEdge(Edge(10 + 2 * row + side, UUID(int=100 + row), entity, MENTIONS, 0.9), "a", row)
+             for row in range(8) for side, entity in enumerate((first, second))]
+    edges.append(StoredEdge(Edge(99, first, second, CO_MENTIONED, 0.45), "a", -1))
+    arrays = stored_edge_arrays(edges)
+    arrays.update(confidence_arrays(counted_confidences(EdgeColumns(arrays), 8)), **{COUNTED_ARRAY: np.ones(1, dtype=np.uint8)})
+    columns = EdgeColumns(arrays)
+    assert columns.confidences_at(np.asarray([len(edges) - 1])).tolist() == [0.95]  # eight rows: the most
+
+    def weight(dead):
+        groups = columns.live_by_namespace(dead)
+        graph = scope_graph([EdgeBlock("a", columns, groups.positions("a"))], frozenset(),
+                            {"a": [SegmentMentions(columns, "a", dead, 8)]})
+        return [edge.confidence for edge in graph.edges if edge.edge_type == CO_MENTIONED]
+
+    assert weight(None) == [0.95]
+    assert weight(np.array([True, True, True, False, False, False, False, False])) == [co_mention_confidence(5)]
+    assert weight(np.array([True] * 8)) == []  # no live row mentions the pair

@@ -19,6 +19,7 @@ from rms_retrieval.stores.engine.codec import OBJECT_FIELDS, memory_object, obje
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
+from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 from rms_retrieval.stores.protocols import Edge, EmbeddingIdentity
 from rms_retrieval.stores.engine import segment_parquet
 from rms_retrieval.stores.engine.segment_parquet import MappedRecords, Records, objects_table, parquet_bytes
@@ -127,7 +128,9 @@ def test_a_segment_written_before_edge_owners_finds_each_edge_s_owner_by_its_sou
         older = {name: arrays[name] for name in arrays.files if name != "edge_rows"}
     np.savez(index, **older)
     entry = SegmentEntry("g1-x", 2, {**written.entry.files, "index.npz": hashlib.sha256(index.read_bytes()).hexdigest()})
-    assert LoadedSegment(tmp_path, entry).edges == tuple(edges)
+    assert LoadedSegment(tmp_path, entry).edges == written.edges and [stored.row for stored in written.edges] == [0, -1]
+    # the CO_MENTIONED edge weighs the segment's own rows mentioning both its ends: none here
+    assert written.edges[1].edge.confidence == co_mention_confidence(0) and written.edges[0] == edges[0]
 
 
 def test_a_segment_file_that_differs_from_its_checksum_is_named(tmp_path):
@@ -228,6 +231,7 @@ def test_mapped_records_read_one_record_after_the_check_and_refuse_bad_arrays():
     mapped = MappedRecords(arrays["record_offsets"], arrays["record_bytes"], lambda: checks.append(1))
     assert len(mapped) == 3 and [mapped.at(row) for row in range(3)] == records and len(checks) == 3
     assert mapped.array().to_pylist() == records
+    assert mapped.containing([2, 0, 1], '"content"') == [False, True, False] and mapped.containing([], "{") == []
     with pytest.raises(IndexError, match="row 3 of 3"):
         mapped.at(3)
     with pytest.raises(ValueError, match="no record"):
@@ -235,8 +239,9 @@ def test_mapped_records_read_one_record_after_the_check_and_refuse_bad_arrays():
     with pytest.raises(ValueError, match="int64 offsets"):
         MappedRecords(arrays["record_offsets"].astype(np.int32), arrays["record_bytes"], lambda: None)
     broken = MappedRecords(np.array([0, 9, 4], dtype=np.int64), arrays["record_bytes"][:4], lambda: None)
-    with pytest.raises(ValueError, match="do not run through"):
-        broken.array()
+    for read in (broken.array, lambda: broken.containing([1], "{")):
+        with pytest.raises(ValueError, match="do not run through"):
+            read()
 
 
 def test_records_are_read_one_row_group_at_a_time(monkeypatch):
@@ -250,3 +255,6 @@ def test_records_are_read_one_row_group_at_a_time(monkeypatch):
     with pytest.raises(ValueError, match="in its record column"):
         records.array()
     assert Records(array=pa.array(["{}"])).array().to_pylist() == ["{}"]
+    named = rows[7].content
+    assert records.containing([9, 7, 0], named) == [False, True, False]
+    assert Records(array=pa.array(['{"a": 1}', "{}"])).containing([1, 0], '"a"') == [False, True]

@@ -11,11 +11,9 @@ from the arrays of one namespace's MENTIONS edges; the write path, compaction, m
 from __future__ import annotations
 
 import threading
-from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import combinations
 from uuid import UUID
 
 import numpy as np
@@ -40,6 +38,10 @@ CO_MENTIONED = "CO_MENTIONED"
 # written before stored each edge's float64 confidence (`edge_confidences`), int64 ids and rows
 # and int32 end codes, and read the same.
 EDGE_PREFIX = "edge_"
+# Present (one byte) where each CO_MENTIONED edge's confidence weighs the segment's own rows that
+# mention both its ends (`scope_graph.counted_confidences`): a scope's graph then counts only the
+# other segments' rows. Segments written without it hold the writer's weight and are counted.
+COUNTED_ARRAY = "edge_co_mentions_counted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +85,14 @@ def _number_arrays(ids: np.ndarray, confidences: np.ndarray, rows: np.ndarray, e
                    ) -> dict[str, np.ndarray]:
     """Ids, owner rows and end codes each in the smallest integer type that holds them, and
     confidences as codes into their distinct values."""
-    values, codes = np.unique(np.asarray(confidences, dtype=np.float64), return_inverse=True)
-    return {"edge_ids": smallest_int(ids), "edge_confidence_values": values,
-            "edge_confidence_codes": smallest_int(codes.reshape(-1)), "edge_rows": smallest_int(rows),
+    return {"edge_ids": smallest_int(ids), **confidence_arrays(confidences), "edge_rows": smallest_int(rows),
             "edge_end_codes": smallest_int(end_codes.reshape(len(ids), 2))}
+
+
+def confidence_arrays(confidences: np.ndarray) -> dict[str, np.ndarray]:
+    """Confidences as codes into their distinct values (`edge_confidence_codes`, `_values`)."""
+    values, codes = np.unique(np.asarray(confidences, dtype=np.float64), return_inverse=True)
+    return {"edge_confidence_values": values, "edge_confidence_codes": smallest_int(codes.reshape(-1))}
 
 
 def stored_edge_arrays(edges: Sequence[StoredEdge]) -> dict[str, np.ndarray]:
@@ -216,6 +222,7 @@ class EdgeColumns:
         self.rows = np.asarray(arrays["edge_rows"])
         if self.ids.dtype.kind not in "iu" or self.rows.dtype.kind not in "iu":
             raise ValueError("edge ids or owner rows are not integers")
+        self.counted = COUNTED_ARRAY in arrays
         self.types, self.type_names = _codes(arrays, "type")
         self.namespaces, self.namespace_names = _codes(arrays, "namespace")
         if not (len(self._confidences) == len(self.rows) == len(self.types) == len(self.namespaces) == count):
@@ -311,7 +318,7 @@ class EdgeColumns:
 
     def live_by_namespace(self, dead: np.ndarray | None) -> LiveEdgeGroups:
         """The live edges by namespace, each namespace's decoded on first lookup."""
-        return LiveEdgeGroups(self, self.live_positions(dead))
+        return LiveEdgeGroups(self, None if dead is None else self.live_positions(dead))
 
     def mentioners(self, namespace: str) -> dict[int, frozenset[int]]:
         """Entity id's integer -> the owner rows (dead ones too) with a MENTIONS edge into it, in
@@ -348,16 +355,31 @@ class EdgeColumns:
         return found.get(source.bytes + target.bytes)
 
 
+def _run_starts(codes: np.ndarray) -> np.ndarray:
+    """Where each run of equal codes starts."""
+    return np.r_[0, np.flatnonzero(codes[1:] != codes[:-1]) + 1] if len(codes) else np.arange(0)
+
+
 class LiveEdgeGroups(Mapping[str, tuple[Edge, ...]]):
     """A segment's live edges by namespace (in stored order): the keys from the arrays, each
     namespace's edges decoded when it is first looked up and then kept. Racing lookups decode
     equal tuples; the first kept wins."""
 
-    def __init__(self, columns: EdgeColumns, live: np.ndarray) -> None:
+    def __init__(self, columns: EdgeColumns, live: np.ndarray | None) -> None:
+        """`live`: the live edges' positions, ascending (None: every edge). A namespace's edges are
+        one run of positions where the segment keeps them together (as writes and merges do);
+        otherwise they are gathered by one stable sort of the namespace codes."""
         self._columns, self._live = columns, live
-        codes = columns.namespaces[live]
-        self._keys = {columns.namespace_names[code]: code for code in np.unique(codes).tolist()}
-        self._codes = codes
+        codes = columns.namespaces if live is None else columns.namespaces[live]
+        self._order = None
+        starts = _run_starts(codes)
+        if len(np.unique(codes[starts])) < len(starts):  # a namespace in more than one run
+            self._order = np.argsort(codes, kind="stable")
+            codes = codes[self._order]
+            starts = _run_starts(codes)
+        ends = np.r_[starts[1:], len(codes)].astype(np.int64)
+        self._runs = {columns.namespace_names[code]: (start, end)  # by code, as the namespaces' codes sort
+                      for code, start, end in sorted(zip(codes[starts].tolist(), starts.tolist(), ends.tolist()))}
         self._decoded: dict[str, tuple[Edge, ...]] = {}
         self._lock = threading.Lock()
 
@@ -367,76 +389,26 @@ class LiveEdgeGroups(Mapping[str, tuple[Edge, ...]]):
 
     def positions(self, namespace: str) -> np.ndarray:
         """The column positions of `namespace`'s live edges, in stored order (none for an unknown namespace)."""
-        code = self._keys.get(namespace)
-        return self._live[self._codes == code] if code is not None else np.zeros(0, dtype=np.int64)
+        start, end = self._runs.get(namespace, (0, 0))
+        run = np.arange(start, end) if self._order is None else self._order[start:end]
+        return run if self._live is None else self._live[run]
 
     def __getitem__(self, namespace: str) -> tuple[Edge, ...]:
         found = self._decoded.get(namespace)
         if found is not None:
             return found
-        if namespace not in self._keys:
+        if namespace not in self._runs:
             raise KeyError(namespace)  # no live edge of this namespace here
         edges = tuple(self._columns.graph_edges(self.positions(namespace)))
         with self._lock:
             return self._decoded.setdefault(namespace, edges)
 
     def __contains__(self, namespace: object) -> bool:
-        return namespace in self._keys
+        return namespace in self._runs
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._keys)
+        return iter(self._runs)
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._runs)
 
-
-class LiveCounts(Mapping[tuple[str, UUID, UUID], int]):
-    """Counts over every row less those of the dead rows; a pair no live row counts is absent."""
-
-    def __init__(self, every: Mapping[tuple[str, UUID, UUID], int], dead: Mapping[tuple[str, UUID, UUID], int]) -> None:
-        self._every, self._dead = every, dead
-
-    def __getitem__(self, key: tuple[str, UUID, UUID]) -> int:
-        count = self._every[key] - self._dead.get(key, 0)
-        if count <= 0:
-            raise KeyError(key)
-        return count
-
-    def __iter__(self):
-        return (key for key, count in self._every.items() if count > self._dead.get(key, 0))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-class EdgeIndex:
-    """One segment's edges grouped by owner row, its owners by target entity, and co-mention
-    counts over every row (what a deletion file subtracts from)."""
-
-    def __init__(self, edges: Sequence[StoredEdge]) -> None:
-        self._edges = edges
-        self.by_owner: dict[int, list[int]] = defaultdict(list)
-        # (namespace, entity) -> (owner row, MENTIONS or SPOKEN_BY) of the edges into it
-        self.owners_into: dict[tuple[str, UUID], list[tuple[int, str]]] = defaultdict(list)
-        for position, stored in enumerate(edges):
-            if stored.row is not None and stored.row >= 0:
-                self.by_owner[stored.row].append(position)
-                if stored.edge.edge_type in (MENTIONS, SPOKEN_BY):
-                    self.owners_into[(stored.namespace, stored.edge.target)].append((stored.row, stored.edge.edge_type))
-
-    @cached_property
-    def co_mentions(self) -> Counter[tuple[str, UUID, UUID]]:
-        counts: Counter[tuple[str, UUID, UUID]] = Counter()
-        for row in self.by_owner:
-            counts.update(self.pairs_of(row))
-        return counts
-
-    def pairs_of(self, row: int) -> list[tuple[str, UUID, UUID]]:
-        """The (namespace, smaller id, larger id) entity pairs the object of `row` mentions."""
-        mentioned = [self._edges[position] for position in self.by_owner.get(row, ())
-                     if self._edges[position].edge.edge_type == MENTIONS]
-        if not mentioned:
-            return []
-        namespace = mentioned[0].namespace
-        return [(namespace, first, second)
-                for first, second in combinations(sorted({stored.edge.target for stored in mentioned}), 2)]

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, EdgeColumns, id_keys, joined_ends
+from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, EdgeColumns, id_keys, joined_ends
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.engine.segments import NO_ROWS, LoadedSegment
-from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
+from rms_retrieval.stores.indexes.entity_graph import (CO_MENTION_BASE, CO_MENTION_STEP, CO_MENTIONS_SATURATED,
+                                                       co_mention_confidence)
 
 
+# What `_own_counts` gives for an edge of a segment that did not count its rows.
+NOT_COUNTED = -1
 # The most cells (entities x mentioning rows, one byte each, each entity's rows padded to whole
 # 64-bit words) of the table co_mention_counts looks co-mentions up in; a larger scope searches a
 # sorted list instead.
@@ -50,13 +54,83 @@ class Mentions:
     row_count: int
 
 
-def mentions_of(columns: EdgeColumns, namespace: str, dead: np.ndarray | None, row_count: int) -> Mentions:
-    """The live rows' MENTIONS edges of `namespace` in one segment."""
+def mentions_of(columns: EdgeColumns, namespace: str, dead: np.ndarray | None, row_count: int,
+                deleted: bool = False) -> Mentions:
+    """The live rows' MENTIONS edges of `namespace` in one segment (`deleted`: the dead rows' instead)."""
     entities, rows = columns.mention_ends(namespace)
     if dead is not None and len(rows):
-        live = ~dead[rows]
-        entities, rows = entities[live], rows[live]
+        chosen = dead[rows] if deleted else ~dead[rows]
+        entities, rows = entities[chosen], rows[chosen]
+    elif deleted:
+        entities, rows = entities[:0], rows[:0]
     return Mentions(id_keys(entities), rows, row_count)
+
+
+@dataclass(frozen=True)
+class SegmentMentions:
+    """One segment's MENTIONS of one namespace, read as arrays only when a count needs them, and
+    its edge columns, whose CO_MENTIONED confidences, where counted (`counted_confidences`), stand
+    in for counting the segment's own rows again for its own CO_MENTIONED edges."""
+
+    columns: EdgeColumns
+    namespace: str
+    dead: np.ndarray | None  # per row, True where deleted (None: no row is)
+    row_count: int
+
+    @cached_property
+    def live(self) -> Mentions:
+        return mentions_of(self.columns, self.namespace, self.dead, self.row_count)
+
+    @cached_property
+    def deleted(self) -> Mentions:
+        """The dead rows' MENTIONS: what a stored count, made before they died, holds too many."""
+        return mentions_of(self.columns, self.namespace, self.dead, self.row_count, deleted=True)
+
+
+def stored_co_mentions(columns: EdgeColumns, row_count: int) -> np.ndarray:
+    """Per edge of a segment being written, how many of its rows (of `row_count`) mention both ends
+    of a CO_MENTIONED edge (0 for any other edge, or where source > target). The edges are grouped
+    by namespace in one sort, as a merged segment can hold thousands of namespaces."""
+    counts = np.zeros(len(columns), dtype=np.int64)
+    co_mentioned = np.flatnonzero(columns.types == columns.type_code(CO_MENTIONED))
+    mentions = np.flatnonzero((columns.types == columns.type_code(MENTIONS)) & (columns.rows >= 0))
+    pair_groups, mention_groups = _by_code(columns.namespaces, co_mentioned), dict(_by_code(columns.namespaces, mentions))
+    for code, chosen in pair_groups:
+        said = mention_groups.get(code, mentions[:0])
+        keys, (ends,) = joined_ends([(columns, chosen)])
+        found = Mentions(id_keys(columns.ends_at(said)[:, 16:]), columns.rows[said], row_count)
+        counts[chosen] = co_mention_counts(ends[:, 0], ends[:, 1], keys, [found])
+    return counts
+
+
+def counted_confidences(columns: EdgeColumns, row_count: int) -> np.ndarray:
+    """The confidences a segment being written stores: each CO_MENTIONED edge's weighs the rows of
+    this segment that mention both its ends (`co_mention_confidence`, dead rows too: a deletion
+    comes later), every other edge's as given. A scope's graph reads this segment's count back
+    from it (`_own_counts`) instead of counting these rows again, and counts only the other
+    segments' rows: no array is added to the segment."""
+    confidences = columns.confidences_at(slice(None)).copy()
+    chosen = np.flatnonzero(columns.types == columns.type_code(CO_MENTIONED))
+    distinct, which = np.unique(stored_co_mentions(columns, row_count)[chosen], return_inverse=True)
+    confidences[chosen] = np.asarray([co_mention_confidence(count) for count in distinct.tolist()], dtype=float)[which]
+    return confidences
+
+
+def _own_counts(columns: EdgeColumns, positions: np.ndarray) -> np.ndarray:
+    """Per CO_MENTIONED edge at `positions`, the count of its own segment's rows that its stored
+    confidence gives (`co_mention_confidence` backwards: CO_MENTIONS_SATURATED stands for that
+    many rows or more), or NOT_COUNTED where the segment did not count (`counted_confidences`)."""
+    if not columns.counted:
+        return np.full(len(positions), NOT_COUNTED, dtype=np.int64)
+    return np.rint((columns.confidences_at(positions) - CO_MENTION_BASE) / CO_MENTION_STEP).astype(np.int64)
+
+
+def _by_code(codes: np.ndarray, positions: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """`positions` grouped by their `codes`, each group ascending."""
+    order = np.argsort(codes[positions], kind="stable")
+    ordered, grouped = codes[positions][order], positions[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.arange(0)
+    return [(int(ordered[start]), group) for start, group in zip(starts.tolist(), np.split(grouped, starts[1:]))]
 
 
 def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray, segments: Sequence[Mentions],
@@ -133,10 +207,33 @@ def _found(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(keys[at] == wanted, at, -1)
 
 
+def _scope_counts(pairs: np.ndarray, sources: np.ndarray, targets: np.ndarray, keys: np.ndarray,
+                  stored: np.ndarray, block_of: np.ndarray, blocks: Sequence[EdgeBlock],
+                  segments: Sequence[SegmentMentions]) -> np.ndarray:
+    """The live objects mentioning both ends of each edge of `pairs`, summed over `segments`: for
+    an edge whose own segment counted its rows (`stored`, `_own_counts`), that count less the
+    segment's dead rows' share; for the rest, counted from each segment's live MENTIONS. A count
+    of CO_MENTIONS_SATURATED or more weighs as CO_MENTIONS_SATURATED does, so one is taken as it
+    is where no row of its segment is dead, and counted where one is."""
+    totals = np.zeros(len(pairs), dtype=np.int64)
+    sources, targets, stored, block_of = sources[pairs], targets[pairs], stored[pairs], block_of[pairs]
+    for segment in segments:
+        usable = (stored >= 0) & ((stored < CO_MENTIONS_SATURATED) | (segment.dead is None))
+        own = usable & np.isin(block_of, [number for number, block in enumerate(blocks) if block.columns is segment.columns])
+        if not own.all():
+            other = ~own
+            totals[other] += co_mention_counts(sources[other], targets[other], keys, [segment.live])
+        if own.any():
+            totals[own] += stored[own]
+            if segment.dead is not None:
+                totals[own] -= co_mention_counts(sources[own], targets[own], keys, [segment.deleted])
+    return totals
+
+
 def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID]],
-                mentions: dict[str, list[Mentions]]) -> Adjacency:
+                mentions: dict[str, list[SegmentMentions]]) -> Adjacency:
     """The graph of the scope whose live edges `blocks` hold, in segment order; `dead_ids`: the
-    store's deleted (namespace, id)s; `mentions`: per namespace, each segment's live MENTIONS."""
+    store's deleted (namespace, id)s; `mentions`: per namespace, each segment's MENTIONS."""
     blocks = [block for block in blocks if len(block.positions)]
     if not blocks:
         return Adjacency([])
@@ -150,11 +247,13 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     confidence = np.concatenate([block.columns.confidences_at(block.positions) for block in blocks])
     names = sorted({block.namespace for block in blocks})
     namespace = np.concatenate([np.full(len(block.positions), names.index(block.namespace)) for block in blocks])
+    block_of = np.concatenate([np.full(len(block.positions), number) for number, block in enumerate(blocks)])
+    stored = np.concatenate([_own_counts(block.columns, block.positions) for block in blocks])
     if not np.all(ids[1:] > ids[:-1]):  # else every id is there once, in id order, as the search below leaves them
         _, last = np.unique(ids[::-1], return_index=True)  # a later segment's edge replaces one with its id
         keep = len(ids) - 1 - last
         ids, ends, types, confidence, namespace = ids[keep], ends[keep], types[keep], confidence[keep], namespace[keep]
-        co_mentioned = co_mentioned[keep]
+        co_mentioned, block_of, stored = co_mentioned[keep], block_of[keep], stored[keep]
     sources, targets = ends[:, 0], ends[:, 1]
     alive = np.ones(len(ids), dtype=bool)
     for number, name in enumerate(names):
@@ -166,7 +265,7 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     counts = np.zeros(len(ids), dtype=np.int64)
     for number, name in enumerate(names):
         chosen = np.flatnonzero(co_mentioned & alive & (namespace == number))
-        counts[chosen] = co_mention_counts(sources[chosen], targets[chosen], keys, mentions.get(name, []))
+        counts[chosen] = _scope_counts(chosen, sources, targets, keys, stored, block_of, blocks, mentions.get(name, []))
     alive &= ~co_mentioned | (counts > 0)
     weighed = np.flatnonzero(co_mentioned & alive)
     distinct, which = np.unique(counts[weighed], return_inverse=True)  # each weight computed once, as a write does
@@ -185,9 +284,9 @@ class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
         self._segments = {namespace: [segment for segment in segments if namespace in segment.namespace_slices]
                           for namespace in self._namespaces}
 
-    def mentions(self, namespace: str) -> list[Mentions]:
-        """Each segment's live MENTIONS of `namespace`, as arrays (what `scope_graph` counts with)."""
-        return [mentions_of(segment.edge_columns, namespace, segment.dead, segment.entry.rows)
+    def mentions(self, namespace: str) -> list[SegmentMentions]:
+        """Each segment's MENTIONS of `namespace` (what `scope_graph` counts with)."""
+        return [SegmentMentions(segment.edge_columns, namespace, segment.dead, segment.entry.rows)
                 for segment in self._segments.get(namespace, ())]
 
     def count(self, key: tuple[str, UUID, UUID]) -> int:

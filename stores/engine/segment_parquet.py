@@ -126,6 +126,10 @@ def without_records(table: pa.Table) -> pa.Table:
     return table
 
 
+def _containing(records: pa.Array, positions: Sequence[int], text: str) -> list[bool]:
+    return pc.match_substring(records.take(pa.array(positions, type=pa.int64())), text).to_pylist()
+
+
 class MappedRecords:
     """Each row's JSON record, from the two `record_arrays` of a memory-mapped index file: a read
     decodes the one record it asks for. `ready` runs before every read (the index file's sha256
@@ -146,12 +150,20 @@ class MappedRecords:
             raise IndexError(f"row {position} of {len(self._offsets) - 1}")
         return self._data[self._offsets[position]:self._offsets[position + 1]].tobytes().decode()
 
+    def containing(self, positions: Sequence[int], text: str) -> list[bool]:
+        """Whether the record of each of `positions` contains `text`, in one pass over them."""
+        self._ready()
+        return _containing(self._whole(), positions, text)
+
     def array(self) -> pa.Array:
         """Every record, as a string array over the mapped bytes (for SQL over the rows)."""
         self._ready()
+        return self._whole().cast(_TEXT)
+
+    def _whole(self) -> pa.LargeStringArray:
         if len(self._data) and (self._offsets[-1] != len(self._data) or np.any(np.diff(self._offsets) < 0)):
             raise ValueError("the record offsets do not run through the record bytes")
-        return pa.LargeStringArray.from_buffers(len(self), pa.py_buffer(self._offsets), pa.py_buffer(self._data)).cast(_TEXT)
+        return pa.LargeStringArray.from_buffers(len(self), pa.py_buffer(self._offsets), pa.py_buffer(self._data))
 
 
 class Records:
@@ -185,6 +197,12 @@ class Records:
                 if array is None:
                     array = self._groups[group] = self._file.read_row_group(group, columns=["record"]).column(0).combine_chunks()
         return array[position - self._starts[group]].as_py()
+
+    def containing(self, positions: Sequence[int], text: str) -> list[bool]:
+        """Whether the record of each of `positions` contains `text`."""
+        if self._file is None:
+            return _containing(self._groups[0], positions, text)
+        return [text in self.at(position) for position in positions]
 
     def array(self) -> pa.Array:
         """Every record of a segment just written, given whole (a segment read from its objects

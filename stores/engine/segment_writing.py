@@ -12,12 +12,13 @@ import shutil
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from rms_retrieval.stores.engine.edge_columns import EdgeColumns, stored_edge_arrays
+from rms_retrieval.stores.engine.edge_columns import COUNTED_ARRAY, EdgeColumns, confidence_arrays, stored_edge_arrays
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry, fsync_path
 from rms_retrieval.stores.engine.npz_views import npz_bytes
 from rms_retrieval.stores.engine.segment_parquet import (objects_table, parquet_bytes, record_arrays, segment_columns,
@@ -26,6 +27,7 @@ from rms_retrieval.stores.engine.segment_index import IndexArrays, owned_edges
 from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
 from rms_retrieval.stores.engine.segment_layout import (DELETIONS_PREFIX, INDEX_FILE, OBJECTS_FILE, SIDECAR_FILE,
                                                        TEMPORARY_PREFIX, segment_directory)
+from rms_retrieval.stores.engine.scope_graph import counted_confidences
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings, term_postings
@@ -94,6 +96,12 @@ def write_table_segment(
         row_of = columns.rows_by_key() if unowned else {}
         decoded = owned_edges(edges, row_of, objects.num_rows)
         edge_arrays = stored_edge_arrays(decoded)
+    confidences = counted_confidences(EdgeColumns(edge_arrays), objects.num_rows)
+    edge_arrays.update(confidence_arrays(confidences), **{COUNTED_ARRAY: np.ones(1, dtype=np.uint8)})
+    if decoded is not None:  # the edges as stored, with the confidences the segment counted
+        decoded = tuple(stored if stored.edge.confidence == confidence
+                        else replace(stored, edge=replace(stored.edge, confidence=confidence))
+                        for stored, confidence in zip(decoded, confidences.tolist()))
     blobs = {OBJECTS_FILE: parquet_bytes(without_records(objects)),
              INDEX_FILE: npz_bytes({**vector_arrays, **record_arrays(objects.column("record")), **postings.to_arrays(),
                                     **edge_arrays})}

@@ -35,10 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rms_retrieval.stores.engine.codec import memory_object
-from rms_retrieval.stores.indexes.entity_graph import entity_names, names_of
+from rms_retrieval.stores.indexes.entity_graph import names_of
 from rms_retrieval.stores.analysis.positions import SessionKey
-from rms_retrieval.stores.engine.edge_columns import (EDGE_PREFIX, EdgeColumns, EdgeIndex, LiveCounts, LiveEdgeGroups,
-                                                      StoredEdge)
+from rms_retrieval.stores.engine.edge_columns import EDGE_PREFIX, EdgeColumns, LiveEdgeGroups, StoredEdge
+from rms_retrieval.stores.engine.edge_index import EdgeIndex, LiveCounts
 from rms_retrieval.stores.engine.segment_index import IndexArrays, legacy_edges, owned_edges, parquet_edges
 from rms_retrieval.stores.engine.segment_layout import (EDGES_FILE, INDEX_FILE, OBJECTS_FILE, POSTINGS_FILE,
                                                        SEPARATE_FILES, VECTORS_FILE, segment_directory)
@@ -344,17 +344,21 @@ class LoadedSegment:
             self._decoded[position] = memory
         return memory
 
-    def entity_names_at(self, position: int) -> tuple[str, list[str]]:
-        """The canonical name and every name (`entity_names`) of the ENTITY at `position`, read from
-        its record without building the object: an entity catalog reads thousands of them."""
-        memory = self._decoded.get(position)
-        if memory is not None:
-            return memory.entity_canonical_name or "", entity_names(memory)
-        record = self._columns.records.at(position)
-        canonical = self._columns.entity_names[position].as_py()  # the column's is the record's
-        if '"aliases"' not in record:  # no aliases key (JSON escapes a quote in a text): the name column is all
-            return canonical or "", names_of(canonical, None)
-        return canonical or "", names_of(canonical, (json.loads(record).get("metadata") or {}).get("aliases"))
+    def entity_names_of(self, positions: Sequence[int]) -> list[tuple[str, list[str]]]:
+        """The canonical name and every name (`entity_names`) of each ENTITY row of `positions`, read
+        from its record without building the object (an entity catalog reads thousands): the
+        canonical names in one read of their column, and the aliases of the records that hold any
+        (most spotted names hold none)."""
+        canonicals = self._columns.entity_names.take(pa.array(positions, type=pa.int64())).to_pylist()
+        records = self._columns.records
+        names = []
+        for position, canonical, aliased in zip(positions, canonicals, records.containing(positions, '"aliases"')):
+            if not aliased:  # no aliases key (JSON escapes a quote in a text): the name column is all
+                names.append((canonical or "", [canonical] if canonical and canonical.strip() else []))
+                continue
+            aliases = (json.loads(records.at(position)).get("metadata") or {}).get("aliases")
+            names.append((canonical or "", names_of(canonical, aliases)))
+        return names
 
     def objects(self) -> list[MemoryObject]:
         """The live objects, in row order."""

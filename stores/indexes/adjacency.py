@@ -1,8 +1,11 @@
-"""The entity graph of one namespace scope as arrays: compressed sparse rows (CSR) of incidence.
+"""The entity graph of one namespace scope as arrays: each edge's two ends (node numbers), its
+confidence, id and type, in edge-id order.
 
-The graph walk asks for the edges around a frontier once per hop. Nodes are numbered in UUID
-order and edges in edge-id order, so sorting numbers sorts ids; node i's incident edges are
-`incident[indptr[i]:indptr[i + 1]]`, ascending. A store builds one per namespace scope from its
+The graph walk asks for the edges around a frontier once per hop, found by marking the frontier's
+nodes and reading both ends of every edge against the marks: a pass over the edges, as the
+per-node lists it replaced cost (their union was made through a mask of every edge), with no
+index to sort when a namespace's graph is first built. Nodes are numbered in UUID order and edges
+in edge-id order, so sorting numbers sorts ids. A store builds one per namespace scope from its
 segments' edge columns (`from_codes`: no edge becomes a Python object) and, after a write that
 only added to the scope, updates it (`updated`); a list of `Edge` builds one too.
 """
@@ -20,8 +23,8 @@ from rms_retrieval.stores.protocols import Edge
 
 class Adjacency:
     """Edges in edge-id order as arrays (`source`, `target` node numbers, `confidence`,
-    `edge_id`, `edge_type`), the node ids in UUID order, and each node's incident edges as CSR.
-    No edge is a Python object: `touching` makes the ones it returns."""
+    `edge_id`, `edge_type`) and the node ids in UUID order. No edge is a Python object:
+    `touching` makes the ones it returns."""
 
     def __init__(self, edges: Sequence[Edge]) -> None:
         count = len(edges)
@@ -46,12 +49,14 @@ class Adjacency:
 
     def _from_codes(self, edge_id: np.ndarray, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray,
                     edge_types: np.ndarray, confidence: np.ndarray) -> None:
-        edge_id = np.asarray(edge_id, dtype=np.int64)
-        order = np.argsort(edge_id, kind="stable")
-        count = len(order)
-        numbers, used = used_numbers(np.concatenate([sources[order], targets[order]]), len(keys))
-        self._install(keys[used], numbers[:count], numbers[count:],
-                      np.asarray(confidence, dtype=float)[order], edge_id[order], edge_types[order])
+        edge_id, confidence = np.asarray(edge_id, dtype=np.int64), np.asarray(confidence, dtype=float)
+        if not np.all(edge_id[1:] > edge_id[:-1]):  # else in id order already (a scope's graph is)
+            order = np.argsort(edge_id, kind="stable")
+            edge_id, sources, targets, edge_types, confidence = (
+                edge_id[order], sources[order], targets[order], edge_types[order], confidence[order])
+        count = len(edge_id)
+        numbers, used = used_numbers(np.concatenate([sources, targets]), len(keys))
+        self._install(keys[used], numbers[:count], numbers[count:], confidence, edge_id, edge_types)
 
     def _install(self, node_keys: np.ndarray, source: np.ndarray, target: np.ndarray, confidence: np.ndarray,
                  edge_id: np.ndarray, edge_types: np.ndarray, node_ids: UuidColumn | None = None) -> None:
@@ -64,16 +69,6 @@ class Adjacency:
         self.source, self.target, self.confidence, self.edge_id = source, target, confidence, edge_id
         self._edge_types = edge_types
         self._sources: dict[tuple, list[UUID]] = {}  # sources_into's answers: this graph never changes
-        # Each edge's ends in edge order (a self-loop is incident to its node once), then a stable
-        # sort by node: by node, then edge. Node numbers that fit 16 bits sort by radix, in one pass.
-        both = np.stack([source, target], axis=1)
-        counted = np.ones(both.shape, dtype=bool)
-        counted[:, 1] = source != target
-        ends = both[counted]
-        owners = np.repeat(np.arange(len(edge_id)), 2).reshape(-1, 2)[counted]
-        narrow = ends.astype(np.uint16) if len(node_keys) <= 1 << 16 else ends
-        self.incident = owners[np.argsort(narrow, kind="stable")]
-        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=len(node_keys)))])
 
     @cached_property
     def edge_type(self) -> tuple[str, ...]:
@@ -152,8 +147,9 @@ class Adjacency:
         """Positions (edge-id order) of the edges touching node `numbers` with at least `min_confidence`."""
         if not len(numbers):
             return np.arange(0)
-        slices = [self.incident[self.indptr[i]:self.indptr[i + 1]] for i in numbers.tolist()]
-        found = _ascending_once(np.concatenate(slices), len(self.edge_id))
+        marked = np.zeros(len(self.node_keys), dtype=bool)
+        marked[numbers] = True
+        found = np.flatnonzero(marked[self.source] | marked[self.target])
         return found[self.confidence[found] >= min_confidence]
 
     def sources_into(self, targets: Iterable[UUID], edge_type: str, min_confidence: float) -> list[UUID]:

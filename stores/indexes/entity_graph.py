@@ -55,6 +55,10 @@ SPOKEN_BY_CONFIDENCE = 1.0
 # object's CO_MENTIONED pairs grow with what it says, not with its square (a long assistant turn
 # names 30 to 200 capitalised runs).
 CO_MENTION_WINDOW = 8
+# A CO_MENTIONED edge's confidence: the base, a step per object mentioning both entities, and the
+# most, which CO_MENTIONS_SATURATED objects or more reach.
+CO_MENTION_BASE, CO_MENTION_STEP, CO_MENTION_MOST = 0.35, 0.1, 0.95
+CO_MENTIONS_SATURATED = 6
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -91,8 +95,8 @@ def entity_id(namespace: str, name: str, anchor: UUID, attempt: int = 0) -> UUID
 
 
 def co_mention_confidence(objects_mentioning_both: int) -> float:
-    """0.45 for one shared mention, +0.1 for each further one, at most 0.95."""
-    return round(min(0.95, 0.35 + 0.1 * objects_mentioning_both), 2)
+    """0.45 for one shared mention, +0.1 for each further one, at most 0.95 (CO_MENTIONS_SATURATED or more)."""
+    return round(min(CO_MENTION_MOST, CO_MENTION_BASE + CO_MENTION_STEP * objects_mentioning_both), 2)
 
 
 def co_mentioned_pairs(in_order: Sequence[UUID], window: int = CO_MENTION_WINDOW) -> set[tuple[UUID, UUID]]:
