@@ -23,7 +23,7 @@ from rms_retrieval.nodes.pools import CandidateLimits, ChannelHit, ChannelResult
 from rms_retrieval.nodes.helpers.channels import guarded, vector_hits
 from rms_retrieval.nodes.helpers.graph_walk import walk
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.analysis.entities import EntityCatalog
+from rms_retrieval.stores.analysis.entity_catalog import EntityCatalog
 from rms_retrieval.stores.indexes.entity_graph import SPOKEN_BY
 from rms_retrieval.stores.errors import EmbeddingMismatchError
 from rms_retrieval.stores.models import MemoryObject

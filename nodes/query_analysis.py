@@ -19,7 +19,8 @@ from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.temporal import date_words_read_as_names, parse_temporal_signals
 from rms_retrieval.stores.providers.embedding import validated_query_vector
-from rms_retrieval.stores.analysis.entities import EntityCatalog, ExtractedEntity, NameMatcher, extract_entities
+from rms_retrieval.stores.analysis.entities import ExtractedEntity, NameMatcher, extract_entities
+from rms_retrieval.stores.analysis.entity_catalog import EntityCatalog
 from rms_retrieval.stores.analysis.entities import first_name_word as _first_word
 from rms_retrieval.stores.analysis.entities import name_key as _key
 from rms_retrieval.stores.analysis.entities import name_words as _words
@@ -139,7 +140,7 @@ class _Catalog:
         self.spelling: dict[str, str] = {}
         self.by_first_word: dict[str, set[UUID]] = {}
         query_words = set(_words(query))
-        for ref in (catalog[position] for position in catalog.positions_for(query_words)):  # refs a query word opens
+        for ref in catalog.refs_for(query_words):  # refs a query word opens, in catalog order
             for name in (ref.canonical_name, ref.alias):
                 if _first_word(name) not in query_words:
                     continue

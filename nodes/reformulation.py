@@ -35,7 +35,7 @@ from rms_retrieval.nodes.pools import (AlternatePasses, Candidate, CandidateLimi
 from rms_retrieval.nodes.query_analysis import query_analysis
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject
-from rms_retrieval.stores.analysis.entities import EntityCatalog
+from rms_retrieval.stores.analysis.entity_catalog import EntityCatalog
 from rms_retrieval.stores.protocols import QueryEncoder, QueryReformulator, RetrievalStore
 
 # The signal each path's hits are compared by under max_signals.

@@ -22,7 +22,7 @@ import numpy as np
 from rms_retrieval.stores.models import MemoryObject
 
 if TYPE_CHECKING:  # the adjacency module imports Edge from here, the entities module EntityRef
-    from rms_retrieval.stores.analysis.entities import EntityCatalog
+    from rms_retrieval.stores.analysis.entity_catalog import EntityCatalog
     from rms_retrieval.stores.indexes.adjacency import Adjacency
 
 

@@ -22,7 +22,7 @@ from uuid import UUID
 import numpy as np
 import pyarrow as pa
 
-from rms_retrieval.stores.analysis.entities import EntityCatalog
+from rms_retrieval.stores.analysis.entity_catalog import EntityCatalog
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotError
 from rms_retrieval.stores.indexes.lexical import Bm25Index
@@ -249,22 +249,11 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         key = tuple(sorted(set(namespaces)))
 
         def build() -> EntityCatalog:
-            return EntityCatalog.of_names(self._entity_names(key))
+            return EntityCatalog.of_parts([segment.entity_names(namespace, list(rows.entity_rows[namespace]))
+                                           for segment, rows in self._split(key) for namespace in key
+                                           if rows.entity_rows.get(namespace)])
 
         return self._catalogs.get(key, self._sources(key, lambda rows: rows.entity_rows), build)  # read-only, shared
-
-    def _entity_names(self, namespaces: tuple[str, ...]) -> Iterator[tuple[str, bytes, str, str]]:
-        """(namespace, 16-byte id, canonical name, name) of every name of each live ENTITY row of the
-        namespaces, read a segment's rows of a namespace at a time: no UUID or object is made."""
-        for segment, rows in self._split(namespaces):
-            for namespace in namespaces:
-                positions = list(rows.entity_rows.get(namespace, ()))
-                if not positions:
-                    continue
-                ids = segment.columns.ids[positions].tobytes()
-                for at, (canonical, names) in zip(range(0, len(ids), 16), segment.entity_names_of(positions)):
-                    for name in names:
-                        yield namespace, ids[at:at + 16], canonical, name
 
     def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
         """The graph of one namespace scope; edges never cross namespaces, and a later segment's

@@ -14,7 +14,7 @@ from rms_retrieval.nodes.bundle import RetrievalMetadata
 from rms_retrieval.nodes.pools import Candidate, ChannelHit, PathType
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.analysis.claims import Assertion, Quantity
-from rms_retrieval.stores.analysis.entities import EntityCatalog
+from rms_retrieval.stores.analysis.entity_catalog import EntityCatalog
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import (PLAIN_FIELDS, Edge, EmbeddingIdentity, EntityRef, GraphIndex, LexicalHit, LexicalIndex,
                                             ObjectStore, QueryEncoder, RetrievalLog, SessionNeighbour, VectorHit,

@@ -96,3 +96,11 @@ def test_a_uuid_column_makes_each_id_once_when_first_asked():
     assert first == A and column.at(1) is first and [column.at(i) for i in range(3)] == [C, A, B]
     adjacency = Adjacency([Edge(1, A, B, "CO", 0.5)])
     assert adjacency.node_at(0) is adjacency.node_at(0)
+
+
+def test_an_update_may_bring_an_edge_type_the_graph_did_not_have():
+    graph = Adjacency([Edge(1, A, B, "MENTIONS", 0.9)])
+    updated = graph.updated([Edge(2, C, A, "SPOKEN_BY", 1.0)])
+    assert updated.edges == Adjacency([Edge(1, A, B, "MENTIONS", 0.9), Edge(2, C, A, "SPOKEN_BY", 1.0)]).edges
+    assert updated.edge_type == ("MENTIONS", "SPOKEN_BY") and updated.type_at(1) == "SPOKEN_BY"
+    assert updated.sources_into([A], "SPOKEN_BY", 0.0) == [C] and graph.sources_into([A], "SPOKEN_BY", 0.0) == []

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import copy
-import pickle
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -10,7 +8,8 @@ import pytest
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.query_analysis import query_analysis
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.analysis.entities import (EntityCatalog, NameMatcher, extract_entities, first_name_word, name_key,
+from rms_retrieval.stores.analysis.entity_catalog import EntityCatalog
+from rms_retrieval.stores.analysis.entities import (NameMatcher, extract_entities, first_name_word, name_key,
                                                    name_words)
 from rms_retrieval.stores.indexes.entity_graph import MENTIONS, entity_graph
 from rms_retrieval.stores.models import MemoryObject, NodeType
@@ -91,42 +90,6 @@ def test_matcher_finds_names_as_whole_words_shortest_first():
     assert matcher.add(UUID(int=3), "x") is None
     assert matcher.names_in("melanie brown and MEL, not melanies or x") == ["mel", "melanie brown"]
     assert matcher.ids_in_order("Mel") == [UUID(int=2)] and matcher.named("MELANIE  brown") == {UUID(int=1)}
-
-
-def test_an_entity_catalog_is_a_read_only_sequence_indexed_by_first_name_words():
-    refs = [EntityRef(UUID(int=1), "ns", "Melanie Brown", "Mel"), EntityRef(UUID(int=1), "ns", "Melanie Brown", "Melanie Brown"),
-            EntityRef(UUID(int=2), "ns", "Ann", "Ann"), EntityRef(UUID(int=3), "ns", "Zoë Ånd", "Zoë Ånd")]
-    catalog = EntityCatalog(refs)
-    assert catalog == refs and list(catalog) == refs and catalog[-1] == refs[3] and catalog[1:3] == refs[1:3]
-    assert catalog.positions_for(["melanie"]) == [0, 1] and catalog.positions_for(["mel", "ann", "ann"]) == [0, 2]
-    assert catalog.positions_for(["zoë"]) == [3] and catalog.positions_for(["brown", "nobody"]) == []
-    for change in (lambda c: c.append(refs[0]), lambda c: c.__setitem__(0, refs[2]), lambda c: c.sort(), lambda c: c.clear(),
-                   lambda c: c.__delitem__(0), lambda c: c.extend(refs)):
-        with pytest.raises((TypeError, AttributeError)):
-            change(catalog)
-    with pytest.raises(IndexError):
-        catalog[4]
-    assert catalog == refs and catalog != refs[:3] and catalog != "refs"
-    for copied in (pickle.loads(pickle.dumps(catalog)), copy.deepcopy(catalog), copy.copy(catalog)):
-        assert isinstance(copied, EntityCatalog) and copied == refs and copied.positions_for(["ann"]) == [2]
-    assert [bytes(key) for key in catalog.id_keys] == [UUID(int=n).bytes for n in (1, 2, 3)]  # distinct, sorted
-    changed = list(catalog)
-    changed.append(refs[0])  # a copy is a plain list
-    assert len(changed) == 5 and len(catalog) == 4
-
-
-def test_an_entity_catalog_of_names_holds_each_once_in_catalog_order_and_makes_a_ref_once():
-    rows = [("ns", UUID(int=3).bytes, "Zed", "Zed"), ("ns", UUID(int=1).bytes, "Melanie Brown", "mel"),
-            ("a", UUID(int=9).bytes, "Ann", "Ann"), ("ns", UUID(int=2).bytes, "Mel", "Mel"),
-            ("ns", UUID(int=3).bytes, "Zed", "Zed")]
-    catalog = EntityCatalog.of_names(rows)
-    assert [(ref.namespace, ref.object_id.int, ref.alias) for ref in catalog] == [
-        ("a", 9, "Ann"), ("ns", 2, "Mel"), ("ns", 1, "mel"), ("ns", 3, "Zed")]  # alias lower-cased, then as written
-    assert catalog == EntityCatalog(sorted((EntityRef(UUID(bytes=key), namespace, canonical, alias)
-                                            for namespace, key, canonical, alias in set(rows)),
-                                           key=lambda ref: (ref.namespace, ref.alias.lower(), ref.alias, ref.object_id)))
-    assert catalog.positions_for(["mel", "melanie"]) == [1, 2] and catalog[2] is catalog[2]
-    assert len(EntityCatalog.of_names([])) == 0 and len(EntityCatalog.of_names([]).id_keys) == 0
 
 
 @pytest.mark.parametrize("query", ["Did Mel see Ann?", "What did Melanie Brown buy?", "Where is Zoë Ånd?", "When did nobody go?"])

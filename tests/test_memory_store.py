@@ -143,13 +143,16 @@ def test_the_entity_catalog_reads_names_and_aliases_from_records_as_from_objects
     assert [(ref.alias, ref.canonical_name) for ref in snapshot.entity_catalog(["a"])] == [
         ("Mel", "Melanie Brown"), ("Melanie Brown", "Melanie Brown"), ("Mels", "Melanie Brown")]
     segment = next(s for s in snapshot.segments if s.holds("a", melanie.id))
-    assert segment.entity_names_of([segment.live_row("a", melanie.id)]) == [("Melanie Brown", ["Melanie Brown", "Mel", "Mels"])]
+    names = segment.entity_names("a", [segment.live_row("a", melanie.id)])
+    assert names.canonicals.to_pylist() == ["Melanie Brown"] and dict(names.aliases) == {0: ["Mel", "Mels"]}
+    assert names.ids.tobytes() == melanie.id.bytes
     # without an aliases key the name column answers, whatever the texts hold ("aliases" in quotes included)
     quoted = _memory(21, 'Her "aliases" list', node_type=NodeType.ENTITY, entity_canonical_name="Ann Lee",
                      metadata={"note": '"aliases"'})
     store.add([quoted])
     segment = next(s for s in store.snapshot().segments if s.holds("a", quoted.id))
-    assert segment.entity_names_of([segment.live_row("a", quoted.id)]) == [("Ann Lee", ["Ann Lee"])]
+    names = segment.entity_names("a", [segment.live_row("a", quoted.id)])
+    assert names.canonicals.to_pylist() == ["Ann Lee"] and dict(names.aliases) == {}
     written = list(store.snapshot().entity_catalog(["a"]))
     with MemoryStore.open(store.path, read_only=True) as reopened:  # the records memory-mapped, not just written
         assert list(reopened.snapshot().entity_catalog(["a"])) == written

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from rms_retrieval.stores.indexes import postings as postings_module
 from rms_retrieval.stores.indexes.postings import TermPostings, indexed_terms, query_terms, term_postings
 from tests.lexical_corpus import CORPUS, make_ids, reference_database
 
@@ -128,3 +129,30 @@ def test_names_the_postings_were_not_made_with_are_refused():
         postings.with_names([None, "Zanzibar"])
     with pytest.raises(ValueError, match="2 postings rows need as many names, got 1"):
         postings.with_names([None])
+
+
+ASCII_TEXTS = ["", "   ", "The kilns were FIRING, firing!", "it's A-B_C 3rd `tick` \"quoted\" 'single'",
+               "a\x0bb x\x1cy\x1fz tab\there\r\nnew\fform", "\\back\\slash|pipe/slash~tilde^caret",
+               "e-mail someone@example.com https://example.com/path?q=1&r=2", "running runners ran; RUNS",
+               "the and of", "generously caring relational abilities 10:00 8th", "x" * 40 + " y"]
+
+
+@pytest.mark.parametrize("text", ASCII_TEXTS)
+def test_ascii_text_is_analysed_as_duckdbs_statements_analyse_it(text):
+    connection = postings_module._ANALYZER._ready()
+    query = {term for (term,) in connection.execute(postings_module.QUERY_TERMS, {"text": text}).fetchall() if term}
+    assert set(postings_module._ANALYZER.query_terms(text)) == query
+    tokens = connection.execute(postings_module.DOCUMENT_TERMS,
+                                {"rows": [0], "contents": [text], "names": ["Mixed-Case Name"]}).fetchall()
+    stopwords = set(connection.execute(postings_module.STOPWORDS).fetchnumpy()["sw"].tolist())
+    expected = sorted(term for _, word, term in tokens if word and word not in stopwords)
+    rows, terms = postings_module._ANALYZER.document_terms([text], ["Mixed-Case Name"])
+    assert sorted(terms.to_pylist()) == expected and rows.tolist() == [0] * len(expected)
+
+
+def test_a_batch_of_ascii_and_other_rows_keeps_each_rows_terms():
+    rows, terms = postings_module._ANALYZER.document_terms(["Café runs", "dogs run", "Ünïcödé"], [None, "Ann", "Zoë"])
+    found: dict[int, list[str]] = {}
+    for row, term in zip(rows.tolist(), terms.to_pylist()):
+        found.setdefault(row, []).append(term)
+    assert {row: sorted(each) for row, each in found.items()} == {0: ["cafe", "run"], 1: ["ann", "dog", "run"], 2: ["unicod", "zoe"]}

@@ -17,7 +17,7 @@ from rms_retrieval.nodes.candidate_generation import candidate_limits
 from rms_retrieval.nodes.query_analysis import query_analysis
 from rms_retrieval.nodes.candidate_settings import CandidateSettings
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.stores.analysis.entities import EntityCatalog
+from rms_retrieval.stores.analysis.entity_catalog import EntityCatalog
 from rms_retrieval.stores.protocols import EntityRef
 
 REFERENCE = datetime(2023, 8, 20, 12, 0, tzinfo=UTC)

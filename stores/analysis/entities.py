@@ -19,15 +19,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from uuid import UUID
 
-import numpy as np
 
-from rms_retrieval.stores.indexes.adjacency import uuid_keys
-from rms_retrieval.stores.protocols import EntityRef
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9&\-]*(?:'[A-Za-z]+)?|[.!?;:,\"()]")
 _NAME_WORD = re.compile(r"[^\W_]+")
@@ -178,82 +173,3 @@ class NameMatcher:
                 for object_id in self._ids.get(" ".join(words[start : start + size]), ()):
                     first.setdefault(object_id, start)
         return sorted(first, key=lambda object_id: (first[object_id], object_id))
-
-
-class EntityCatalog(Sequence):
-    """A scope's entity names (`EntityRef`s, in catalog order) as a read-only sequence, with the
-    positions of the refs each first name word opens (of the canonical name or of the alias),
-    made once with it: query analysis reads the refs its question's words open instead of every
-    name. The refs are held as columns (ids as 16 bytes each, names as text) and each is made an
-    `EntityRef` the first time it is read: a scope holds thousands of names, a question reads a
-    few. A store hands out one catalog per scope; `list(catalog)` gives a copy to change."""
-
-    def __init__(self, refs: Iterable[EntityRef] = ()) -> None:
-        refs = list(refs)
-        self._install(uuid_keys([ref.object_id for ref in refs]), [ref.namespace for ref in refs],
-                      [ref.canonical_name for ref in refs], [ref.alias for ref in refs], dict(enumerate(refs)))
-
-    @classmethod
-    def of_names(cls, names: Iterable[tuple[str, bytes, str, str]]) -> EntityCatalog:
-        """The catalog of (namespace, 16-byte id, canonical name, alias) rows, each once, in catalog
-        order: namespace, alias lower-cased, alias, id (16 big-endian bytes sort as the UUIDs do)."""
-        rows = sorted(set(names), key=lambda row: (row[0], row[3].lower(), row[3], row[1]))
-        catalog = cls.__new__(cls)
-        catalog._install(np.frombuffer(b"".join(row[1] for row in rows), dtype="V16"), [row[0] for row in rows],
-                         [row[2] for row in rows], [row[3] for row in rows], {})
-        return catalog
-
-    def _install(self, keys: np.ndarray, namespaces: list[str], canonicals: list[str], aliases: list[str],
-                 made: dict[int, EntityRef]) -> None:
-        self._keys, self._namespaces, self._canonicals, self._aliases = keys, namespaces, canonicals, aliases
-        self._made = made  # the refs made so far, by position (a racing second make is equal)
-        first_words: dict[str, str] = {}  # a name's first word, each distinct name once
-        index: dict[str, list[int]] = {}
-        for position, (canonical, alias) in enumerate(zip(canonicals, aliases)):
-            for name in (canonical, alias) if canonical != alias else (canonical,):
-                word = first_words.get(name)
-                if word is None:
-                    word = first_words[name] = first_name_word(name)
-                positions = index.setdefault(word, [])
-                if not positions or positions[-1] != position:
-                    positions.append(position)
-        self._index = index  # never changed after this
-
-    @cached_property
-    def id_keys(self) -> np.ndarray:
-        """The distinct entity ids, sorted, as 16 big-endian bytes each (a V16 column): what a graph
-        walk marks its entity nodes by, in one search."""
-        return np.unique(self._keys)
-
-    def positions_for(self, words: Iterable[str]) -> list[int]:
-        """The positions, ascending, of the refs one of whose names opens with one of `words`."""
-        return sorted({position for word in set(words) for position in self._index.get(word, ())})
-
-    def __len__(self) -> int:
-        return len(self._aliases)
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[position] for position in range(*index.indices(len(self)))]
-        position = range(len(self))[index]  # a negative index counts from the end; out of range raises
-        ref = self._made.get(position)
-        if ref is None:
-            ref = self._made[position] = EntityRef(UUID(bytes=self._keys[position].tobytes()), self._namespaces[position],
-                                                   self._canonicals[position], self._aliases[position])
-        return ref
-
-    def __iter__(self) -> Iterator[EntityRef]:
-        return (self[position] for position in range(len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, (EntityCatalog, list, tuple)):
-            return NotImplemented
-        return len(self) == len(other) and all(mine == theirs for mine, theirs in zip(self, other))
-
-    __hash__ = None  # equal to a list of its refs, as a list is
-
-    def __repr__(self) -> str:
-        return f"EntityCatalog({list(self)!r})"
-
-    def __reduce__(self):
-        return (EntityCatalog, (list(self),))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 from uuid import UUID
 
@@ -61,6 +62,7 @@ def object_record(memory: MemoryObject) -> str:
     return json.dumps(kept, default=json_default, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
+@lru_cache(maxsize=65_536)  # the turns of a session share their times; a datetime never changes
 def _utc(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text).astimezone(timezone.utc)
 

@@ -127,6 +127,10 @@ def joined_ends(parts: Sequence[tuple[EdgeColumns, np.ndarray]]) -> tuple[np.nda
     order), and each part's (source, target) pairs as codes into it: sorted once over the
     distinct ends, not over every edge's two ids."""
     local = [columns.end_codes_at(positions) for columns, positions in parts]
+    if len(local) == 1:  # one part's distinct ends: sorted already where its segment stores them so
+        keys = id_keys(local[0][1])
+        if np.all(keys[1:].view("S16") > keys[:-1].view("S16")):
+            return keys, [local[0][0]]
     ids = np.concatenate([np.zeros((0, 16), dtype=np.uint8), *(used for _, used in local)])
     keys, code_of = np.unique(id_keys(ids), return_inverse=True)
     offsets = np.cumsum([0, *(len(used) for _, used in local)])

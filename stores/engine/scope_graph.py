@@ -240,10 +240,10 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     ids = np.concatenate([block.columns.ids[block.positions] for block in blocks]).astype(np.int64)
     keys, block_ends = joined_ends([(block.columns, block.positions) for block in blocks])
     ends = np.concatenate(block_ends).astype(np.int64)
-    types = np.concatenate([np.asarray(block.columns.type_names, dtype=object)[block.columns.types[block.positions]]
-                            for block in blocks])
-    co_mentioned = np.concatenate([block.columns.types[block.positions] == block.columns.type_code(CO_MENTIONED)
-                                   for block in blocks])  # codes, not the names: no string compared per edge
+    # Types as codes into the blocks' type names (each segment numbers its own): no string per edge.
+    type_names = tuple(sorted({name for block in blocks for name in block.columns.type_names}))
+    types = np.concatenate([np.asarray([type_names.index(name) for name in block.columns.type_names],
+                                       dtype=np.int64)[block.columns.types[block.positions]] for block in blocks])
     confidence = np.concatenate([block.columns.confidences_at(block.positions) for block in blocks])
     names = sorted({block.namespace for block in blocks})
     namespace = np.concatenate([np.full(len(block.positions), names.index(block.namespace)) for block in blocks])
@@ -253,7 +253,8 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
         _, last = np.unique(ids[::-1], return_index=True)  # a later segment's edge replaces one with its id
         keep = len(ids) - 1 - last
         ids, ends, types, confidence, namespace = ids[keep], ends[keep], types[keep], confidence[keep], namespace[keep]
-        co_mentioned, block_of, stored = co_mentioned[keep], block_of[keep], stored[keep]
+        block_of, stored = block_of[keep], stored[keep]
+    co_mentioned = types == (type_names.index(CO_MENTIONED) if CO_MENTIONED in type_names else -1)
     sources, targets = ends[:, 0], ends[:, 1]
     alive = np.ones(len(ids), dtype=bool)
     for number, name in enumerate(names):
@@ -268,9 +269,10 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
         counts[chosen] = _scope_counts(chosen, sources, targets, keys, stored, block_of, blocks, mentions.get(name, []))
     alive &= ~co_mentioned | (counts > 0)
     weighed = np.flatnonzero(co_mentioned & alive)
-    distinct, which = np.unique(counts[weighed], return_inverse=True)  # each weight computed once, as a write does
-    confidence[weighed] = np.asarray([co_mention_confidence(found) for found in distinct.tolist()], dtype=float)[which]
-    return Adjacency.from_codes(ids[alive], keys, sources[alive], targets[alive], types[alive], confidence[alive])
+    # Each weight computed once, as a write does; every count from CO_MENTIONS_SATURATED on weighs the same.
+    weights = np.asarray([co_mention_confidence(found) for found in range(CO_MENTIONS_SATURATED + 1)], dtype=float)
+    confidence[weighed] = weights[np.minimum(counts[weighed], CO_MENTIONS_SATURATED)]
+    return Adjacency.from_codes(ids[alive], keys, sources[alive], targets[alive], types[alive], type_names, confidence[alive])
 
 
 class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):

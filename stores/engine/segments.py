@@ -34,8 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rms_retrieval.stores.analysis.entity_catalog import EntityNames
 from rms_retrieval.stores.engine.codec import memory_object
-from rms_retrieval.stores.indexes.entity_graph import names_of
 from rms_retrieval.stores.analysis.positions import SessionKey
 from rms_retrieval.stores.engine.edge_columns import EDGE_PREFIX, EdgeColumns, LiveEdgeGroups, StoredEdge
 from rms_retrieval.stores.engine.edge_index import EdgeIndex, LiveCounts
@@ -344,21 +344,18 @@ class LoadedSegment:
             self._decoded[position] = memory
         return memory
 
-    def entity_names_of(self, positions: Sequence[int]) -> list[tuple[str, list[str]]]:
-        """The canonical name and every name (`entity_names`) of each ENTITY row of `positions`, read
-        from its record without building the object (an entity catalog reads thousands): the
-        canonical names in one read of their column, and the aliases of the records that hold any
-        (most spotted names hold none)."""
-        canonicals = self._columns.entity_names.take(pa.array(positions, type=pa.int64())).to_pylist()
+    def entity_names(self, namespace: str, positions: Sequence[int]) -> EntityNames:
+        """The ids, canonical names and aliases of the ENTITY rows at `positions` (of `namespace`),
+        read from the columns without building an object (an entity catalog reads thousands): the
+        aliases from the records that hold any (most spotted names hold none; JSON escapes a quote
+        in a text, so a record without the key has none)."""
+        at = pa.array(positions, type=pa.int64())
         records = self._columns.records
-        names = []
-        for position, canonical, aliased in zip(positions, canonicals, records.containing(positions, '"aliases"')):
-            if not aliased:  # no aliases key (JSON escapes a quote in a text): the name column is all
-                names.append((canonical or "", [canonical] if canonical and canonical.strip() else []))
-                continue
-            aliases = (json.loads(records.at(position)).get("metadata") or {}).get("aliases")
-            names.append((canonical or "", names_of(canonical, aliases)))
-        return names
+        aliases = {index: (json.loads(records.at(position)).get("metadata") or {}).get("aliases")
+                   for index, (position, aliased) in enumerate(zip(positions, records.containing(positions, '"aliases"')))
+                   if aliased}
+        return EntityNames(namespace, self._columns.ids[np.asarray(positions, dtype=np.int64)],
+                           self._columns.entity_names.take(at), aliases)
 
     def objects(self) -> list[MemoryObject]:
         """The live objects, in row order."""

@@ -31,35 +31,37 @@ class Adjacency:
         # Nodes in UUID order: 16 big-endian bytes sort as the UUID's integer does.
         keys, codes = np.unique(uuid_keys([e.source for e in edges] + [e.target for e in edges]), return_inverse=True)
         codes = codes.reshape(-1)
+        type_names = tuple(dict.fromkeys(e.edge_type for e in edges))
         self._from_codes(
             np.fromiter((e.edge_id for e in edges), dtype=np.int64, count=count), keys, codes[:count], codes[count:],
-            np.array([e.edge_type for e in edges], dtype=object).reshape(count),
+            _type_codes([e.edge_type for e in edges], type_names), type_names,
             np.fromiter((e.confidence for e in edges), dtype=float, count=count),
         )
 
     @classmethod
     def from_codes(cls, edge_id: np.ndarray, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray,
-                   edge_types: np.ndarray, confidence: np.ndarray) -> Adjacency:
+                   type_codes: np.ndarray, type_names: tuple[str, ...], confidence: np.ndarray) -> Adjacency:
         """The graph of edges given as columns: ids, both ends as codes into `keys` (the node ids as
-        a sorted V16 column, so codes sort as the ids do), types (an object array of str) and
+        a sorted V16 column, so codes sort as the ids do), types as codes into `type_names` and
         confidences, in any order (ids unique). Ids no edge uses are no nodes."""
         graph = cls.__new__(cls)
-        graph._from_codes(edge_id, keys, sources, targets, edge_types, confidence)
+        graph._from_codes(edge_id, keys, sources, targets, type_codes, type_names, confidence)
         return graph
 
     def _from_codes(self, edge_id: np.ndarray, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray,
-                    edge_types: np.ndarray, confidence: np.ndarray) -> None:
+                    type_codes: np.ndarray, type_names: tuple[str, ...], confidence: np.ndarray) -> None:
         edge_id, confidence = np.asarray(edge_id, dtype=np.int64), np.asarray(confidence, dtype=float)
         if not np.all(edge_id[1:] > edge_id[:-1]):  # else in id order already (a scope's graph is)
             order = np.argsort(edge_id, kind="stable")
-            edge_id, sources, targets, edge_types, confidence = (
-                edge_id[order], sources[order], targets[order], edge_types[order], confidence[order])
+            edge_id, sources, targets, type_codes, confidence = (
+                edge_id[order], sources[order], targets[order], type_codes[order], confidence[order])
         count = len(edge_id)
         numbers, used = used_numbers(np.concatenate([sources, targets]), len(keys))
-        self._install(keys[used], numbers[:count], numbers[count:], confidence, edge_id, edge_types)
+        self._install(keys[used], numbers[:count], numbers[count:], confidence, edge_id, type_codes, type_names)
 
     def _install(self, node_keys: np.ndarray, source: np.ndarray, target: np.ndarray, confidence: np.ndarray,
-                 edge_id: np.ndarray, edge_types: np.ndarray, node_ids: UuidColumn | None = None) -> None:
+                 edge_id: np.ndarray, type_codes: np.ndarray, type_names: tuple[str, ...],
+                 node_ids: UuidColumn | None = None) -> None:
         """`node_keys`: the node ids as a sorted V16 column (their UUIDs are made on first use of
         `nodes`: a walk reads the few it returns, `node_at`); `node_ids`, a column of them already
         holding some UUIDs."""
@@ -67,17 +69,17 @@ class Adjacency:
         # node_at's answers, made on first ask (the graph never changes)
         self._node_ids = UuidColumn(node_keys) if node_ids is None else node_ids
         self.source, self.target, self.confidence, self.edge_id = source, target, confidence, edge_id
-        self._edge_types = edge_types
+        self._type_codes, self._type_names = type_codes, type_names
         self._sources: dict[tuple, list[UUID]] = {}  # sources_into's answers: this graph never changes
 
     @cached_property
     def edge_type(self) -> tuple[str, ...]:
         """Each edge's type, in edge-id order (made on first use; a walk reads `type_at`)."""
-        return tuple(self._edge_types.tolist())
+        return tuple(self._type_names[code] for code in self._type_codes.tolist())
 
     def type_at(self, position: int) -> str:
         """The type of the edge at `position` (edge-id order)."""
-        return self._edge_types[position]
+        return self._type_names[self._type_codes[position]]
 
     @cached_property
     def nodes(self) -> tuple[UUID, ...]:
@@ -106,6 +108,7 @@ class Adjacency:
         added_numbers = np.searchsorted(node_keys, added_ends).astype(np.int64)
         edge_id = np.concatenate([self.edge_id[keep], np.fromiter((e.edge_id for e in added), dtype=np.int64, count=count)])
         order = np.argsort(edge_id, kind="stable")
+        type_names = tuple(dict.fromkeys([*self._type_names, *(e.edge_type for e in added)]))
         updated = Adjacency.__new__(Adjacency)
         updated._install(
             node_keys,
@@ -113,7 +116,8 @@ class Adjacency:
             np.concatenate([remap[self.target[keep]], added_numbers[count:]])[order],
             np.concatenate([self.confidence[keep], np.fromiter((e.confidence for e in added), float, count)])[order],
             edge_id[order],
-            np.concatenate([self._edge_types[keep], np.array([e.edge_type for e in added], dtype=object).reshape(count)])[order],
+            np.concatenate([self._type_codes[keep], _type_codes([e.edge_type for e in added], type_names)])[order],
+            type_names,  # the old codes keep their names
             self._node_ids.moved(node_keys, remap),  # the UUIDs made so far, for nodes that stay
         )
         return updated
@@ -125,7 +129,7 @@ class Adjacency:
 
     def _edge(self, position: int) -> Edge:
         return Edge(int(self.edge_id[position]), self.node_at(self.source[position]), self.node_at(self.target[position]),
-                    self._edge_types[position], float(self.confidence[position]))
+                    self.type_at(position), float(self.confidence[position]))
 
     def __len__(self) -> int:
         return len(self.node_keys)
@@ -158,7 +162,8 @@ class Adjacency:
         key = (numbers.tobytes(), edge_type, min_confidence)
         if key not in self._sources:
             edges = self.incident_edges(numbers, min_confidence)
-            into = np.isin(self.target[edges], numbers) & (self._edge_types[edges] == edge_type)
+            code = self._type_names.index(edge_type) if edge_type in self._type_names else -1
+            into = np.isin(self.target[edges], numbers) & (self._type_codes[edges] == code)
             found = _ascending_once(self.source[edges[into]], len(self.node_keys)).tolist()
             if len(self._sources) >= 1024:  # a bound, as many distinct questions name many people
                 self._sources.clear()
@@ -168,6 +173,12 @@ class Adjacency:
     def touching(self, nodes: Iterable[UUID], min_confidence: float) -> list[Edge]:
         """Edges with an endpoint in `nodes` and at least `min_confidence`, by edge id, once each."""
         return [self._edge(i) for i in self.incident_edges(self.numbers(nodes), min_confidence).tolist()]
+
+
+def _type_codes(types: Sequence[str], names: tuple[str, ...]) -> np.ndarray:
+    """Each of `types` as its position in `names`."""
+    position = {name: code for code, name in enumerate(names)}
+    return np.fromiter((position[edge_type] for edge_type in types), dtype=np.int64, count=len(types))
 
 
 def _edge_id(edge: Edge) -> int:
