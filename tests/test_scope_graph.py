@@ -211,3 +211,23 @@ def test_a_pair_its_segment_counted_as_saturated_is_counted_again_once_rows_die(
     assert weight(None) == [0.95]
     assert weight(np.array([True, True, True, False, False, False, False, False])) == [co_mention_confidence(5)]
     assert weight(np.array([True] * 8)) == []  # no live row mentions the pair
+
+
+def test_a_graph_whose_every_edge_stays_numbers_its_nodes_by_the_ends_as_they_are() -> None:
+    a, b, c = UUID(int=5), UUID(int=6), UUID(int=7)
+    turns = [UUID(int=50 + row) for row in range(3)]
+    edges = [StoredEdge(Edge(1, turns[0], a, MENTIONS, 0.9), "n", 0), StoredEdge(Edge(2, turns[0], b, MENTIONS, 0.9), "n", 0),
+             StoredEdge(Edge(3, turns[1], b, MENTIONS, 0.9), "n", 1), StoredEdge(Edge(4, turns[1], c, MENTIONS, 0.9), "n", 1),
+             StoredEdge(Edge(5, turns[2], c, "SPOKEN_BY", 1.0), "n", 2),
+             StoredEdge(Edge(6, a, b, CO_MENTIONED, 0.3), "n", -1), StoredEdge(Edge(7, b, c, CO_MENTIONED, 0.3), "n", -1)]
+    for counted in (False, True):
+        arrays = stored_edge_arrays(edges)
+        if counted:
+            arrays.update(confidence_arrays(counted_confidences(EdgeColumns(arrays), 3)), **{COUNTED_ARRAY: np.ones(1, np.uint8)})
+        columns = EdgeColumns(arrays)
+        graph = scope_graph([EdgeBlock("n", columns, np.arange(len(edges)))], frozenset(),
+                            {"n": [SegmentMentions(columns, "n", None, 3)]})
+        expected = Adjacency([stored.edge if stored.edge.edge_type != CO_MENTIONED
+                              else Edge(stored.edge.edge_id, stored.edge.source, stored.edge.target, CO_MENTIONED,
+                                        co_mention_confidence(1)) for stored in edges])
+        assert graph.edges == expected.edges and graph.nodes == expected.nodes == tuple(sorted({*turns, a, b, c}))

@@ -27,6 +27,10 @@ ASSERTION_NORM_COLUMNS = (
 )
 ROW_COLUMNS = (*OBJECT_FIELDS, *ASSERTION_NORM_COLUMNS, "record")
 _TIME_FIELDS = ("created_at", "updated_at", "event_time", "valid_from", "valid_to")
+# Enum members by value: a dictionary lookup, where calling the enum goes through Python code.
+_NODE_TYPES = {member.value: member for member in NodeType}
+_EPISTEMIC_TYPES = {member.value: member for member in EpistemicType}
+_LIFECYCLE_STATES = {member.value: member for member in LifecycleState}
 # What a record leaves out where the object holds it (`memory_object` puts it back): the values
 # most objects have. A record also leaves out `updated_at` where it equals `created_at`, and the
 # id, namespace and entity name, which its row's columns hold. A name the store spotted takes about
@@ -83,9 +87,9 @@ def memory_object(record: str, object_id: UUID | None = None, namespace: str | N
         id=UUID(stored["id"]) if object_id is None else object_id,
         namespace=stored["namespace"] if namespace is None else namespace,
         entity_canonical_name=stored.get("entity_canonical_name", entity_name),
-        node_type=NodeType(fields["node_type"]),
-        epistemic_type=EpistemicType(fields["epistemic_type"]),
-        lifecycle_state=LifecycleState(fields["lifecycle_state"]),
+        node_type=_NODE_TYPES[fields["node_type"]],
+        epistemic_type=_EPISTEMIC_TYPES[fields["epistemic_type"]],
+        lifecycle_state=_LIFECYCLE_STATES[fields["lifecycle_state"]],
         evidence_refs=tuple(fields["evidence_refs"]),
         assertion=None if fields["assertion"] is None else Assertion.model_construct(**fields["assertion"]),
         quantity=None if fields["quantity"] is None else Quantity.model_construct(**fields["quantity"]),

@@ -249,7 +249,8 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     namespace = np.concatenate([np.full(len(block.positions), names.index(block.namespace)) for block in blocks])
     block_of = np.concatenate([np.full(len(block.positions), number) for number, block in enumerate(blocks)])
     stored = np.concatenate([_own_counts(block.columns, block.positions) for block in blocks])
-    if not np.all(ids[1:] > ids[:-1]):  # else every id is there once, in id order, as the search below leaves them
+    replaced = not np.all(ids[1:] > ids[:-1])  # else every id is there once, in id order
+    if replaced:
         _, last = np.unique(ids[::-1], return_index=True)  # a later segment's edge replaces one with its id
         keep = len(ids) - 1 - last
         ids, ends, types, confidence, namespace = ids[keep], ends[keep], types[keep], confidence[keep], namespace[keep]
@@ -272,6 +273,8 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     # Each weight computed once, as a write does; every count from CO_MENTIONS_SATURATED on weighs the same.
     weights = np.asarray([co_mention_confidence(found) for found in range(CO_MENTIONS_SATURATED + 1)], dtype=float)
     confidence[weighed] = weights[np.minimum(counts[weighed], CO_MENTIONS_SATURATED)]
+    if not replaced and alive.all():  # every edge stays, so every end of `keys` is a node (no copies either)
+        return Adjacency.from_codes(ids, keys, sources, targets, types, type_names, confidence, every_key_used=True)
     return Adjacency.from_codes(ids[alive], keys, sources[alive], targets[alive], types[alive], type_names, confidence[alive])
 
 

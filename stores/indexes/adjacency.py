@@ -40,21 +40,27 @@ class Adjacency:
 
     @classmethod
     def from_codes(cls, edge_id: np.ndarray, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray,
-                   type_codes: np.ndarray, type_names: tuple[str, ...], confidence: np.ndarray) -> Adjacency:
+                   type_codes: np.ndarray, type_names: tuple[str, ...], confidence: np.ndarray,
+                   every_key_used: bool = False) -> Adjacency:
         """The graph of edges given as columns: ids, both ends as codes into `keys` (the node ids as
         a sorted V16 column, so codes sort as the ids do), types as codes into `type_names` and
-        confidences, in any order (ids unique). Ids no edge uses are no nodes."""
+        confidences, in any order (ids unique). Ids no edge uses are no nodes; `every_key_used`:
+        the caller knows each key is an end of some edge, so the codes number the nodes as they are."""
         graph = cls.__new__(cls)
-        graph._from_codes(edge_id, keys, sources, targets, type_codes, type_names, confidence)
+        graph._from_codes(edge_id, keys, sources, targets, type_codes, type_names, confidence, every_key_used)
         return graph
 
     def _from_codes(self, edge_id: np.ndarray, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray,
-                    type_codes: np.ndarray, type_names: tuple[str, ...], confidence: np.ndarray) -> None:
+                    type_codes: np.ndarray, type_names: tuple[str, ...], confidence: np.ndarray,
+                    every_key_used: bool = False) -> None:
         edge_id, confidence = np.asarray(edge_id, dtype=np.int64), np.asarray(confidence, dtype=float)
         if not np.all(edge_id[1:] > edge_id[:-1]):  # else in id order already (a scope's graph is)
             order = np.argsort(edge_id, kind="stable")
             edge_id, sources, targets, type_codes, confidence = (
                 edge_id[order], sources[order], targets[order], type_codes[order], confidence[order])
+        if every_key_used:
+            self._install(keys, sources, targets, confidence, edge_id, type_codes, type_names)
+            return
         count = len(edge_id)
         numbers, used = used_numbers(np.concatenate([sources, targets]), len(keys))
         self._install(keys[used], numbers[:count], numbers[count:], confidence, edge_id, type_codes, type_names)
