@@ -29,9 +29,10 @@ from rms_retrieval.nodes.bundle import (BundleItem, CrossScopeHint, ExclusionSco
 from rms_retrieval.nodes.pools import (CandidatePool, FilteredPool, PathType, RankedCandidates,
                                        ScoredPool, Selection, SessionLink, mask_paths, path_mask)
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.nodes.helpers.tokens import count_context_tokens, count_tokens, tokens_within
+from rms_retrieval.nodes.helpers.tokens import ITEM_TOKENS, count_context_tokens, count_tokens, tokens_within
 from rms_retrieval.stores.analysis.speakers import spoken_text
 from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.protocols import RetrievalStore
 
 SEPARATOR = "\n"
 # RFC-0005 amendment: knowledge_at is an ingestion-time cutoff over the current pool, not a replay.
@@ -225,6 +226,22 @@ def _finite(value: float | None) -> float | None:
     return float(value)
 
 
+def stored_item_tokens(
+    selected_candidates: Selection, store_snapshot: RetrievalStore, request: RetrievalRequest, settings: RetrievalSettings
+) -> dict[int, int]:
+    """The tokens of the selected items' lines that the count cache does not hold yet, by id
+    integer: the counts the store keeps of their spoken texts (stores/analysis/text_tokens.py),
+    which are the lines of the `dated_groups` and `plain` formats, so a namespace's first query
+    counts no long turn again. None for `reader` lines, or for items whose store keeps no count
+    (packing counts them)."""
+    if settings.packing.item_format == "reader":
+        return {}
+    unknown = [obj.id for obj in selected_candidates.pool.objects if ITEM_TOKENS.known(spoken_text(obj)) is None]
+    if not unknown:
+        return {}
+    return {object_id.int: tokens for object_id, tokens in store_snapshot.text_tokens(unknown, request.namespaces).items()}
+
+
 def packed_bundle(
     selected_candidates: Selection,
     ranked_candidates: RankedCandidates,
@@ -234,12 +251,13 @@ def packed_bundle(
     request: RetrievalRequest,
     settings: RetrievalSettings,
     cross_scope_hints: tuple[CrossScopeHint, ...] | None = None,
+    stored_item_tokens: Mapping[int, int] | None = None,
 ) -> MemoryBundle:
     """The Memory Bundle: tiers, then `packing.order` inside a tier, within the cl100k_base token budget."""
     order = _ORDERS[settings.packing.order]
     return _packed_bundle(selected_candidates, ranked_candidates, filtered_candidates, merged_candidates,
                           query_analysis, request, settings, order.priority, cross_scope_hints,
-                          priority_reads_tokens=order.reads_tokens)
+                          priority_reads_tokens=order.reads_tokens, known_tokens=stored_item_tokens or {})
 
 
 def _packed_bundle(
@@ -254,6 +272,7 @@ def _packed_bundle(
     cross_scope_hints: tuple[CrossScopeHint, ...] | None = None,
     *,
     priority_reads_tokens: bool,
+    known_tokens: Mapping[int, int] | None = None,
 ) -> MemoryBundle:
     """`packed_bundle`, the items offered in `priority` order (the benchmark's arms pass others).
     Where the priority reads items' tokens every item is counted first; else an item is counted
@@ -268,7 +287,11 @@ def _packed_bundle(
         pool.path_count.tolist(), tiering.tolist(),
     ):
         text = format_item(obj, item_format)
-        tokens = count_tokens(text) if priority_reads_tokens else None
+        tokens = (known_tokens or {}).get(obj.id.int)
+        if tokens is not None:
+            ITEM_TOKENS.remember(text, tokens)
+        elif priority_reads_tokens:
+            tokens = count_tokens(text)
         items.append(_Item(obj, score, relevance, mask, path_count, text, tokens, _tier(strong, obj)))
     if ranked_candidates.episode_anchors or ranked_candidates.evidence_anchors:  # RFC 4.6, 4.7: after tier 1
         items = [dataclasses.replace(item, tier=2) if item.tier > 2 and item.mask & _ROUTED_BITS else item

@@ -198,6 +198,12 @@ class ObjectStore(ABC):
         left out, exactly like an unknown one."""
         ...
 
+    def text_tokens(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, int]:
+        """Of the objects of `namespaces` among `ids`, the cl100k tokens of each one's spoken text
+        (`stores.analysis.text_tokens`) where the store keeps them; packing counts the rest. A
+        store that keeps none gives none."""
+        return {}
+
     @abstractmethod
     def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
         """Salience 1.0, ACTIVE TASK and ACTIVE INTENT objects in the namespaces, by id."""

@@ -281,12 +281,28 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def get_objects(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, MemoryObject]:
         """The objects of `namespaces` among `ids`, by id; ids those namespaces do not hold are left
         out. Two namespaces may hold one id: the first of `namespaces` in sorted order answers."""
+        found = self._live_rows(ids, namespaces)
+        return {object_id: segment.object_at(row) for object_id, (segment, row) in found.items()}
+
+    def text_tokens(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, int]:
+        """The kept token counts of the objects of `namespaces` among `ids` (ObjectStore.text_tokens):
+        those whose segment keeps them."""
+        counts = {}
+        for object_id, (segment, row) in self._live_rows(ids, namespaces).items():
+            kept = segment.text_tokens
+            if kept is not None:
+                counts[object_id] = int(kept[row])
+        return counts
+
+    def _live_rows(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, tuple[LoadedSegment, int]]:
+        """The live (segment, row) of each of `ids` that `namespaces` hold, in id order; two namespaces
+        may hold one id: the first of `namespaces` in sorted order answers."""
         # Keyed by the id's integer until the answer is made: an integer hashes and compares in C, a
         # UUID in Python code (several lookups per id here, ~1,000 ids per request); integers sort
         # as the ids do.
         by_key = {object_id.int: object_id for object_id in ids}
         wanted = sorted(by_key)
-        found: dict[int, MemoryObject] = {}
+        found: dict[int, tuple[LoadedSegment, int]] = {}
         for namespace in sorted(set(namespaces)):
             missing = [key for key in wanted if key not in found]
             for segment in self.segments:  # the first segment with a live row answers
@@ -297,7 +313,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 rows = segment.live_rows(namespace, [by_key[key] for key in missing])
                 for key, row in zip(missing, rows):
                     if row is not None:
-                        found[key] = segment.object_at(row)
+                        found[key] = (segment, row)
                 missing = [key for key, row in zip(missing, rows) if row is None]
         return {by_key[key]: found[key] for key in wanted if key in found}
 

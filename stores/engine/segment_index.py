@@ -61,10 +61,13 @@ class IndexArrays:
     every reading of the segment."""
 
     def __init__(self, vectors: SegmentVectors, postings: TermPostings, edges: EdgeColumns, names: pa.Array | None,
-                 check: Callable[[IndexArrays], None] | None) -> None:
-        """`names`: each row's entity name, for the postings' name counts (None: `postings` has them)."""
+                 check: Callable[[IndexArrays], None] | None, text_tokens: np.ndarray | None = None) -> None:
+        """`names`: each row's entity name, for the postings' name counts (None: `postings` has them);
+        `text_tokens`: each row's `text_tokens.spoken_tokens` (None: a segment written before it)."""
         vectors.matrix.flags.writeable = False
-        self.vectors, self.edges, self._postings = vectors, edges, postings
+        if text_tokens is not None and (text_tokens.dtype.kind not in "iu" or text_tokens.shape != (postings.num_rows,)):
+            raise ValueError(f"the text token counts do not match the {postings.num_rows} rows")
+        self.vectors, self.edges, self._postings, self.text_tokens = vectors, edges, postings, text_tokens
         self._names, self._check = names, check
         self._named: TermPostings | None = None
         self._lock = threading.Lock()

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from rms_retrieval.stores.engine.edge_columns import COUNTED_ARRAY, EdgeColumns, confidence_arrays, stored_edge_arrays
+from rms_retrieval.stores.analysis.text_tokens import TEXT_TOKENS, spoken_tokens
+from rms_retrieval.stores.engine.edge_columns import COUNTED_ARRAY, EdgeColumns, confidence_arrays, smallest_int, stored_edge_arrays
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions, SegmentEntry, fsync_path
 from rms_retrieval.stores.engine.npz_views import npz_bytes
 from rms_retrieval.stores.engine.segment_parquet import (objects_table, parquet_bytes, record_arrays, segment_columns,
@@ -30,7 +31,7 @@ from rms_retrieval.stores.engine.segment_layout import (DELETIONS_PREFIX, INDEX_
 from rms_retrieval.stores.engine.scope_graph import counted_confidences
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.indexes.postings import TermPostings, term_postings
+from rms_retrieval.stores.indexes.postings import TermPostings, read_only, term_postings
 from rms_retrieval.stores.models import MemoryObject
 
 
@@ -57,7 +58,7 @@ def write_segment(
         rows = [rows[position] for position in order]
         vectors = vectors.take(np.asarray(order, dtype=np.int64))
         postings = term_postings([(memory.content, memory.entity_canonical_name) for memory in rows])
-    return write_table_segment(store, segment_id, objects_table(rows), vectors, edges, postings)
+    return write_table_segment(store, segment_id, objects_table(rows), vectors, edges, postings, text_tokens=spoken_tokens(rows))
 
 
 def write_table_segment(
@@ -70,10 +71,12 @@ def write_table_segment(
     sources: tuple[str, ...] = (),
     staging_prefix: str = TEMPORARY_PREFIX,
     publish: bool = True,
+    *,
+    text_tokens: np.ndarray,
 ) -> LoadedSegment:
     """Write one segment from its objects table (OBJECTS_SCHEMA, rows grouped by namespace, `row`
-    counting from 0), vectors, edges (as `StoredEdge`s, or as the arrays a merge builds) and
-    postings; a merge passes its sources' ids as `sources`.
+    counting from 0), vectors, edges (as `StoredEdge`s, or as the arrays a merge builds),
+    postings and each row's `text_tokens.spoken_tokens`; a merge passes its sources' ids as `sources`.
 
     Each file is serialised in memory, hashed, written and fsynced once, with the staging
     directory `segments/<staging_prefix><id>/`; then (with `publish`) that is renamed into place:
@@ -102,9 +105,12 @@ def write_table_segment(
         decoded = tuple(stored if stored.edge.confidence == confidence
                         else replace(stored, edge=replace(stored.edge, confidence=confidence))
                         for stored, confidence in zip(decoded, confidences.tolist()))
+    if len(text_tokens) != objects.num_rows:
+        raise StoreError(f"segment {segment_id}: {objects.num_rows} rows need as many text token counts; "
+                         "this is a bug, report it")
     blobs = {OBJECTS_FILE: parquet_bytes(without_records(objects)),
              INDEX_FILE: npz_bytes({**vector_arrays, **record_arrays(objects.column("record")), **postings.to_arrays(),
-                                    **edge_arrays})}
+                                    **edge_arrays, TEXT_TOKENS: smallest_int(np.asarray(text_tokens, dtype=np.int64))})}
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
     namespaces = Counter(objects.column("namespace").to_pylist())
     sidecar = sidecar_bytes(segment_id, objects.num_rows, digests, sources, dict(sorted(namespaces.items())),
@@ -131,8 +137,18 @@ def write_table_segment(
     segment.entry, segment.directory = entry, segment_directory(store, segment_id)
     edge_columns = EdgeColumns(edge_arrays)
     edge_columns.check_owners(objects.num_rows, segment.directory)
-    segment._build(store, IndexArrays(vectors, postings, edge_columns, None, None), columns, decoded)
+    segment._build(store, IndexArrays(vectors, postings, edge_columns, None, None, read_only(smallest_int(np.asarray(
+        text_tokens, dtype=np.int64)))), columns, decoded)
     return segment
+
+
+def segment_text_tokens(segment: LoadedSegment) -> np.ndarray:
+    """Each row's `text_tokens.spoken_tokens`, dead rows too: as `segment` keeps them, or counted
+    from its records (a segment written before they were kept), for a merge or compaction to carry."""
+    kept = segment.text_tokens
+    if kept is not None:
+        return np.asarray(kept, dtype=np.int64)
+    return spoken_tokens(segment.object_at(row) for row in range(segment.entry.rows))
 
 
 def sidecar_bytes(segment_id: str, rows: int, files: Mapping[str, str], sources: Sequence[str],

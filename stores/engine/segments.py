@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rms_retrieval.stores.analysis.entity_catalog import EntityNames
+from rms_retrieval.stores.analysis.text_tokens import TEXT_TOKENS
 from rms_retrieval.stores.engine.codec import memory_object
 from rms_retrieval.stores.analysis.positions import SessionKey
 from rms_retrieval.stores.engine.edge_columns import EDGE_PREFIX, EdgeColumns, LiveEdgeGroups, StoredEdge
@@ -98,7 +99,12 @@ class LoadedSegment:
         if mapped is None:
             edges.check_owners(entry.rows, directory)
         check = None if mapped is None else self._index_check(mapped[0])
-        self._build(store, IndexArrays(vectors, postings, edges, columns.entity_names, check), columns, decoded)
+        counts = None if separate else arrays.get(TEXT_TOKENS)
+        try:
+            index_arrays = IndexArrays(vectors, postings, edges, columns.entity_names, check, counts)
+        except ValueError as error:
+            raise StoreError(f"cannot read segment {directory} ({error}); run `rms check --store {store}`") from error
+        self._build(store, index_arrays, columns, decoded)
 
     def with_deletions(self, entry: SegmentEntry) -> LoadedSegment:
         """This segment read with `entry`'s deletion file (the same segment id): rows, vectors and
@@ -224,6 +230,11 @@ class LoadedSegment:
     @property
     def postings(self) -> TermPostings:
         return self._index.checked().postings
+
+    @property
+    def text_tokens(self) -> np.ndarray | None:
+        """Each row's tokens of its spoken text (None: a segment written before they were kept)."""
+        return self._index.checked().text_tokens
 
     @property
     def stored_postings(self) -> TermPostings:
