@@ -236,10 +236,12 @@ def stored_item_tokens(
     (packing counts them)."""
     if settings.packing.item_format == "reader":
         return {}
-    unknown = [obj.id for obj in selected_candidates.pool.objects if ITEM_TOKENS.known(spoken_text(obj)) is None]
+    objects = selected_candidates.pool.objects
+    unknown = ITEM_TOKENS.missing([spoken_text(obj) for obj in objects])
     if not unknown:
         return {}
-    return {object_id.int: tokens for object_id, tokens in store_snapshot.text_tokens(unknown, request.namespaces).items()}
+    kept = store_snapshot.text_tokens([objects[position].id for position in unknown], request.namespaces)
+    return {object_id.int: tokens for object_id, tokens in kept.items()}
 
 
 def packed_bundle(

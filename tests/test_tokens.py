@@ -46,3 +46,12 @@ def test_tokens_within_counts_only_what_could_fit():
     assert tokens_within(text, 5) is None and ITEM_TOKENS.known(text) is None  # eleven words cannot fit in five
     assert tokens_within(text, 20) == count_context_tokens(text) == ITEM_TOKENS.known(text)
     assert tokens_within(text, 5) == count_context_tokens(text)  # a count already known is given as it is
+
+
+def test_a_cache_remembers_counts_given_to_it_and_names_the_texts_it_lacks():
+    cache = TokenCountCache(characters=100)
+    assert cache.remember("given elsewhere", 3) == 3 and cache.known("given elsewhere") == 3
+    assert cache.count("counted here") == count_context_tokens("counted here")
+    assert cache.missing(["counted here", "never seen", "given elsewhere", "also new"]) == [1, 3]
+    assert cache.known("never seen") is None  # naming a missing text counts nothing
+    assert cache.remember("x" * 200, 7) == 7 and cache.known("x" * 200) is None and cache.characters <= 100

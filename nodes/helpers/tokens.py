@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from rms_retrieval.stores.analysis.text_tokens import token_count
 
@@ -39,6 +40,12 @@ class TokenCountCache:
             if found is not None:
                 self._counts.move_to_end(text)
             return found
+
+    def missing(self, texts: Sequence[str]) -> list[int]:
+        """The positions of the `texts` not held, looked up under one lock (none is counted, and the
+        held ones keep their place: their next `known` or `count` moves them)."""
+        with self._lock:
+            return [position for position, text in enumerate(texts) if text not in self._counts]
 
     def count(self, text: str) -> int:
         found = self.known(text)
