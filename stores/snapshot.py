@@ -281,21 +281,20 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
     def get_objects(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, MemoryObject]:
         """The objects of `namespaces` among `ids`, by id; ids those namespaces do not hold are left
         out. Two namespaces may hold one id: the first of `namespaces` in sorted order answers."""
-        found = self._live_rows(ids, namespaces)
-        return {object_id: segment.object_at(row) for object_id, (segment, row) in found.items()}
+        return {object_id: segment.object_at(row) for object_id, segment, row in self._live_rows(ids, namespaces)}
 
     def text_tokens(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, int]:
         """The kept token counts of the objects of `namespaces` among `ids` (ObjectStore.text_tokens):
         those whose segment keeps them."""
         counts = {}
-        for object_id, (segment, row) in self._live_rows(ids, namespaces).items():
+        for object_id, segment, row in self._live_rows(ids, namespaces):
             kept = segment.text_tokens
             if kept is not None:
                 counts[object_id] = int(kept[row])
         return counts
 
-    def _live_rows(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> dict[UUID, tuple[LoadedSegment, int]]:
-        """The live (segment, row) of each of `ids` that `namespaces` hold, in id order; two namespaces
+    def _live_rows(self, ids: Iterable[UUID], namespaces: Sequence[str]) -> list[tuple[UUID, LoadedSegment, int]]:
+        """(id, segment, live row) of each of `ids` that `namespaces` hold, in id order; two namespaces
         may hold one id: the first of `namespaces` in sorted order answers."""
         # Keyed by the id's integer until the answer is made: an integer hashes and compares in C, a
         # UUID in Python code (several lookups per id here, ~1,000 ids per request); integers sort
@@ -315,7 +314,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                     if row is not None:
                         found[key] = (segment, row)
                 missing = [key for key, row in zip(missing, rows) if row is None]
-        return {by_key[key]: found[key] for key in wanted if key in found}
+        return [(by_key[key], *found[key]) for key in wanted if key in found]
 
     def pinned_objects(self, namespaces: Sequence[str]) -> list[MemoryObject]:
         """Pinned objects (MemoryObject.is_pinned) of the namespaces, by id."""
