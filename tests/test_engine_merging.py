@@ -138,11 +138,12 @@ def test_a_merge_killed_while_it_builds_leaves_the_store_as_it_was_and_the_next_
 def test_a_failed_merge_warns_and_wait_raises_and_the_store_is_as_it_was(tmp_path):
     path = tmp_path / "store"
     with MemoryStore.open(path, store_workers.encoder()) as store:
-        with _merges_held_back(store):
-            before = read_manifest(path)
-            (path / SEGMENTS_DIR / before.segments[4].id / "objects.parquet").write_bytes(b"damaged")
+        # Recording from before the merge lock is let go: the merge thread may fail and warn at once.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            with _merges_held_back(store):
+                before = read_manifest(path)
+                (path / SEGMENTS_DIR / before.segments[4].id / "objects.parquet").write_bytes(b"damaged")
             with pytest.raises(StoreError, match="background merge of store .* failed: .*objects.parquet.*rms check"):
                 store.wait_for_merges()
         assert [warning.category for warning in caught] == [RuntimeWarning]
