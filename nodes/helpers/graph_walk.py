@@ -1,4 +1,4 @@
-"""The graph path's walk (RFC 4.1) over a CSR `Adjacency`: breadth-first from the query's
+"""The graph path's walk (RFC 4.1) over an `Adjacency` of edge arrays: breadth-first from the query's
 entities, pruned between hops, one array pass per hop.
 
 A plain module, not a stage: `graph_candidates` calls it. An object's weight sums, over the

@@ -4,8 +4,11 @@ operations: no edge becomes a Python object on the way (stores/engine/edge_colum
 What it computes is `StoreSnapshot.adjacency`'s rule: the live edges of the scope's namespaces,
 a later segment's edge replacing an earlier one with the same id, an edge with a deleted end left
 out, and every CO_MENTIONED edge weighed by the live objects mentioning both its entities
-(`co_mention_confidence`), left out where none does. `CoMentionCounts` gives the same counts a
-pair at a time, for what a write re-weighs (`scope_cache.extended_adjacency`, the writer).
+(`co_mention_confidence`), left out where none does. A segment written by this code stores, as
+each of its CO_MENTIONED edges' confidence, the weight of its own rows mentioning both ends
+(`counted_confidences`), so a graph counts only the other segments' rows for that edge.
+`CoMentionCounts` gives the same counts a pair at a time, for what a write re-weighs
+(`scope_cache.extended_adjacency`, the writer).
 """
 
 from __future__ import annotations
