@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.indexes.adjacency import used_numbers
+from rms_retrieval.stores.indexes.adjacency import code_of, used_numbers
 from rms_retrieval.stores.protocols import Edge
 
 MENTIONS = "MENTIONS"
@@ -175,14 +175,6 @@ def id_keys(ends: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(ends).reshape(-1, 16).view("V16").ravel()
 
 
-def _code(names: tuple[str, ...], name: str) -> int:
-    """The code of `name` among `names`, -1 when absent (no edge has it)."""
-    try:
-        return names.index(name)
-    except ValueError:
-        return -1
-
-
 def _dictionary(blob: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
     """Texts stored as concatenated UTF-8 and their ends, as codes into their distinct values
     (Arrow reads the two arrays as a string column without copying a text out)."""
@@ -308,11 +300,11 @@ class EdgeColumns:
 
     def type_code(self, edge_type: str) -> int:
         """The code of `edge_type` among the edges' types, -1 when no edge has it."""
-        return _code(self.type_names, edge_type)
+        return code_of(self.type_names, edge_type)
 
     def _of(self, namespace: str, edge_type: str) -> np.ndarray:
         """Per edge, whether it is one of `namespace`'s `edge_type` edges."""
-        return (self.namespaces == _code(self.namespace_names, namespace)) & (self.types == self.type_code(edge_type))
+        return (self.namespaces == code_of(self.namespace_names, namespace)) & (self.types == self.type_code(edge_type))
 
     def live_positions(self, dead: np.ndarray | None) -> np.ndarray:
         """The edges with no owner (-1) or a live owner row (`dead`: per row, True where deleted)."""
@@ -362,6 +354,14 @@ class EdgeColumns:
 def _run_starts(codes: np.ndarray) -> np.ndarray:
     """Where each run of equal codes starts."""
     return np.r_[0, np.flatnonzero(codes[1:] != codes[:-1]) + 1] if len(codes) else np.arange(0)
+
+
+def grouped_by_code(codes: np.ndarray, positions: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """`positions` grouped by their `codes`, by code, each group in the order given (one stable sort)."""
+    order = np.argsort(codes[positions], kind="stable")
+    ordered, grouped = codes[positions][order], positions[order]
+    starts = _run_starts(ordered)
+    return [(int(code), group) for code, group in zip(ordered[starts].tolist(), np.split(grouped, starts[1:]))]
 
 
 class LiveEdgeGroups(Mapping[str, tuple[Edge, ...]]):

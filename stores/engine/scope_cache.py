@@ -24,7 +24,7 @@ import numpy as np
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 from rms_retrieval.stores.protocols import Edge
-from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED
+from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, grouped_by_code
 from rms_retrieval.stores.engine.segments import LoadedSegment
 
 Scope = tuple[str, ...]
@@ -48,17 +48,10 @@ class NamespaceRows:
 def _by_namespace(segment: LoadedSegment, rows: Sequence[int]) -> Mapping[str, tuple[int, ...]]:
     """Ascending `rows` of `segment` grouped by namespace, each group ascending, the groups in order
     of their first row; array operations, as a segment holds tens of thousands of entity rows."""
-    at = np.asarray(rows, dtype=np.int64)
-    if not len(at):
-        return MappingProxyType({})
-    codes = np.asarray(segment.columns.namespace_codes)[at]
-    order = np.argsort(codes, kind="stable")
-    codes, at = codes[order], at[order]
-    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
-    ends = np.r_[starts[1:], len(codes)]
+    groups = grouped_by_code(np.asarray(segment.columns.namespace_codes), np.asarray(rows, dtype=np.int64))
     names = segment.columns.namespaces
-    groups = sorted(zip(at[starts].tolist(), starts.tolist(), ends.tolist(), codes[starts].tolist()))
-    return MappingProxyType({names[code]: tuple(at[start:end].tolist()) for _, start, end, code in groups})
+    in_order = sorted(groups, key=lambda found: int(found[1][0]))  # by each group's first row
+    return MappingProxyType({names[code]: tuple(group.tolist()) for code, group in in_order})
 
 
 def namespace_rows(segment: LoadedSegment) -> NamespaceRows:

@@ -20,8 +20,8 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, EdgeColumns, id_keys, joined_ends
-from rms_retrieval.stores.indexes.adjacency import Adjacency
+from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, EdgeColumns, grouped_by_code, id_keys, joined_ends
+from rms_retrieval.stores.indexes.adjacency import Adjacency, code_of
 from rms_retrieval.stores.engine.segments import NO_ROWS, LoadedSegment
 from rms_retrieval.stores.indexes.entity_graph import (CO_MENTION_BASE, CO_MENTION_STEP, CO_MENTIONS_SATURATED,
                                                        co_mention_confidence)
@@ -29,6 +29,8 @@ from rms_retrieval.stores.indexes.entity_graph import (CO_MENTION_BASE, CO_MENTI
 
 # What `_own_counts` gives for an edge of a segment that did not count its rows.
 NOT_COUNTED = -1
+# `co_mention_confidence` of 0 to CO_MENTIONS_SATURATED objects (`_weights`).
+_WEIGHTS = np.asarray([co_mention_confidence(count) for count in range(CO_MENTIONS_SATURATED + 1)], dtype=float)
 # The most cells (entities x mentioning rows, one byte each, each entity's rows padded to whole
 # 64-bit words) of the table co_mention_counts looks co-mentions up in; a larger scope searches a
 # sorted list instead.
@@ -97,8 +99,8 @@ def stored_co_mentions(columns: EdgeColumns, row_count: int) -> np.ndarray:
     counts = np.zeros(len(columns), dtype=np.int64)
     co_mentioned = np.flatnonzero(columns.types == columns.type_code(CO_MENTIONED))
     mentions = np.flatnonzero((columns.types == columns.type_code(MENTIONS)) & (columns.rows >= 0))
-    pair_groups, mention_groups = _by_code(columns.namespaces, co_mentioned), dict(_by_code(columns.namespaces, mentions))
-    for code, chosen in pair_groups:
+    mention_groups = dict(grouped_by_code(columns.namespaces, mentions))
+    for code, chosen in grouped_by_code(columns.namespaces, co_mentioned):
         said = mention_groups.get(code, mentions[:0])
         keys, (ends,) = joined_ends([(columns, chosen)])
         found = Mentions(id_keys(columns.ends_at(said)[:, 16:]), columns.rows[said], row_count)
@@ -114,9 +116,14 @@ def counted_confidences(columns: EdgeColumns, row_count: int) -> np.ndarray:
     segments' rows: no array is added to the segment."""
     confidences = columns.confidences_at(slice(None)).copy()
     chosen = np.flatnonzero(columns.types == columns.type_code(CO_MENTIONED))
-    distinct, which = np.unique(stored_co_mentions(columns, row_count)[chosen], return_inverse=True)
-    confidences[chosen] = np.asarray([co_mention_confidence(count) for count in distinct.tolist()], dtype=float)[which]
+    confidences[chosen] = _weights(stored_co_mentions(columns, row_count)[chosen])
     return confidences
+
+
+def _weights(counts: np.ndarray) -> np.ndarray:
+    """`co_mention_confidence` of each count, from a table (every count from CO_MENTIONS_SATURATED
+    on weighs the same)."""
+    return _WEIGHTS[np.minimum(counts, CO_MENTIONS_SATURATED)]
 
 
 def _own_counts(columns: EdgeColumns, positions: np.ndarray) -> np.ndarray:
@@ -126,14 +133,6 @@ def _own_counts(columns: EdgeColumns, positions: np.ndarray) -> np.ndarray:
     if not columns.counted:
         return np.full(len(positions), NOT_COUNTED, dtype=np.int64)
     return np.rint((columns.confidences_at(positions) - CO_MENTION_BASE) / CO_MENTION_STEP).astype(np.int64)
-
-
-def _by_code(codes: np.ndarray, positions: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """`positions` grouped by their `codes`, each group ascending."""
-    order = np.argsort(codes[positions], kind="stable")
-    ordered, grouped = codes[positions][order], positions[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.arange(0)
-    return [(int(ordered[start]), group) for start, group in zip(starts.tolist(), np.split(grouped, starts[1:]))]
 
 
 def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray, segments: Sequence[Mentions],
@@ -258,7 +257,7 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
         keep = len(ids) - 1 - last
         ids, ends, types, confidence, namespace = ids[keep], ends[keep], types[keep], confidence[keep], namespace[keep]
         block_of, stored = block_of[keep], stored[keep]
-    co_mentioned = types == (type_names.index(CO_MENTIONED) if CO_MENTIONED in type_names else -1)
+    co_mentioned = types == code_of(type_names, CO_MENTIONED)
     sources, targets = ends[:, 0], ends[:, 1]
     alive = np.ones(len(ids), dtype=bool)
     for number, name in enumerate(names):
@@ -273,9 +272,7 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
         counts[chosen] = _scope_counts(chosen, sources, targets, keys, stored, block_of, blocks, mentions.get(name, []))
     alive &= ~co_mentioned | (counts > 0)
     weighed = np.flatnonzero(co_mentioned & alive)
-    # Each weight computed once, as a write does; every count from CO_MENTIONS_SATURATED on weighs the same.
-    weights = np.asarray([co_mention_confidence(found) for found in range(CO_MENTIONS_SATURATED + 1)], dtype=float)
-    confidence[weighed] = weights[np.minimum(counts[weighed], CO_MENTIONS_SATURATED)]
+    confidence[weighed] = _weights(counts[weighed])
     if not replaced and alive.all():  # every edge stays, so every end of `keys` is a node (no copies either)
         return Adjacency.from_codes(ids, keys, sources, targets, types, type_names, confidence, every_key_used=True)
     return Adjacency.from_codes(ids[alive], keys, sources[alive], targets[alive], types[alive], type_names, confidence[alive])

@@ -168,8 +168,7 @@ class Adjacency:
         key = (numbers.tobytes(), edge_type, min_confidence)
         if key not in self._sources:
             edges = self.incident_edges(numbers, min_confidence)
-            code = self._type_names.index(edge_type) if edge_type in self._type_names else -1
-            into = np.isin(self.target[edges], numbers) & (self._type_codes[edges] == code)
+            into = np.isin(self.target[edges], numbers) & (self._type_codes[edges] == code_of(self._type_names, edge_type))
             found = _ascending_once(self.source[edges[into]], len(self.node_keys)).tolist()
             if len(self._sources) >= 1024:  # a bound, as many distinct questions name many people
                 self._sources.clear()
@@ -179,6 +178,14 @@ class Adjacency:
     def touching(self, nodes: Iterable[UUID], min_confidence: float) -> list[Edge]:
         """Edges with an endpoint in `nodes` and at least `min_confidence`, by edge id, once each."""
         return [self._edge(i) for i in self.incident_edges(self.numbers(nodes), min_confidence).tolist()]
+
+
+def code_of(names: tuple[str, ...], name: str) -> int:
+    """The code (position) of `name` among `names`, -1 when absent."""
+    try:
+        return names.index(name)
+    except ValueError:
+        return -1
 
 
 def _type_codes(types: Sequence[str], names: tuple[str, ...]) -> np.ndarray:
