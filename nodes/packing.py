@@ -259,7 +259,7 @@ def packed_bundle(
     order = _ORDERS[settings.packing.order]
     return _packed_bundle(selected_candidates, ranked_candidates, filtered_candidates, merged_candidates,
                           query_analysis, request, settings, order.priority, cross_scope_hints,
-                          priority_reads_tokens=order.reads_tokens, known_tokens=stored_item_tokens or {})
+                          priority_reads_tokens=order.reads_tokens, known_tokens=stored_item_tokens)
 
 
 def _packed_bundle(
@@ -283,13 +283,14 @@ def _packed_bundle(
     rank_fused = pool.rank_fused
     item_format = settings.packing.item_format
     items = []
+    known_tokens = known_tokens or {}
     tiering = _tiering_paths(pool, settings.packing.tier_path_depth)
     for obj, score, relevance, mask, path_count, strong in zip(
         pool.objects, pool.score.tolist(), pool.semantic_relevance.tolist(), pool.path_mask.tolist(),
         pool.path_count.tolist(), tiering.tolist(),
     ):
         text = format_item(obj, item_format)
-        tokens = (known_tokens or {}).get(obj.id.int)
+        tokens = known_tokens.get(obj.id.int)
         if tokens is not None:
             ITEM_TOKENS.remember(text, tokens)
         elif priority_reads_tokens:

@@ -116,7 +116,12 @@ class EntityCatalog(Sequence):
         names and aliases, each ref once."""
         self._namespaces, self._codes, self._keys = namespaces, codes, keys
         self._canonicals, self._aliases = canonicals, aliases
-        self._first = (first_words(canonicals), first_words(aliases))
+        first = first_words(canonicals)
+        differ = pc.fill_null(pc.not_equal(canonicals, aliases), True)  # most refs are a name as its own alias
+        if pc.any(differ).as_py():
+            self._first = (first, pc.replace_with_mask(first, differ, first_words(aliases.filter(differ))))
+        else:
+            self._first = (first, first)
         self._made: dict[int, EntityRef] = {}  # the refs made so far, by column row (a racing second make is equal)
 
     def _ref(self, row: int) -> EntityRef:

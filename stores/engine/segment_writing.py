@@ -108,9 +108,10 @@ def write_table_segment(
     if len(text_tokens) != objects.num_rows:
         raise StoreError(f"segment {segment_id}: {objects.num_rows} rows need as many text token counts; "
                          "this is a bug, report it")
+    text_tokens = read_only(smallest_int(np.asarray(text_tokens, dtype=np.int64)))
     blobs = {OBJECTS_FILE: parquet_bytes(without_records(objects)),
              INDEX_FILE: npz_bytes({**vector_arrays, **record_arrays(objects.column("record")), **postings.to_arrays(),
-                                    **edge_arrays, TEXT_TOKENS: smallest_int(np.asarray(text_tokens, dtype=np.int64))})}
+                                    **edge_arrays, TEXT_TOKENS: text_tokens})}
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
     namespaces = Counter(objects.column("namespace").to_pylist())
     sidecar = sidecar_bytes(segment_id, objects.num_rows, digests, sources, dict(sorted(namespaces.items())),
@@ -137,8 +138,7 @@ def write_table_segment(
     segment.entry, segment.directory = entry, segment_directory(store, segment_id)
     edge_columns = EdgeColumns(edge_arrays)
     edge_columns.check_owners(objects.num_rows, segment.directory)
-    segment._build(store, IndexArrays(vectors, postings, edge_columns, None, None, read_only(smallest_int(np.asarray(
-        text_tokens, dtype=np.int64)))), columns, decoded)
+    segment._build(store, IndexArrays(vectors, postings, edge_columns, None, None, text_tokens), columns, decoded)
     return segment
 
 

@@ -90,9 +90,9 @@ class _Analyzer:
     def document_terms(self, contents: list[str], names: list[str | None]) -> tuple[np.ndarray, pa.Array]:
         """(doc_row, term) of every indexed token, in no particular order: what create_fts_index's
         `stemmed_stopped` step keeps (tokens that are not NULL, not empty, not stopwords)."""
-        ascii_rows = [row for row, (content, name) in enumerate(zip(contents, names))
-                      if content.isascii() and (name is None or name.isascii())]
-        other = sorted(set(range(len(contents))).difference(ascii_rows))
+        ascii_rows, other = [], []
+        for row, (content, name) in enumerate(zip(contents, names)):
+            (ascii_rows if content.isascii() and (name is None or name.isascii()) else other).append(row)
         with self._lock:
             connection = self._ready()  # the stopwords are read with it
             stopwords, stopped = self._stopwords, self._stopword_set
