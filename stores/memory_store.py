@@ -80,6 +80,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
         self._manifest_key: tuple[int, int, int] | None = None
         self._snapshot = StoreSnapshot(Manifest(0, None), (), self.log_retrieval)
         self._merger = merging.BackgroundMerger(path, self._merge_once)
+        self._give_way = merging.GiveWay()  # this process's adds go before its merge thread
         self._refresh()
 
     @classmethod
@@ -202,7 +203,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
             return IngestReport(0, 0, 0, time.perf_counter() - started, {"generation": self.snapshot().generation})
         encoder = self._checked_encoder(self.snapshot().embedding_identity)
         given = writer.given_vectors(objects, vectors, vector_identity, encoder.identity)
-        with self._add_lock, WriteLock(self.path, self._write_timeout) as lock:
+        with self._give_way.writing(), self._add_lock, WriteLock(self.path, self._write_timeout) as lock:
             self._refresh()
             snapshot = self._snapshot
             self._checked_encoder(snapshot.embedding_identity)
@@ -259,20 +260,29 @@ class MemoryStore(RetrievalLog, SnapshotSource):
             self._merger.wanted()
 
     def _merge_once(self) -> bool:
-        """Plan, build (no lock held) and commit (under the write lock) one due merge; whether one was due."""
-        sources = merging.due_sources(self.snapshot().segments)
+        """Plan, build (no lock held) and commit (under the write lock) one due merge; whether one
+        was due. A compaction or erase meanwhile (no grace period) may remove its sources or staging:
+        a file gone while the generation moved on is that, and the merge is planned again."""
+        planned = self.snapshot()
+        sources = merging.due_sources(planned.segments)
         if not sources:
             return False
-        staged = merging.staged_merge(self.path, sources)
+        staged = None
+        self._give_way.begin()
         try:
+            staged = merging.staged_merge(self.path, sources, self._give_way.wait)
             with self._add_lock, WriteLock(self.path, self._write_timeout) as lock:
                 self._refresh()
                 self._garbage.collect(self._snapshot.manifest, writer_died=lock.holder_died)
                 committed = merging.committed_merge(self.path, self._snapshot, staged)
                 if committed is not None:
                     self._committed(*committed)
+        except FileNotFoundError:
+            if self.snapshot().generation == planned.generation:
+                raise
         finally:
-            shutil.rmtree(staged.staging, ignore_errors=True)  # dropped, or not renamed: nothing names it
+            if staged is not None:  # dropped, or not renamed: nothing names it
+                shutil.rmtree(staged.staging, ignore_errors=True)
         return True
 
     def update(self, namespace: str, object_id: UUID, changes_: Mapping[str, Any] | None = None,

@@ -1,6 +1,7 @@
-"""Merges off the write path: adds return while a merge waits or runs, a merge carries over what
-changed while it was built, drops itself when its sources were rewritten, and a killed or failed
-merge leaves the store as it was."""
+"""Merges off the write path: adds return while a merge waits or runs, the merge thread gives way to
+its process's adds, a merge carries over what changed while it was built, drops itself when its
+sources were rewritten or plans again when they were removed, and a killed or failed merge leaves
+the store as it was."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -245,3 +248,86 @@ def test_the_next_write_removes_a_killed_merge_s_staging(tmp_path):
     with MemoryStore.open(path, store_workers.encoder()) as store:
         store.add([store_workers.turn(1)])
         assert _staging(path) == [] and (path / merging.MERGE_LOCK_FILE).read_text() == ""
+
+
+def _held_add(give_way: merging.GiveWay, order: list[str]) -> tuple[threading.Event, threading.Event, threading.Thread]:
+    """A thread inside `give_way.writing()` until `release` is set, as an add is."""
+    entered, release = threading.Event(), threading.Event()
+
+    def add() -> None:
+        with give_way.writing():
+            entered.set()
+            release.wait()
+        order.append("add ended")
+
+    thread = threading.Thread(target=add)
+    thread.start()
+    entered.wait()
+    return entered, release, thread
+
+
+def test_a_merge_gives_way_to_a_running_add_until_it_ends():
+    give_way, order = merging.GiveWay(), []
+    give_way.begin()
+    give_way.wait()  # no add runs: nothing to wait for
+    time.sleep(0.6)  # the merge has worked 0.6 s, so it may wait up to MAX_WAIT_SECONDS (0.25 s)
+    _, release, thread = _held_add(give_way, order)
+    threading.Timer(0.05, release.set).start()
+    give_way.wait()
+    order.append("merge went on")
+    thread.join()
+    assert order == ["add ended", "merge went on"]
+
+
+def test_a_merge_waits_no_longer_than_it_has_worked():
+    give_way, order = merging.GiveWay(), []
+    _, release, thread = _held_add(give_way, order)
+    give_way.begin()  # the merge has not worked yet: it goes on beside the add
+    give_way.wait()
+    order.append("merge went on")
+    release.set()
+    thread.join()
+    assert order == ["merge went on", "add ended"]
+
+
+class _OnFirstWait(merging.GiveWay):
+    """The merge thread's pauses, with `step` run at the first: what another write does meanwhile."""
+
+    def __init__(self, step) -> None:
+        super().__init__()
+        self._step = step
+
+    def wait(self) -> None:
+        step, self._step = self._step, None
+        if step is not None:
+            step()
+
+
+def test_a_merge_whose_sources_a_compaction_removed_while_it_was_built_plans_again(tmp_path):
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        def delete_and_compact() -> None:
+            store.delete(NAMESPACE, [store_workers.turn(MERGE_FACTOR - 1).id])
+            store.compact()  # no grace period: the last source, which held only that turn, is removed now
+
+        with _merges_held_back(store):
+            store._give_way = _OnFirstWait(delete_and_compact)
+            assert store._merge_once()  # its source's files are gone, and the generation moved: plan again
+        store.wait_for_merges()  # nine segments: nothing is due
+        assert _staging(path) == [] and len(read_manifest(path).segments) == MERGE_FACTOR - 1
+        assert store_workers.live_problems(store.snapshot(), _turn_ids(range(MERGE_FACTOR - 1))) == []
+
+
+def test_a_source_file_gone_while_the_generation_stays_is_an_error(tmp_path):
+    path = tmp_path / "store"
+    with MemoryStore.open(path, store_workers.encoder()) as store:
+        with _merges_held_back(store):
+            victim = path / SEGMENTS_DIR / read_manifest(path).segments[3].id / "objects.parquet"
+            aside = victim.with_name("moved-away")
+            store._give_way = _OnFirstWait(lambda: victim.rename(aside))
+            with pytest.raises(FileNotFoundError, match="objects.parquet"):
+                store._merge_once()
+            assert _staging(path) == [] and len(read_manifest(path).segments) == MERGE_FACTOR
+            aside.rename(victim)  # put back before the merge thread may run
+        store.wait_for_merges()
+        assert [entry.rows for entry in read_manifest(path).segments] == [MERGE_FACTOR]

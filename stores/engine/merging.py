@@ -25,8 +25,10 @@ import math
 import os
 import shutil
 import threading
+import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -85,10 +87,62 @@ class StagedMerge:
         return self.segment.directory.parent / f"{MERGE_PREFIX}{self.segment.entry.id}"
 
 
-def staged_merge(store: Path, segments: Sequence[LoadedSegment]) -> StagedMerge:
+class GiveWay:
+    """Lets a process's merge thread give way to that process's adds. An add runs inside
+    `writing()`; the merge thread calls `begin()` as a merge starts and `wait()` between its steps,
+    which returns at once when no add runs, else when the adds running then have ended. A merge
+    waits at most as long as it has worked, and `MAX_WAIT_SECONDS` at a time, so adds back to back
+    slow it to half speed but never stall it, and a store keeps about as few segments.
+
+    Why: a merge runs beside the adds on two cores, but its Python steps take the GIL, which the add
+    then waits for at each of its own releases (file writes, numpy, the model). One-turn adds that
+    overlapped a merge took twice as long as the others (BENCHMARKS.md, ingest). Updates and deletes
+    do not wait: their merges keep pace with them, and a store of more segments made them slower."""
+
+    MAX_WAIT_SECONDS = 0.25
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._running = 0
+        self._ended = 0
+        self._started = self._waited = 0.0
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._changed:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._ended += 1
+                self._changed.notify_all()
+
+    def begin(self) -> None:
+        """A merge starts: its waits may add up to its working time, no more."""
+        self._started, self._waited = time.perf_counter(), 0.0
+
+    def wait(self) -> None:
+        with self._changed:
+            working = time.perf_counter() - self._started - self._waited
+            if self._running and self._waited < working:
+                target = self._ended + self._running
+                began = time.perf_counter()
+                self._changed.wait_for(lambda: self._ended >= target, min(self.MAX_WAIT_SECONDS, working - self._waited))
+                self._waited += time.perf_counter() - began
+
+
+def _no_writes() -> None:
+    return None
+
+
+def staged_merge(store: Path, segments: Sequence[LoadedSegment], give_way: Callable[[], None] = _no_writes) -> StagedMerge:
     """One segment holding `segments`' rows, vectors, latest edges and postings, regrouped by
     namespace, staged. Rows move as Arrow columns (nothing is decoded and encoded again) and
-    postings as arrays; deleted rows are carried over when the merge commits."""
+    postings as arrays; deleted rows are carried over when the merge commits. `give_way` is called
+    between steps (`GiveWay.wait`)."""
+    give_way()
     namespaces = [namespace for segment in segments for namespace in segment.namespace_of_row]
     order = np.asarray(sorted(range(len(namespaces)), key=namespaces.__getitem__), dtype=np.int64)
     new_row = np.empty(len(order), dtype=np.int64)
@@ -99,20 +153,28 @@ def staged_merge(store: Path, segments: Sequence[LoadedSegment]) -> StagedMerge:
     lengths = np.empty_like(joined.lengths)
     lengths[new_row] = joined.lengths
     postings = TermPostings(joined.vocabulary, joined.term_ids[by_term], posting_rows[by_term], joined.tfs[by_term], lengths)
+    give_way()
     vectors = SegmentVectors.concatenate([segment.rewritten_vectors() for segment in segments]).take(order)
-    objects = pa.concat_tables([segment.objects_table() for segment in segments]).take(pa.array(order))
+    objects = pa.concat_tables([_given_way(segment.objects_table, give_way) for segment in segments]).take(pa.array(order))
     objects = objects.set_column(0, "row", pa.array(np.arange(len(order), dtype=np.int64)))
     offsets = np.cumsum([0, *(segment.entry.rows for segment in segments)]).tolist()
+    give_way()
     edges = merged_edge_arrays([(segment.edge_columns, new_row[offset:offset + segment.entry.rows])
                                 for segment, offset in zip(segments, offsets)])
     segment_id = new_segment_id(segment_generation(segments[-1].entry.id))
     text_tokens = np.concatenate([segment_text_tokens(segment) for segment in segments])[order]
+    give_way()
     merged = write_table_segment(
         store, segment_id, objects, vectors, edges, postings,
         sources=tuple(segment.entry.id for segment in segments), staging_prefix=MERGE_PREFIX, publish=False,
         text_tokens=text_tokens,
     )
     return StagedMerge(merged, tuple(segment.entry for segment in segments), new_row, tuple(offsets[:-1]))
+
+
+def _given_way(read: Callable[[], pa.Table], give_way: Callable[[], None]) -> pa.Table:
+    give_way()
+    return read()
 
 
 def committed_merge(store: Path, snapshot: StoreSnapshot, staged: StagedMerge) -> tuple[Manifest, list[LoadedSegment]] | None:
