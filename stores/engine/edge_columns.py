@@ -137,6 +137,14 @@ def joined_ends(parts: Sequence[tuple[EdgeColumns, np.ndarray]]) -> tuple[np.nda
     return keys, [code_of.reshape(-1)[offset + codes] for (codes, _), offset in zip(local, offsets.tolist())]
 
 
+def _moved_rows(rows: np.ndarray, new_row: np.ndarray) -> np.ndarray:
+    """Owner rows where `new_row` moved them; -1 (no owner) stays -1, also in a segment of no rows."""
+    moved = np.full(len(rows), -1, dtype=np.int64)
+    owned = rows >= 0
+    moved[owned] = new_row[rows[owned]]
+    return moved
+
+
 def merged_edge_arrays(parts: Sequence[tuple[EdgeColumns, np.ndarray]]) -> dict[str, np.ndarray]:
     """The edges of several segments as one segment's arrays, with no edge made an object: each
     part is a segment's columns and where its rows went (`new_row[row]`); of the edges with one
@@ -144,8 +152,7 @@ def merged_edge_arrays(parts: Sequence[tuple[EdgeColumns, np.ndarray]]) -> dict[
     ids = np.concatenate([np.zeros(0, dtype=np.int64), *(columns.ids for columns, _ in parts)])
     keys, part_ends = joined_ends([(columns, np.arange(len(columns))) for columns, _ in parts])
     ends = np.concatenate([np.zeros((0, 2), dtype=np.int64), *part_ends])
-    rows = np.concatenate([np.zeros(0, dtype=np.int64), *(np.where(columns.rows >= 0, new_row[np.maximum(columns.rows, 0)], -1)
-                                                          for columns, new_row in parts)])
+    rows = np.concatenate([np.zeros(0, dtype=np.int64), *(_moved_rows(columns.rows, new_row) for columns, new_row in parts)])
     confidences = np.concatenate([np.zeros(0, dtype=np.float64), *(columns.confidences_at(slice(None)) for columns, _ in parts)])
     _, last = np.unique(ids[::-1], return_index=True)
     kept = len(ids) - 1 - last  # the last of each id, in id order
