@@ -18,7 +18,8 @@ from rms_retrieval.nodes.bundle import MemoryBundle
 from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.providers.onnx_encoder import default_encoder
-from rms_retrieval.stores.protocols import CrossEncoder, QueryEncoder, QueryReformulator, ReadableStore, snapshot_of
+from rms_retrieval.stores.protocols import (CrossEncoder, QueryEncoder, QueryReformulator, ReadableStore, answering,
+                                            snapshot_of)
 
 LOG_VERSION = 1
 # A rejected request's error can quote its input; the record keeps this much of the message.
@@ -232,7 +233,7 @@ def retrieve(
     unless `RetrievalResult.log_record` is read.
     """
     settings = settings or RetrievalSettings()
-    store = snapshot_of(store)  # one generation for the whole request, even while a writer commits
+    source, store = store, snapshot_of(store)  # one generation for the whole request, even while a writer commits
     request_id = uuid4()
     request: RetrievalRequest | None = None
     try:
@@ -240,13 +241,14 @@ def retrieve(
                              **options)
         wanted = list(dict.fromkeys([FINAL_NODE, "query_embedding", *policy_nodes(settings), *extra_nodes]))
         encoder = encoder or default_encoder()
-        if PathType.VECTOR in settings.candidates.enabled_paths and "query_embedding" not in (overrides or {}):
-            encoder = PrefetchedEncoder(encoder, request.query)  # made while the other paths run
-        results = build_driver(settings).execute(
-            wanted,
-            inputs=pipeline_inputs(store, request, settings, encoder, cross_encoder, reformulator),
-            overrides=overrides or {},
-        )
+        with answering(source):  # the store's merge thread gives way meanwhile
+            if PathType.VECTOR in settings.candidates.enabled_paths and "query_embedding" not in (overrides or {}):
+                encoder = PrefetchedEncoder(encoder, request.query)  # made while the other paths run
+            results = build_driver(settings).execute(
+                wanted,
+                inputs=pipeline_inputs(store, request, settings, encoder, cross_encoder, reformulator),
+                overrides=overrides or {},
+            )
     except Exception as error:
         if log:
             store.log_retrieval(LazyRecord(partial(_log_record, request_id, request, query, settings, type(store).__module__,

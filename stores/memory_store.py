@@ -80,7 +80,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
         self._manifest_key: tuple[int, int, int] | None = None
         self._snapshot = StoreSnapshot(Manifest(0, None), (), self.log_retrieval)
         self._merger = merging.BackgroundMerger(path, self._merge_once)
-        self._give_way = merging.GiveWay()  # this process's adds go before its merge thread
+        self._give_way = merging.GiveWay()  # this process's adds and requests go before its merge thread
         self._refresh()
 
     @classmethod
@@ -203,7 +203,7 @@ class MemoryStore(RetrievalLog, SnapshotSource):
             return IngestReport(0, 0, 0, time.perf_counter() - started, {"generation": self.snapshot().generation})
         encoder = self._checked_encoder(self.snapshot().embedding_identity)
         given = writer.given_vectors(objects, vectors, vector_identity, encoder.identity)
-        with self._give_way.writing(), self._add_lock, WriteLock(self.path, self._write_timeout) as lock:
+        with self._give_way.busy(), self._add_lock, WriteLock(self.path, self._write_timeout) as lock:
             self._refresh()
             snapshot = self._snapshot
             self._checked_encoder(snapshot.embedding_identity)
@@ -253,24 +253,23 @@ class MemoryStore(RetrievalLog, SnapshotSource):
     def _committed(self, manifest: Manifest, segments: Sequence[LoadedSegment]) -> None:
         self._garbage.committed(manifest, time.time())
         self._install(manifest, segments, self._stat_key())
-        self._merge_if_due(manifest)
-
-    def _merge_if_due(self, manifest: Manifest) -> None:
         if merging.merge_run(manifest.segments):
             self._merger.wanted()
 
+    def answering(self) -> contextlib.AbstractContextManager[None]:
+        """Held by `retrieve()` while it answers from this store: the merge thread gives way meanwhile."""
+        return self._give_way.busy()
+
     def _merge_once(self) -> bool:
-        """Plan, build (no lock held) and commit (under the write lock) one due merge; whether one
-        was due. A compaction or erase meanwhile (no grace period) may remove its sources or staging:
-        a file gone while the generation moved on is that, and the merge is planned again."""
+        """Plan, build (no lock held) and commit (under the write lock) one due merge; whether one was
+        due. A file gone while the generation moved on (a compaction or erase) makes it plan again."""
         planned = self.snapshot()
         sources = merging.due_sources(planned.segments)
         if not sources:
             return False
         staged = None
-        self._give_way.begin()
         try:
-            staged = merging.staged_merge(self.path, sources, self._give_way.wait)
+            staged = merging.staged_merge(self.path, sources, self._give_way.begin())
             with self._add_lock, WriteLock(self.path, self._write_timeout) as lock:
                 self._refresh()
                 self._garbage.collect(self._snapshot.manifest, writer_died=lock.holder_died)

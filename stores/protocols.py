@@ -11,6 +11,7 @@ before any limit, so another namespace can never use up a candidate budget.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from abc import ABC, abstractmethod
@@ -332,10 +333,20 @@ class SnapshotSource(ABC):
         """The live generation, as an object that implements every store protocol and never changes."""
         ...
 
+    def answering(self) -> AbstractContextManager[None]:
+        """Held while a request is answered from a snapshot of this store, so the store's background
+        work may give way to it (`MemoryStore`'s merge thread does); by default nothing."""
+        return nullcontext()
+
 def snapshot_of(store: Any) -> Any:
     """What one request or one exact operation reads: the live generation of a store that hands out
     snapshots (`MemoryStore.snapshot()`), else the store itself (a snapshot, or a test's fake)."""
     return store.snapshot() if isinstance(store, SnapshotSource) else store
+
+
+def answering(store: Any) -> AbstractContextManager[None]:
+    """`store.answering()` for a store that hands out snapshots, else nothing."""
+    return store.answering() if isinstance(store, SnapshotSource) else nullcontext()
 
 
 class RetrievalStore(ABC):

@@ -29,6 +29,7 @@ from rms_retrieval.stores.engine.write_lock import WriteLock
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.memory_store import MemoryStore
 from tests import store_workers
+from tests.factories import RandomEncoder
 
 NAMESPACE = store_workers.NAMESPACE
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,11 +252,11 @@ def test_the_next_write_removes_a_killed_merge_s_staging(tmp_path):
 
 
 def _held_add(give_way: merging.GiveWay, order: list[str]) -> tuple[threading.Event, threading.Event, threading.Thread]:
-    """A thread inside `give_way.writing()` until `release` is set, as an add is."""
+    """A thread inside `give_way.busy()` until `release` is set, as an add is."""
     entered, release = threading.Event(), threading.Event()
 
     def add() -> None:
-        with give_way.writing():
+        with give_way.busy():
             entered.set()
             release.wait()
         order.append("add ended")
@@ -331,3 +332,35 @@ def test_a_source_file_gone_while_the_generation_stays_is_an_error(tmp_path):
             aside.rename(victim)  # put back before the merge thread may run
         store.wait_for_merges()
         assert [entry.rows for entry in read_manifest(path).segments] == [MERGE_FACTOR]
+
+
+class _GatedEncoder(RandomEncoder):
+    """The random encoder, which embeds a question only once `go` is set: a request held open."""
+
+    def __init__(self, dimension: int, order: list[str]) -> None:
+        super().__init__(dimension)
+        self.entered, self.go, self._order = threading.Event(), threading.Event(), order
+
+    def encode(self, texts):
+        self.entered.set()
+        self.go.wait()
+        self._order.append("question embedded")
+        return super().encode(texts)
+
+
+def test_a_merge_gives_way_to_a_question_answered_from_the_store(tmp_path):
+    order: list[str] = []
+    with MemoryStore.open(tmp_path / "store", store_workers.encoder()) as store:
+        store.add([store_workers.turn(number) for number in range(3)])
+        gated = _GatedEncoder(store_workers.DIMENSION, order)
+        asked = threading.Thread(target=retrieve, args=(store, "which turn?"), kwargs=dict(
+            namespaces=[NAMESPACE], encoder=gated, reference_time=store_workers.turn(9).created_at, log=False))
+        wait = store._give_way.begin()
+        time.sleep(0.6)  # the merge has worked 0.6 s, so it may wait up to MAX_WAIT_SECONDS (0.25 s)
+        asked.start()
+        gated.entered.wait()  # retrieve() embeds inside store.answering()
+        threading.Timer(0.05, gated.go.set).start()
+        wait()
+        order.append("merge went on")
+        asked.join()
+    assert order == ["question embedded", "merge went on"]

@@ -88,16 +88,18 @@ class StagedMerge:
 
 
 class GiveWay:
-    """Lets a process's merge thread give way to that process's adds. An add runs inside
-    `writing()`; the merge thread calls `begin()` as a merge starts and `wait()` between its steps,
-    which returns at once when no add runs, else when the adds running then have ended. A merge
-    waits at most as long as it has worked, and `MAX_WAIT_SECONDS` at a time, so adds back to back
-    slow it to half speed but never stall it, and a store keeps about as few segments.
+    """Lets a process's merge thread give way to that process's foreground work: an add, or a
+    request answered from the store (`MemoryStore.answering`), runs inside `busy()`. The merge
+    thread calls `begin()` as a merge starts, and the `wait()` it returns between the merge's
+    steps: that returns at once when nothing is busy, else when the work busy then has ended. A
+    merge waits at most as long as it has worked, and `MAX_WAIT_SECONDS` at a time, so work back
+    to back slows it to half speed but never stalls it, and a store keeps about as few segments.
 
-    Why: a merge runs beside the adds on two cores, but its Python steps take the GIL, which the add
-    then waits for at each of its own releases (file writes, numpy, the model). One-turn adds that
-    overlapped a merge took twice as long as the others (BENCHMARKS.md, ingest). Updates and deletes
-    do not wait: their merges keep pace with them, and a store of more segments made them slower."""
+    Why: a merge runs beside the adds and requests on two cores, but its Python steps take the GIL,
+    which the add or request then waits for at each of its own releases (file writes, numpy, the
+    model). One-turn adds that overlapped a merge took twice as long as the others, and so did
+    questions asked right after a write (BENCHMARKS.md). Updates and deletes do not make it wait:
+    their merges keep pace with them, and a store of more segments made them slower."""
 
     MAX_WAIT_SECONDS = 0.25
 
@@ -108,7 +110,7 @@ class GiveWay:
         self._started = self._waited = 0.0
 
     @contextmanager
-    def writing(self) -> Iterator[None]:
+    def busy(self) -> Iterator[None]:
         with self._changed:
             self._running += 1
         try:
@@ -119,9 +121,10 @@ class GiveWay:
                 self._ended += 1
                 self._changed.notify_all()
 
-    def begin(self) -> None:
-        """A merge starts: its waits may add up to its working time, no more."""
+    def begin(self) -> Callable[[], None]:
+        """A merge starts: its waits may add up to its working time, no more; returns `wait`."""
         self._started, self._waited = time.perf_counter(), 0.0
+        return self.wait
 
     def wait(self) -> None:
         with self._changed:
