@@ -233,6 +233,7 @@ def test_merged_edges_keep_the_last_of_each_id_with_owner_rows_moved() -> None:
     ownerless = (StoredEdge(Edge(901, UUID(int=7), UUID(int=8), "MENTIONS", 1.0), "alpha", -1),)
     with_empty = EdgeColumns(merged_edge_arrays([*parts, (EdgeColumns.from_stored(ownerless), np.arange(0))]))
     assert with_empty.decoded() == expected + ownerless
+    assert EdgeColumns.from_stored(ownerless).live_positions(np.zeros(0, dtype=bool)).tolist() == [0]
     superseded = merged_edge_arrays([(EdgeColumns.from_stored(extra), np.arange(3)),
                                      (EdgeColumns.from_stored((StoredEdge(Edge(900, UUID(int=5), UUID(int=6), "X", 1.0), "b", 1),)),
                                       np.arange(3))])

@@ -317,7 +317,10 @@ class EdgeColumns:
         """The edges with no owner (-1) or a live owner row (`dead`: per row, True where deleted)."""
         if dead is None:
             return np.arange(len(self.ids))
-        return np.flatnonzero((self.rows < 0) | ~dead[np.maximum(self.rows, 0)])
+        owned = self.rows >= 0
+        live = ~owned
+        live[owned] = ~dead[self.rows[owned]]  # no index into `dead` for an edge with no owner
+        return np.flatnonzero(live)
 
     def live_by_namespace(self, dead: np.ndarray | None) -> LiveEdgeGroups:
         """The live edges by namespace, each namespace's decoded on first lookup."""
