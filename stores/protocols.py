@@ -338,6 +338,7 @@ class SnapshotSource(ABC):
         work may give way to it (`MemoryStore`'s merge thread does); by default nothing."""
         return nullcontext()
 
+
 def snapshot_of(store: Any) -> Any:
     """What one request or one exact operation reads: the live generation of a store that hands out
     snapshots (`MemoryStore.snapshot()`), else the store itself (a snapshot, or a test's fake)."""
