@@ -21,7 +21,8 @@ from rms_retrieval.nodes.bundle import MemoryBundle
 from rms_retrieval.nodes.pools import (AlternatePasses, CandidateLimits, CandidatePool, ChannelResult,
                                        CrossEncoderScores, CrossScopePass, CrossScopePool, CrossScopeScores,
                                        FilteredPool, PathType, RankedCandidates, RerankedPool,
-                                       ScoredPool, Selection, path_mask)
+                                       ScoredPool, Selection, TextPathCandidates, TextPathExclusions,
+                                       TextPathScoreInputs, path_mask)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,10 @@ NODE_VALUE_TYPES: tuple[NodeValueType, ...] = (
                   lambda v: f"{len(v.pool.candidates)} hints kept, {len(v.pool.excluded)} excluded"),
     NodeValueType(CrossScopeScores, None,
                   lambda v: "no cross-scope namespaces" if v.pool is None else f"{len(v.pool)} hints scored"),
+    NodeValueType(TextPathCandidates, None, lambda v: f"{len(v.hits)} found by the text paths, {len(v.objects)} read"),
+    NodeValueType(TextPathExclusions, None,
+                  lambda v: f"{sum(reason is not None for _, reason in v.reasons.values())} of {len(v.reasons)} excluded"),
+    NodeValueType(TextPathScoreInputs, None, lambda v: f"score inputs of {len(v.rows)} objects"),
     NodeValueType(AlternatePasses, None, lambda v: f"{len(v.passes)} alternative passes, {len(v.objects)} objects"),
     NodeValueType(QueryEmbedding, None,
                   lambda v: f"{v.identity.dimension}-d, {v.identity.model_name.rsplit('/', 1)[-1]}",

@@ -42,6 +42,7 @@ STAGE_MODULES = (
     packing,
 )
 FINAL_NODE = "packed_bundle"
+EMBEDDING_NODE = "query_embedding"
 
 
 # How a planned step gets its value: the caller's override, a driver input, or the node run.
@@ -54,7 +55,8 @@ _METHODS = ("do_node_execute", "do_remote_execute")
 def _plan(fg: graph.FunctionGraph, final_vars: tuple[str, ...], overridden: frozenset[str], given: frozenset[str]
           ) -> tuple[tuple[int, str, Any], ...] | None:
     """The steps `execute_subdag` takes for these final nodes, override names and input names,
-    in its order (a depth-first walk, each node's inputs in order): it decides nothing from
+    in its order (a depth-first walk, each node's inputs in order), then with the steps that need
+    the query embedding last (`_embedding_last`): it decides nothing from
     values, so one walk serves every request of the same shape. None where a lifecycle adapter of
     the graph wraps its nodes (the thread pool's, a timer's): Hamilton's walk runs those. A
     required input that is not given makes no plan (the walk itself raises, as Hamilton does)."""
@@ -88,7 +90,20 @@ def _plan(fg: graph.FunctionGraph, final_vars: tuple[str, ...], overridden: froz
         if name in fg.nodes:
             final = fg.nodes[name]
             visit(final, node.DependencyType.OPTIONAL if final.user_defined else node.DependencyType.REQUIRED)
-    return tuple(steps)
+    return _embedding_last(steps)
+
+
+def _embedding_last(steps: list[tuple[int, str, Any]]) -> tuple[tuple[int, str, Any], ...]:
+    """The steps, every one that needs the question's embedding (`EMBEDDING_NODE` and what reads it,
+    however far down) after every one that does not, each part in its own order: a prefetched
+    embedding (`PrefetchedEncoder`) is then made on the other core while the rest of the request
+    (the text paths, their objects, exclusions and score inputs) runs. A step's inputs still run
+    before it: one that needs no embedding reads none that does."""
+    needs: set[str] = set()
+    for kind, name, run in steps:
+        if name == EMBEDDING_NODE or (kind == _RUN and not needs.isdisjoint(run[1])):
+            needs.add(name)
+    return tuple(step for step in steps if step[1] not in needs) + tuple(step for step in steps if step[1] in needs)
 
 
 class EmptiedMemoExecutor(driver.DefaultGraphExecutor):
@@ -98,8 +113,9 @@ class EmptiedMemoExecutor(driver.DefaultGraphExecutor):
     2,400 objects on LoCoMo: channel hits, candidates, bundle items) and its snapshot outlived it
     until the cyclic collector ran. Where no lifecycle adapter wraps a node, the walk's order is
     planned once per request shape (`_plan`: the final nodes, the names overridden and given) and
-    each request runs the nodes in that order with the same arguments, with no closure, partial
-    or hook lookup per node (0.17-0.26 ms of a warm LoCoMo request's p50); with an adapter that
+    each request runs the nodes in that order (those that need no query embedding first) with the
+    same arguments, with no closure, partial or hook lookup per node (0.17-0.26 ms of a warm LoCoMo
+    request's p50); with an adapter that
     wraps nodes (the thread pool's, a timer's), Hamilton's walk runs as it is."""
 
     def execute(self, fg: graph.FunctionGraph, final_vars: list[str], overrides: dict[str, Any],
@@ -162,10 +178,9 @@ os.register_at_fork(after_in_child=_new_prefetch_pool_in_child)
 
 class PrefetchedEncoder(QueryEncoder):
     """`encoder` with the encoding of one text (the question) started on a background thread when
-    it is made. The DAG reads the query embedding after the lexical, graph, pinned and keyword
-    paths (`CANDIDATE_CHANNELS` lists the vector path last, and Hamilton walks a node's inputs in
-    order), so the model, which releases the interpreter lock, runs on the other core while they
-    do. The same vector either way: any other text, or the question when the thread has not
+    it is made. A planned request runs every node that needs no query embedding before the first
+    that does (`_embedding_last`), so the model, which releases the interpreter lock, runs on the
+    other core while they do. The same vector either way: any other text, or the question when the thread has not
     started on it, is encoded inline; a failure of the background encoding is raised where the
     node asks for it."""
 

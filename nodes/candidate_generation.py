@@ -14,12 +14,14 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Sequence
 from uuid import UUID
 
 from hamilton.function_modifiers import group, inject, source
 
 from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, RetrievalRequest
-from rms_retrieval.nodes.pools import CandidateLimits, ChannelHit, ChannelResult, PathType
+from rms_retrieval.nodes.pools import (CandidateLimits, ChannelHit, ChannelResult, PathType, TextPathCandidates,
+                                       in_path_order)
 from rms_retrieval.nodes.helpers.channels import guarded, vector_hits
 from rms_retrieval.nodes.helpers.graph_walk import walk
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -36,9 +38,11 @@ logger = logging.getLogger(__name__)
 # The vector path is last: Hamilton runs a node's inputs in order, so the paths that need no query
 # embedding run while a prefetched one is made (dataflows/pipeline.py, `PrefetchedEncoder`); the
 # merge puts them back in `PathType` order (`pools.in_path_order`).
-CANDIDATE_CHANNELS = group(*(source(name) for name in (
-    "lexical_candidates", "graph_candidates", "pinned_candidates", "keyword_scan_candidates", "vector_candidates",
-)))
+TEXT_PATHS = ("lexical_candidates", "graph_candidates", "pinned_candidates", "keyword_scan_candidates")
+CANDIDATE_CHANNELS = group(*(source(name) for name in (*TEXT_PATHS, "vector_candidates")))
+# The paths that need no query embedding: `text_path_candidates` reads and merges what they found
+# while the embedding is made.
+TEXT_CHANNELS = group(*(source(name) for name in TEXT_PATHS))
 
 
 def _widened(limit: int, multiplier: float, cap: int) -> int:
@@ -191,13 +195,12 @@ def pinned_candidates(
     return guarded(PathType.PINNED, 0, search)
 
 
-@inject(channels=CANDIDATE_CHANNELS)
-def candidate_objects(
-    channels: list[ChannelResult], store_snapshot: RetrievalStore, request: RetrievalRequest
+def objects_of(
+    channels: Sequence[ChannelResult], store_snapshot: RetrievalStore, request: RetrievalRequest
 ) -> dict[UUID, MemoryObject]:
-    """The stored objects behind every hit, read in one round trip, in id order; a channel that
-    read its objects itself (the pinned path) brings them along. Whatever order the channels ran
-    in: only the pinned path brings objects, and the rest are read by id."""
+    """The stored objects behind every hit of `channels`, read in one round trip: those a channel
+    read itself (the pinned path) first, then the rest in id order. Whatever order the channels
+    ran in: only the pinned path brings objects, and the rest are read by id."""
     # Keyed by the id's integer, which hashes and compares in C (a UUID does both in Python code);
     # integers sort as the ids do.
     wanted = {hit.object_id.int: hit.object_id for result in channels for hit in result.hits}
@@ -208,6 +211,36 @@ def candidate_objects(
         wanted.pop(known.int, None)
     if wanted:
         objects.update(store_snapshot.get_objects([wanted[key] for key in sorted(wanted)], request.namespaces))
+    return objects
+
+
+@inject(channels=TEXT_CHANNELS)
+def text_path_candidates(
+    channels: list[ChannelResult], store_snapshot: RetrievalStore, request: RetrievalRequest
+) -> TextPathCandidates:
+    """The objects the lexical, graph, pinned and keyword paths found, with each one's hits in
+    path order: made before the vector path's hits are asked for (the walk reaches this node
+    first), so the question's embedding is computed meanwhile."""
+    hits: dict[int, dict[PathType, ChannelHit]] = {}
+    for channel in in_path_order(channels):
+        for hit in channel.hits:
+            hits.setdefault(hit.object_id.int, {})[hit.path] = hit
+    return TextPathCandidates(objects=objects_of(channels, store_snapshot, request), hits=hits)
+
+
+def candidate_objects(
+    text_path_candidates: TextPathCandidates,
+    vector_candidates: ChannelResult,
+    store_snapshot: RetrievalStore,
+    request: RetrievalRequest,
+) -> dict[UUID, MemoryObject]:
+    """The stored objects behind every hit: the text paths' objects, read already (in the order
+    `objects_of` gives), then the other objects of the vector hits, read in one round trip, in id order."""
+    objects = dict(text_path_candidates.objects)
+    known = {obj.id.int for obj in objects.values()}
+    missing = {hit.object_id.int: hit.object_id for hit in vector_candidates.hits if hit.object_id.int not in known}
+    if missing:
+        objects.update(store_snapshot.get_objects([missing[key] for key in sorted(missing)], request.namespaces))
     return objects
 
 

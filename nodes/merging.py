@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from uuid import UUID
 
 from hamilton.function_modifiers import config, inject
 
 from rms_retrieval.nodes.candidate_generation import CANDIDATE_CHANNELS
 from rms_retrieval.nodes.pools import (AlternatePasses, Candidate, CandidatePool, ChannelHit, ChannelResult, PathType,
-                                       in_path_order)
+                                       TextPathCandidates, in_path_order)
 from rms_retrieval.nodes.reformulation import merge_alternates
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject
@@ -16,14 +17,17 @@ from rms_retrieval.stores.models import MemoryObject
 
 @config.when(reformulation="off")
 @inject(channels=CANDIDATE_CHANNELS)
-def merged_candidates__primary(channels: list[ChannelResult], candidate_objects: dict[UUID, MemoryObject]) -> CandidatePool:
+def merged_candidates__primary(
+    text_path_candidates: TextPathCandidates, channels: list[ChannelResult], candidate_objects: dict[UUID, MemoryObject]
+) -> CandidatePool:
     """One candidate per object id with its `paths`, `path_count` and each path's rank and raw score."""
-    return _merged(channels, candidate_objects)
+    return _merged(text_path_candidates, channels, candidate_objects)
 
 
 @config.when(reformulation="on")
 @inject(channels=CANDIDATE_CHANNELS)
 def merged_candidates__reformulated(
+    text_path_candidates: TextPathCandidates,
     channels: list[ChannelResult],
     candidate_objects: dict[UUID, MemoryObject],
     alternate_candidates: AlternatePasses,
@@ -31,25 +35,27 @@ def merged_candidates__reformulated(
 ) -> CandidatePool:
     """The question's own candidates, with what the alternative questions found merged in under
     `reformulation.merge_policy` (nodes/reformulation.py)."""
-    return merge_alternates(_merged(channels, candidate_objects), alternate_candidates,
+    return merge_alternates(_merged(text_path_candidates, channels, candidate_objects), alternate_candidates,
                             settings.reformulation.merge_policy)
 
 
-def _merged(channels: list[ChannelResult], candidate_objects: dict[UUID, MemoryObject]) -> CandidatePool:
+def _merged(text_paths: TextPathCandidates, channels: list[ChannelResult],
+            candidate_objects: dict[UUID, MemoryObject]) -> CandidatePool:
+    """The text paths' hits, merged already (`text_path_candidates`), with the vector path's added:
+    each candidate's hits in `PathType` order, the vector hit first."""
     # Keyed by the id's integer (hashed in C, not in UUID's Python code); integers sort as the
     # ids' strings do, both being the same 128 bits in fixed-width hex.
     channels = in_path_order(channels)
-    hits: dict[int, dict[PathType, ChannelHit]] = {}
-    ids: dict[int, UUID] = {}
+    hits: dict[int, Mapping[PathType, ChannelHit]] = dict(text_paths.hits)
     for channel in channels:
-        for hit in channel.hits:
-            key = hit.object_id.int
-            if key not in hits:
-                hits[key], ids[key] = {}, hit.object_id
-            hits[key][hit.path] = hit
-    found = ((candidate_objects.get(ids[key]), hits[key]) for key in sorted(hits))
+        if channel.path is PathType.VECTOR:
+            for hit in channel.hits:
+                key = hit.object_id.int
+                found = hits.get(key)
+                hits[key] = {PathType.VECTOR: hit} if found is None else {PathType.VECTOR: hit, **found}
+    objects = {obj.id.int: obj for obj in candidate_objects.values()}
     # An object deleted since the search is no candidate.
-    candidates = tuple(Candidate(obj, paths) for obj, paths in found if obj is not None)
+    candidates = tuple(Candidate(obj, hits[key]) for key in sorted(hits) if (obj := objects.get(key)) is not None)
     return CandidatePool(
         candidates=candidates,
         backend_failures={c.path: c.failure for c in channels if c.failure},

@@ -29,7 +29,7 @@ from rms_retrieval.nodes.bundle import (BundleItem, CrossScopeHint, ExclusionSco
 from rms_retrieval.nodes.pools import (CandidatePool, FilteredPool, PathType, RankedCandidates,
                                        ScoredPool, Selection, SessionLink, mask_paths, path_mask)
 from rms_retrieval.nodes.settings import RetrievalSettings
-from rms_retrieval.nodes.helpers.tokens import ITEM_TOKENS, count_context_tokens, count_tokens, tokens_within
+from rms_retrieval.nodes.helpers.tokens import ITEM_TOKENS, count_joined_tokens, count_tokens, tokens_within
 from rms_retrieval.stores.analysis.speakers import spoken_text
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.protocols import RetrievalStore
@@ -131,12 +131,13 @@ def _context_order(item: _Item) -> tuple:
     return (obj.stated_time, obj.session_id or "", obj.session_seq or 0, obj.id.int)
 
 
-def _assemble_context(packed: list[_Item], item_format: str, warning: str | None = None) -> str:
-    """The packed text, after the warning line if any. Under "dated_groups" items are
-    chronological under one date line per day; otherwise they keep packing order."""
+def _context_lines(packed: list[_Item], item_format: str, warning: str | None = None) -> list[str]:
+    """The lines of the packed text (joined by SEPARATOR), after the warning line if any. Under
+    "dated_groups" items are chronological under one date line per day; otherwise they keep
+    packing order."""
     lines: list[str] = [warning] if warning else []
     if item_format != "dated_groups":
-        return SEPARATOR.join(lines + [item.text for item in packed])
+        return lines + [item.text for item in packed]
     current = None
     for item in sorted(packed, key=_context_order):
         header = group_header(item.obj)
@@ -144,7 +145,7 @@ def _assemble_context(packed: list[_Item], item_format: str, warning: str | None
             lines.append(header)
             current = header
         lines.append(item.text)
-    return SEPARATOR.join(lines)
+    return lines
 
 
 def _tiering_paths(pool: ScoredPool, depth: int | None) -> np.ndarray:
@@ -361,12 +362,13 @@ def _packed_bundle(
             used += cost
             if header is not None:
                 headers.add(header)
-    context = _assemble_context(packed, item_format, warning if warning_fits else None)
-    context_tokens = count_context_tokens(context) if context else 0  # counted once: long contexts cost milliseconds
+    lines = _context_lines(packed, item_format, warning if warning_fits else None)
+    context_tokens = count_joined_tokens(lines, SEPARATOR)  # from the lines' cached counts
     while packed and context_tokens > budget:  # BPE merges across lines never add tokens in
         packed.pop()  # practice; this guard keeps the budget a hard limit if they ever do
-        context = _assemble_context(packed, item_format, warning)
-        context_tokens = count_context_tokens(context) if context else 0
+        lines = _context_lines(packed, item_format, warning)
+        context_tokens = count_joined_tokens(lines, SEPARATOR)
+    context = SEPARATOR.join(lines)
     # Keyed by the id's integer, which hashes in C (a UUID hashes through Python code).
     owners = {item.obj.id.int: item for item in packed}
     joined = {item.obj.id.int: (owners[into.int], into, tokens) for item, into, tokens in folded if into.int in owners}

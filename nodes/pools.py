@@ -97,6 +97,35 @@ class Candidate:
         return sum(1 for p in self.hits if p in PRIMARY_PATHS)
 
 
+@dataclass(frozen=True, eq=False)
+class TextPathCandidates:
+    """What the paths that need no query embedding found (lexical, graph, pinned, keyword scan),
+    with their stored objects and each object's hits in path order, by the id's integer: read and
+    merged while the question's embedding is made, so that `candidate_objects` and
+    `merged_candidates` only add the vector path's hits (DAG order: dataflows/pipeline.py)."""
+
+    objects: Mapping[UUID, MemoryObject]
+    hits: Mapping[int, Mapping[PathType, ChannelHit]]
+
+
+@dataclass(frozen=True, eq=False)
+class TextPathExclusions:
+    """Each text-path object's exclusion reason (None: kept), by the id's integer, beside the
+    object it was decided for: what `filtered_candidates` reads instead of deciding again."""
+
+    reasons: Mapping[int, tuple[MemoryObject, str | None]]
+
+
+@dataclass(frozen=True, eq=False)
+class TextPathScoreInputs:
+    """The score inputs that depend on the object alone (salience, confidence, epistemic weight,
+    node-type boost and temporal affinity; stated, updated and current times in microseconds) of
+    each text-path object the filter keeps, by the id's integer, beside the object they were made
+    for: what `fused_scores` reads instead of making them again."""
+
+    rows: Mapping[int, tuple[MemoryObject, tuple[float, ...], tuple[int, ...]]]
+
+
 @dataclass(frozen=True)
 class CandidatePool:
     """Merged candidates in object-id order, with what each path reported."""

@@ -27,7 +27,7 @@ from uuid import UUID
 
 from hamilton.function_modifiers import config
 
-from rms_retrieval.nodes.candidate_generation import (candidate_objects, graph_candidates, lexical_candidates,
+from rms_retrieval.nodes.candidate_generation import (graph_candidates, lexical_candidates, objects_of,
                                                       vector_candidates)
 from rms_retrieval.nodes.models import QueryEmbedding, Reformulations, RetrievalRequest
 from rms_retrieval.nodes.pools import (AlternatePasses, Candidate, CandidateLimits, CandidatePool, ChannelHit,
@@ -111,7 +111,6 @@ def alternate_candidates(
     before a failure aborts the request (ReformulationError), and nothing is merged then."""
     passes, failures = [], []
     objects: dict[UUID, MemoryObject] = {}
-    none = ChannelResult(path=PathType.PINNED)
     for number, (text, embedding) in enumerate(
             zip(query_reformulations.alternatives, query_reformulations.embeddings), start=1):
         alternate = request.model_copy(update={"query": text})
@@ -124,8 +123,7 @@ def alternate_candidates(
         failures += _pass_failures(number, results)
         passes.append(results)
         if not failures:
-            objects.update(candidate_objects([*results, none, ChannelResult(path=PathType.KEYWORD_SCAN)], store_snapshot,
-                                             alternate))
+            objects.update(objects_of(results, store_snapshot, alternate))
     if failures:
         raise ReformulationError("query reformulation aborted before merging: " + "; ".join(failures))
     return AlternatePasses(tuple(passes), objects)

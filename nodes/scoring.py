@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from functools import cached_property, lru_cache
 
@@ -22,11 +23,11 @@ from hamilton.function_modifiers import config
 
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
 from rms_retrieval.nodes.pools import (PRIMARY_PATHS, RERANK_COLUMNS, FilteredPool, PathType, ScoredPool, ScoreFactors,
-                                       path_mask, rank_order)
+                                       TextPathExclusions, TextPathScoreInputs, path_mask, rank_order)
 from rms_retrieval.nodes.settings import RetrievalSettings, WeightedScoring
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity
 from rms_retrieval.stores.analysis.speakers import role_of
-from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
 
 SCORE_DECIMALS = 10
 TIE_BREAK_SCALE = 1e-11
@@ -95,25 +96,46 @@ def _pool_relative(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return factor
 
 
+def _object_inputs(obj: MemoryObject, weights: Mapping[EpistemicType, float], boosts: Mapping[NodeType, float],
+                   window: tuple[datetime, datetime] | None) -> tuple[MemoryObject, tuple[float, ...], tuple[int, ...]]:
+    """`obj` with its score inputs that depend on the object alone (`TextPathScoreInputs`)."""
+    stated = obj.stated_time
+    return obj, (obj.salience, obj.confidence, weights[obj.epistemic_type], boosts.get(obj.node_type, 1.0),
+                 temporal_affinity(stated, window) if window else 0.0), \
+        (_micros(stated), _micros(obj.updated_at), _micros(obj.event_time or obj.updated_at))
+
+
+def text_path_score_inputs(
+    text_path_exclusions: TextPathExclusions, query_analysis: QueryAnalysis, settings: RetrievalSettings
+) -> TextPathScoreInputs:
+    """The object-only score inputs of each text-path object the filter keeps: made while the
+    question's embedding is, so `fused_scores` makes them only for the vector path's other objects."""
+    weights, boosts = settings.scoring.epistemic_weights, settings.scoring.node_type_boosts
+    window = query_analysis.temporal_window
+    return TextPathScoreInputs({key: _object_inputs(obj, weights, boosts, window)
+                                for key, (obj, reason) in text_path_exclusions.reasons.items() if reason is None})
+
+
 class _Inputs:
     """The inputs both formulas share, one numpy column each, in the filtered pool's order."""
 
-    _FLOATS = ("semantic", "lexical", "lexical_bm25", "graph_proximity", "graph_hops", "graph_channel_rank",
-               "salience", "confidence", "epistemic_weight", "node_type_boost", "temporal_affinity")
-    _INTEGERS = ("stated_us", "updated_us", "current_us", "path_mask")
+    _HIT_FLOATS = ("semantic", "lexical", "lexical_bm25", "graph_proximity", "graph_hops", "graph_channel_rank")
+    _OBJECT_FLOATS = ("salience", "confidence", "epistemic_weight", "node_type_boost", "temporal_affinity")
+    _TIMES = ("stated_us", "updated_us", "current_us")
 
     def __init__(
-        self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings, spoken: frozenset[int]
+        self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings, spoken: frozenset[int],
+        known: TextPathScoreInputs | None = None,
     ) -> None:
         window = analysis.temporal_window  # whatever the intent (settings.ScoringSettings.temporal_boost)
         weights = settings.scoring.epistemic_weights
         boosts = settings.scoring.node_type_boosts
+        made = known.rows if known is not None else {}
         nan = math.nan
-        rows, integers = [], []
+        rows, own, times, masks = [], [], [], []
         for c in filtered.candidates:
             obj, hits = c.object, c.hits
             vector, lexical, graph = hits.get(PathType.VECTOR), hits.get(PathType.LEXICAL), hits.get(PathType.GRAPH)
-            stated = obj.stated_time
             hops = graph.detail.get("hops") if graph else None
             rows.append((
                 vector.raw_score if vector else nan,
@@ -122,18 +144,23 @@ class _Inputs:
                 graph.score if graph else 0.0,
                 nan if hops is None else hops,
                 graph.rank if graph else nan,
-                obj.salience, obj.confidence, weights[obj.epistemic_type], boosts.get(obj.node_type, 1.0),
-                temporal_affinity(stated, window) if window else 0.0,
             ))
-            integers.append((_micros(stated), _micros(obj.updated_at),
-                             _micros(obj.event_time or obj.updated_at), path_mask(hits)))
-        table = np.array(rows, dtype=float).reshape(len(rows), len(self._FLOATS))
-        for position, name in enumerate(self._FLOATS):
-            setattr(self, name, table[:, position])
+            found = made.get(obj.id.int)  # made already, for this very object
+            if found is None or found[0] is not obj:
+                found = _object_inputs(obj, weights, boosts, window)
+            own.append(found[1])
+            times.append(found[2])
+            masks.append(path_mask(hits))
+        size = len(rows)
+        for part, names in ((rows, self._HIT_FLOATS), (own, self._OBJECT_FLOATS)):
+            table = np.array(part, dtype=float).reshape(size, len(names))
+            for position, name in enumerate(names):
+                setattr(self, name, table[:, position])
         # Times as integer microseconds: differences stay exact, as datetime arithmetic is.
-        whole = np.array(integers, dtype=np.int64).reshape(len(rows), len(self._INTEGERS))
-        for position, name in enumerate(self._INTEGERS):
+        whole = np.array(times, dtype=np.int64).reshape(size, len(self._TIMES))
+        for position, name in enumerate(self._TIMES):
             setattr(self, name, whole[:, position])
+        self.path_mask = np.array(masks, dtype=np.int64)
         self.objects: tuple[MemoryObject, ...] = tuple(c.object for c in filtered.candidates)
         # Stated after the request's reference time: never the current state at that time (_current_rows).
         self.after_reference = self.stated_us > _micros(analysis.reference_time)
@@ -197,11 +224,12 @@ def fused_scores__rrf(
     query_analysis: QueryAnalysis,
     settings: RetrievalSettings,
     spoken_by_query_entities: frozenset[int] = frozenset(),
+    text_path_score_inputs: TextPathScoreInputs | None = None,
 ) -> ScoredPool:
     """Score formula version 2: reciprocal rank fusion with pool-relative factors (RFC 7.2)."""
     fusion = settings.scoring.rank_fusion
     k = fusion.rrf_k
-    inputs = _Inputs(filtered_candidates, query_analysis, settings, spoken_by_query_entities)
+    inputs = _Inputs(filtered_candidates, query_analysis, settings, spoken_by_query_entities, text_path_score_inputs)
     semantic_rank = _competition_ranks(inputs.semantic)
     lexical_rank = _competition_ranks(inputs.lexical)
     graph_rank = _competition_ranks(-inputs.graph_channel_rank)
@@ -274,10 +302,11 @@ def fused_scores__weighted(
     request: RetrievalRequest,
     settings: RetrievalSettings,
     spoken_by_query_entities: frozenset[int] = frozenset(),
+    text_path_score_inputs: TextPathScoreInputs | None = None,
 ) -> ScoredPool:
     """Score formula version 1: the weighted sum of all eight inputs (RFC 7)."""
     w = settings.scoring.weighted
-    inputs = _Inputs(filtered_candidates, query_analysis, settings, spoken_by_query_entities)
+    inputs = _Inputs(filtered_candidates, query_analysis, settings, spoken_by_query_entities, text_path_score_inputs)
     current_state = query_analysis.current_state and len(inputs)
     if current_state:  # RFC 7: event_time, else updated_at, back from the newest memory stated by then
         known = inputs.current_us[~inputs.after_reference]

@@ -189,7 +189,7 @@ def test_spoken_by_query_entities_are_the_named_persons_own_turns_not_their_ment
     assert _spoken(store, "Ann") == frozenset()  # a failed graph backend lifts nothing
 
 
-def test_candidate_objects_are_the_same_whatever_order_the_paths_ran_in():
+def test_objects_of_the_hits_are_the_same_whatever_order_the_paths_ran_in():
     pin, a, b = make_object("pin", salience=1.0), make_object("a", "cat"), make_object("b", "dog")
     store = FakeStore([pin, a, b])
     request = make_request()
@@ -197,6 +197,37 @@ def test_candidate_objects_are_the_same_whatever_order_the_paths_ran_in():
     hits = [ChannelHit(o.id, PathType.VECTOR, rank, 1.0, 1.0) for rank, o in enumerate((b, a, pin), start=1)]
     channels = [ChannelResult(path=PathType.VECTOR, hits=tuple(hits)), pinned,
                 ChannelResult(path=PathType.LEXICAL, hits=tuple(hit._replace(path=PathType.LEXICAL) for hit in hits[1:]))]
-    in_order, reversed_order = (cg.candidate_objects(order, store, request) for order in (channels, channels[::-1]))
+    in_order, reversed_order = (cg.objects_of(order, store, request) for order in (channels, channels[::-1]))
     assert list(in_order.items()) == list(reversed_order.items())
     assert in_order == {pin.id: pin, a.id: a, b.id: b} and list(in_order)[0] == pin.id  # the pinned path's first
+
+
+class CountingStore(FakeStore):
+    """A fake store that records the ids each object read asked for."""
+
+    def __init__(self, objects):
+        super().__init__(objects)
+        self.asked: list[list] = []
+
+    def get_objects(self, ids, namespaces):
+        self.asked.append(list(ids))
+        return super().get_objects(self.asked[-1], namespaces)
+
+
+def test_the_vector_hits_read_only_the_objects_the_text_paths_did_not():
+    pin, a, b, c, gone = (make_object("pin", salience=1.0), make_object("a", "cat"), make_object("b", "dog"),
+                          make_object("c", "eel"), make_object("gone"))
+    store = CountingStore([pin, a, b, c])
+    request = make_request()
+    pinned = cg.pinned_candidates(store, request, RetrievalSettings())
+    lexical = ChannelResult(path=PathType.LEXICAL, hits=tuple(ChannelHit(o.id, PathType.LEXICAL, r, 1.0, 1.0)
+                                                               for r, o in enumerate((b, a, gone), start=1)))
+    text = cg.text_path_candidates([lexical, pinned, ChannelResult(path=PathType.KEYWORD_SCAN)], store, request)
+    assert text.objects == cg.objects_of([lexical, pinned], store, request)
+    assert sorted(text.hits) == sorted(o.id.int for o in (pin, a, b, gone))  # hits stay, read or not
+    vector = ChannelResult(path=PathType.VECTOR, hits=tuple(ChannelHit(o.id, PathType.VECTOR, r, 1.0, 1.0)
+                                                             for r, o in enumerate((c, a, gone), start=1)))
+    store.asked.clear()
+    objects = cg.candidate_objects(text, vector, store, request)
+    assert store.asked == [sorted([c.id, gone.id], key=lambda i: i.int)]  # a was read with the text paths
+    assert objects == {pin.id: pin, a.id: a, b.id: b, c.id: c} and list(objects)[-1] == c.id

@@ -124,7 +124,8 @@ def test_the_steps_run_from_the_bundle_back_to_the_query_analysis(store, demo_st
     assert nodes.index("fused_scores") < nodes.index("filtered_candidates") < nodes.index("merged_candidates")
     assert nodes.index("merged_candidates") < nodes.index("vector_candidates")
     assert nodes.index("graph_candidates") < nodes.index("query_analysis")
-    assert explanation.step("scores").upstream == ("filtered_candidates", "query_analysis", "settings", "spoken_by_query_entities")
+    assert explanation.step("scores").upstream == ("filtered_candidates", "query_analysis", "settings", "spoken_by_query_entities",
+                                                   "text_path_score_inputs")
     assert explanation.to_dict()["outcome"] == "INCLUDED"
 
 

@@ -2,9 +2,9 @@ from datetime import timedelta
 
 import pytest
 
-from rms_retrieval.nodes.filtering import filtered_candidates
+from rms_retrieval.nodes.filtering import filtered_candidates, text_path_exclusions
 from rms_retrieval.nodes.models import RetrievalMode
-from rms_retrieval.nodes.pools import CandidatePool
+from rms_retrieval.nodes.pools import CandidatePool, TextPathCandidates, TextPathExclusions
 from rms_retrieval.nodes.settings import FilterSettings, RetrievalSettings
 from rms_retrieval.stores.models import NodeType
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request
@@ -92,3 +92,19 @@ def test_event_time_filters_have_no_entity_or_preference_exemption():
     result = filtered_candidates(pool, make_request(event_time_from=BASE_TIME + timedelta(days=1)), RetrievalSettings())
     assert result.candidates == ()
     assert set(result.excluded.values()) == {"event_before_event_time_from"}
+
+
+def test_the_text_paths_decisions_are_read_for_the_very_objects_they_were_made_for():
+    ok, deprecated = make_object("ok"), make_object("old", epistemic_type="DEPRECATED")
+    request, settings = make_request(), RetrievalSettings()
+    found = TextPathCandidates(objects={o.id: o for o in (ok, deprecated)}, hits={})
+    decided = text_path_exclusions(found, request, settings)
+    assert {obj.content: reason for obj, reason in decided.reasons.values()} == {"memory ok": None, "memory old": "DEPRECATED"}
+    pool = CandidatePool(tuple(make_candidate(o, LEXICAL=(1, 0.5)) for o in (ok, deprecated)))
+    assert filtered_candidates(pool, request, settings, decided) == filtered_candidates(pool, request, settings)
+    # A recorded decision is what the filter applies to that object ...
+    said = TextPathExclusions({ok.id.int: (ok, "lifecycle:ARCHIVED"), deprecated.id.int: (deprecated, None)})
+    assert filtered_candidates(pool, request, settings, said).excluded == {ok.id: "lifecycle:ARCHIVED"}
+    # ... and only to that object: another object with the same id (a newer version) is decided again.
+    newer = CandidatePool(tuple(make_candidate(o.model_copy(), LEXICAL=(1, 0.5)) for o in (ok, deprecated)))
+    assert filtered_candidates(newer, request, settings, said).excluded == {deprecated.id: "DEPRECATED"}

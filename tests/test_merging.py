@@ -1,6 +1,14 @@
-from rms_retrieval.nodes.merging import merged_candidates__primary as merged_candidates
+from rms_retrieval.nodes.candidate_generation import text_path_candidates
+from rms_retrieval.nodes.merging import merged_candidates__primary
 from rms_retrieval.nodes.pools import ChannelHit, ChannelResult, PathType
-from tests.factories import make_object
+from tests.factories import FakeStore, make_object, make_request
+
+
+def merged_candidates(channels, candidate_objects):
+    """The merge node after the text-path node, as the DAG runs them."""
+    text = [c for c in channels if c.path is not PathType.VECTOR]
+    found = text_path_candidates(text, FakeStore(candidate_objects.values()), make_request())
+    return merged_candidates__primary(found, channels, candidate_objects)
 
 
 def _result(path, *objects, failure=None, limit=0):
@@ -59,3 +67,13 @@ def test_the_order_the_paths_ran_in_leaves_the_pool_as_it_is():
     assert ran_first == ran_last and ran_last.paths_at_limit == (PathType.VECTOR, PathType.LEXICAL)
     assert list(ran_last.backend_failures) == [PathType.GRAPH, PathType.PINNED]
     assert [list(c.hits) for c in ran_last.candidates] == [[PathType.VECTOR, PathType.LEXICAL]] * 2
+
+
+def test_a_candidate_found_by_text_paths_and_the_vector_path_has_the_vector_hit_first():
+    a, b = make_object("a"), make_object("b")
+    channels = [_result(PathType.LEXICAL, a, b), _result(PathType.GRAPH, a), _result(PathType.VECTOR, b, a)]
+    pool = merged_candidates(channels, {o.id: o for o in (a, b)})
+    assert {c.object_id: list(c.hits) for c in pool.candidates} == {
+        a.id: [PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH], b.id: [PathType.VECTOR, PathType.LEXICAL]}
+    text = text_path_candidates(channels[:2], FakeStore([a, b]), make_request())
+    assert list(text.hits[a.id.int]) == [PathType.LEXICAL, PathType.GRAPH]  # the text paths' merge is left as it was

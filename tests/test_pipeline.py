@@ -262,7 +262,8 @@ def test_a_request_leaves_no_node_value_to_the_cyclic_collector(execution):
 
 @pytest.mark.parametrize("name", sorted(CONFIGURATIONS))
 @pytest.mark.parametrize("overridden", [False, True])
-def test_the_planned_walk_runs_hamiltons_nodes_in_its_order_to_the_same_bundle(name, overridden, monkeypatch):
+def test_the_planned_walk_runs_hamiltons_nodes_with_those_that_need_the_embedding_last_to_the_same_bundle(
+        name, overridden, monkeypatch):
     settings = CONFIGURATIONS[name]
     fg = build_driver(settings).graph
     store = conversation_store()
@@ -286,7 +287,10 @@ def test_the_planned_walk_runs_hamiltons_nodes_in_its_order_to_the_same_bundle(n
     planned: dict = {}
     pipeline._run_plan(pipeline._plan(fg, tuple(wanted), frozenset(overrides), frozenset(inputs())), planned, overrides,
                        inputs())
-    assert called == hamilton_order and FINAL_NODE in called
+    # Hamilton's order, with what needs the question's embedding after the rest, each part in its own order.
+    needs = {v.name for v in build_driver(settings).what_is_downstream_of("query_embedding")}
+    assert called == [n for n in hamilton_order if n not in needs] + [n for n in hamilton_order if n in needs]
+    assert FINAL_NODE in called and "text_path_score_inputs" in called and "text_path_score_inputs" not in needs
     assert planned[FINAL_NODE].model_dump_json() == hamilton[FINAL_NODE].model_dump_json()
     assert ("query_embedding" in called) is not overridden
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import timedelta
@@ -10,8 +11,9 @@ import pytest
 
 from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
-from rms_retrieval.nodes.pools import FilteredPool
-from rms_retrieval.nodes.scoring import _update_worded, fused_scores__rrf, fused_scores__weighted
+from rms_retrieval.nodes.filtering import text_path_exclusions
+from rms_retrieval.nodes.pools import FilteredPool, TextPathCandidates, TextPathScoreInputs
+from rms_retrieval.nodes.scoring import _update_worded, fused_scores__rrf, fused_scores__weighted, text_path_score_inputs
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, WeightedScoring
 from tests.factories import BASE_TIME, make_candidate, make_object, make_request
@@ -349,3 +351,28 @@ def test_a_turns_text_is_searched_for_update_wording_only_by_a_current_state_que
     assert _update_worded.cache_info().misses == 0
     formula(moved, analysis=_analysis(current_state=True), **({"settings": _shifted()} if formula is _weighted else {}))
     assert _update_worded.cache_info().misses == 1
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "weighted"])
+def test_score_inputs_made_with_the_text_paths_are_read_for_the_very_objects_they_were_made_for(fusion):
+    settings = RetrievalSettings(scoring=ScoringSettings(fusion=fusion))
+    analysis = _analysis(window=(BASE_TIME, BASE_TIME + timedelta(days=1)))
+    objects = [make_object("a", salience=0.9), make_object("b", days=3, salience=0.2), make_object("c", days=9)]
+    pool = _pool(*(make_candidate(o, VECTOR=(rank, 0.9 - rank / 10), LEXICAL=(4 - rank, 0.5))
+                   for rank, o in enumerate(objects, start=1)))
+    node = fused_scores__rrf if fusion == "rrf" else functools.partial(fused_scores__weighted, request=make_request())
+
+    def frame(made=None):
+        return scored_frame(node(pool, analysis, settings=settings, text_path_score_inputs=made)).set_index("object_id")
+
+    found = TextPathCandidates(objects={o.id: o for o in objects}, hits={})
+    made = text_path_score_inputs(text_path_exclusions(found, make_request(), settings), analysis, settings)
+    assert sorted(made.rows) == sorted(o.id.int for o in objects)
+    assert frame(made).equals(frame())
+    # A row is what scoring reads for its object, and for no other object with the same id.
+    first = objects[0]
+    _, own, times = made.rows[first.id.int]
+    lowered = TextPathScoreInputs({first.id.int: (first, (0.0, *own[1:]), times)})
+    assert frame(lowered).loc[str(first.id), "salience"] == 0.0
+    stale = TextPathScoreInputs({first.id.int: (first.model_copy(), (0.0, *own[1:]), times)})
+    assert frame(stale).equals(frame())

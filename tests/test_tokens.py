@@ -1,7 +1,7 @@
 import random
 
-from rms_retrieval.nodes.helpers.tokens import (ITEM_TOKENS, TokenCountCache, count_context_tokens, count_tokens,
-                                                 least_tokens, tokens_within)
+from rms_retrieval.nodes.helpers.tokens import (ITEM_TOKENS, TokenCountCache, count_context_tokens,
+                                                 count_joined_tokens, count_tokens, least_tokens, tokens_within)
 
 
 def test_counts_cl100k_base_tokens_offline():
@@ -55,3 +55,24 @@ def test_a_cache_remembers_counts_given_to_it_and_names_the_texts_it_lacks():
     assert cache.missing(["counted here", "never seen", "given elsewhere", "also new"]) == [1, 3]
     assert cache.known("never seen") is None  # naming a missing text counts nothing
     assert cache.remember("x" * 200, 7) == 7 and cache.known("x" * 200) is None and cache.characters <= 100
+
+
+def test_joined_lines_count_as_their_whole_text_whatever_their_ends_and_starts():
+    # Lines ending in punctuation, spaces, digits, newlines or letters, starting with anything:
+    # the sum of the lines' cached counts where no line after the first starts with whitespace,
+    # the whole text counted otherwise; either way the whole text's count.
+    pieces = [" ", "  ", "\t", "\n", "\r", "\x0b", "\x1c", "\x85", "\xa0", "\u2028", "\u3000", "\u200b", "a", "Z",
+              "1", "234", "'", "'s", "'ll", "-", ".", "!", "?!", "[", "]", ":", "\xe9", "\u4e2d", "\U0001f600", "\u0301",
+              "word", " word", "[2023-05-08] Caroline:", "<|endoftext|>"]
+    rng = random.Random(11)
+    for _ in range(3_000):
+        lines = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 8))) for _ in range(rng.randint(0, 6))]
+        assert count_joined_tokens(lines) == (count_context_tokens("\n".join(lines)) if lines else 0), repr(lines)
+    assert count_joined_tokens(["I went.", "[2023-05-08] Melanie: Nice!", "x  "], " | ") == \
+        count_context_tokens("I went. | [2023-05-08] Melanie: Nice! | x  ")
+
+
+def test_joined_lines_are_counted_from_the_cache_of_each_line():
+    lines = ["[1 May 2023] a line only this test packs.", "[2 May 2023] another one!"]
+    assert count_joined_tokens(lines) == count_context_tokens("\n".join(lines))
+    assert ITEM_TOKENS.known(lines[0] + "\n") is not None and ITEM_TOKENS.known(lines[1]) is not None

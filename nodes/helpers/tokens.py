@@ -3,7 +3,8 @@
 `count_tokens` caches what repeats, the texts of packed items (the same memories are packed again
 and again), in a least-recently-used cache bounded by the bytes of text it holds, so a long-lived
 server's memory stays bounded however many different items it packs. `count_context_tokens` counts
-a whole packed context, which rarely repeats, without caching it.
+a whole packed context, which rarely repeats, without caching it; `count_joined_tokens` counts one
+from the cached counts of its lines.
 """
 
 from __future__ import annotations
@@ -96,3 +97,18 @@ def tokens_within(text: str, room: int) -> int | None:
 def count_context_tokens(text: str) -> int:
     """Tokens of a whole packed context in cl100k_base, never cached: contexts rarely repeat."""
     return token_count(text)
+
+
+def count_joined_tokens(lines: Sequence[str], separator: str = "\n") -> int:
+    """`count_context_tokens(separator.join(lines))` for a newline `separator`, from the cached
+    counts of each line with its separator (the packed lines recur; the context they make does
+    not). Exact: cl100k_base encodes each piece of its pre-tokenizer on its own, and a piece never
+    crosses a newline into a next line that starts with a character other than whitespace (a
+    newline ends a piece of punctuation or whitespace before it, and no piece starts with a
+    newline followed by such a character). Where a line after the first is empty or starts with
+    whitespace, the joined text is counted whole."""
+    if not lines:
+        return 0
+    if separator != "\n" or any(not line or line[0].isspace() for line in lines[1:]):
+        return count_context_tokens(separator.join(lines))
+    return sum(count_tokens(line + separator) for line in lines[:-1]) + count_tokens(lines[-1])
