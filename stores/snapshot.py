@@ -190,12 +190,17 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                     kept = ~skip[rows]
                     rows, scores = rows[kept], scores[kept]
                 score_blocks.append(scores)
-                owners.extend((segment, row) for row in rows.tolist())
+                owners.append((segment, rows))
         if not score_blocks:
             return []
         scores = np.concatenate(score_blocks)
-        keep = _at_least_kth(scores, limit)
-        hits = [VectorHit(owners[i][0].id_at(owners[i][1]), float(scores[i])) for i in keep.tolist()]
+        keep = np.zeros(len(scores), dtype=bool)
+        keep[_at_least_kth(scores, limit)] = True
+        hits, offset = [], 0
+        for (segment, rows), block in zip(owners, score_blocks):
+            kept = keep[offset:offset + len(block)]
+            hits.extend(map(VectorHit, segment.ids_at(rows[kept]), block[kept].tolist()))
+            offset += len(block)
         hits.sort(key=lambda hit: (-hit.cosine, hit.object_id))
         return hits[:limit]
 

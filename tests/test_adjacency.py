@@ -94,6 +94,9 @@ def test_a_uuid_column_makes_each_id_once_when_first_asked():
     column = UuidColumn(uuid_keys([C, A, B]))
     first = column.at(1)
     assert first == A and column.at(1) is first and [column.at(i) for i in range(3)] == [C, A, B]
+    fresh = UuidColumn(uuid_keys([C, A, B]))
+    each = fresh.at_each(np.array([2, 0, 2]))
+    assert each == [B, C, B] and each[0] is each[2] is fresh.at(2)  # made once, in the order asked
     adjacency = Adjacency([Edge(1, A, B, "CO", 0.5)])
     assert adjacency.node_at(0) is adjacency.node_at(0)
 

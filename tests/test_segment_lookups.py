@@ -26,6 +26,7 @@ def test_rows_of_one_namespace_need_not_be_contiguous_for_the_lookups():
     assert [index.row("live", UUID(int=number)) for number in (1, 2)] == [0, 2] and index.row("live", OTHER.id) is None
     assert index.row("a", OTHER.id) == 1 and index.row("b", OTHER.id) is None
     assert [index.id_at(row) for row in range(3)] == [UUID(int=1), OTHER.id, UUID(int=2)]
+    assert index.ids_at(np.array([2, 1])) == [UUID(int=2), OTHER.id]
     sessions = SegmentSessions(columns, slices, None)
     assert sessions.get(("live", "default", "default", "s")) == [(0, 0), (1, 2)]
     assert sessions.get(("a", "default", "default", "s")) == [(3, 1)] and len(sessions) == 2

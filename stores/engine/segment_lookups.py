@@ -52,6 +52,10 @@ class RowIndex:
         """The object id of `row` (each made once: searches ask for the same rows again)."""
         return self._ids.at(row)
 
+    def ids_at(self, rows: np.ndarray) -> list[UUID]:
+        """`id_at` of each of `rows`, in order."""
+        return self._ids.at_each(rows)
+
     def row(self, namespace: str, object_id: UUID) -> int | None:
         return self.rows(namespace, [object_id])[0]
 

@@ -276,6 +276,10 @@ class LoadedSegment:
     def id_at(self, row: int) -> UUID:
         return self._row_index.id_at(row)
 
+    def ids_at(self, rows: np.ndarray) -> list[UUID]:
+        """The object id of each of `rows`, in order."""
+        return self._row_index.ids_at(rows)
+
     def namespace_at(self, row: int) -> str:
         return self._columns.namespaces[self._columns.namespace_codes[row]]
 

@@ -217,6 +217,11 @@ class UuidColumn:
             found = self._made[position] = UUID(bytes=self._keys[position].tobytes())
         return found
 
+    def at_each(self, positions: np.ndarray) -> list[UUID]:
+        """`at` of each of `positions`, in order."""
+        made = self._made
+        return [made.get(position) or self.at(position) for position in positions.tolist()]
+
     def moved(self, keys: np.ndarray, positions: np.ndarray) -> UuidColumn:
         """A column of `keys` that starts with the UUIDs this one made, each at its new position
         (`positions[old]`; -1: the id is not in `keys`)."""
