@@ -185,12 +185,14 @@ def mask_paths(mask: int) -> tuple[PathType, ...]:
 def _take(record: Any, order: np.ndarray) -> dict[str, Any]:
     """Every array field of a column record reordered (or subset) by the positions `order`."""
     taken = {}
+    positions = None
     for f in dataclasses.fields(record):
         value = getattr(record, f.name)
         if isinstance(value, np.ndarray):
             taken[f.name] = value[order]
         elif isinstance(value, tuple):
-            taken[f.name] = tuple(value[i] for i in order)
+            positions = order.tolist() if positions is None else positions  # a tuple indexes fastest by int
+            taken[f.name] = tuple(map(value.__getitem__, positions))
         else:
             taken[f.name] = value
     return taken

@@ -58,21 +58,28 @@ def test_a_cache_remembers_counts_given_to_it_and_names_the_texts_it_lacks():
 
 
 def test_joined_lines_count_as_their_whole_text_whatever_their_ends_and_starts():
-    # Lines ending in punctuation, spaces, digits, newlines or letters, starting with anything:
-    # the sum of the lines' cached counts where no line after the first starts with whitespace,
+    # Lines ending in punctuation runs (after a space or not), marks, symbols, spaces, control
+    # characters, digits, letters or unassigned characters, starting with anything: the sum of
+    # each line's count with its newline where no line after the first starts with whitespace,
     # the whole text counted otherwise; either way the whole text's count.
-    pieces = [" ", "  ", "\t", "\n", "\r", "\x0b", "\x1c", "\x85", "\xa0", "\u2028", "\u3000", "\u200b", "a", "Z",
-              "1", "234", "'", "'s", "'ll", "-", ".", "!", "?!", "[", "]", ":", "\xe9", "\u4e2d", "\U0001f600", "\u0301",
+    pieces = [" ", "  ", "\t", "\n", "\r", "\x0b", "\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u3000", "\u200b",
+              "a", "Z", "1", "234", "'", "'s", "'ll", "-", ".", "!", "?!", "...", "[", "]", ":", ")", " .", " ?!",
+              "\xe9", "e\u0301", "\u4e2d", "\u4e00", "\u2155", "\U0001f600", "\u2014", "\u0301", "\U000e0080",
               "word", " word", "[2023-05-08] Caroline:", "<|endoftext|>"]
     rng = random.Random(11)
-    for _ in range(3_000):
+    for _ in range(6_000):
         lines = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 8))) for _ in range(rng.randint(0, 6))]
         assert count_joined_tokens(lines) == (count_context_tokens("\n".join(lines)) if lines else 0), repr(lines)
     assert count_joined_tokens(["I went.", "[2023-05-08] Melanie: Nice!", "x  "], " | ") == \
         count_context_tokens("I went. | [2023-05-08] Melanie: Nice! | x  ")
 
 
-def test_joined_lines_are_counted_from_the_cache_of_each_line():
-    lines = ["[1 May 2023] a line only this test packs.", "[2 May 2023] another one!"]
+def test_joined_lines_are_counted_from_the_counts_the_cache_holds_for_each_line():
+    lines = ["[1 May 2023] a line only this test packs.", "[2 May 2023] another one!", "the last"]
     assert count_joined_tokens(lines) == count_context_tokens("\n".join(lines))
-    assert ITEM_TOKENS.known(lines[0] + "\n") is not None and ITEM_TOKENS.known(lines[1]) is not None
+    # A count the store gave is what is summed: no line is counted again.
+    stored = ["stored " + line for line in lines]
+    for line in stored:
+        ITEM_TOKENS.remember(line, 100)
+    newline_after = {end: count_context_tokens(end + "\n") - count_context_tokens(end) for end in (".", "!")}
+    assert count_joined_tokens(stored) == 3 * 100 + sum(newline_after.values())

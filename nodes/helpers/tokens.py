@@ -10,8 +10,10 @@ from the cached counts of its lines.
 from __future__ import annotations
 
 import threading
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Sequence
+from functools import lru_cache
 
 from rms_retrieval.stores.analysis.text_tokens import token_count
 
@@ -101,14 +103,51 @@ def count_context_tokens(text: str) -> int:
 
 def count_joined_tokens(lines: Sequence[str], separator: str = "\n") -> int:
     """`count_context_tokens(separator.join(lines))` for a newline `separator`, from the cached
-    counts of each line with its separator (the packed lines recur; the context they make does
-    not). Exact: cl100k_base encodes each piece of its pre-tokenizer on its own, and a piece never
-    crosses a newline into a next line that starts with a character other than whitespace (a
-    newline ends a piece of punctuation or whitespace before it, and no piece starts with a
-    newline followed by such a character). Where a line after the first is empty or starts with
-    whitespace, the joined text is counted whole."""
+    counts of the lines (the packed lines recur, and the store keeps their counts; the context they
+    make does not recur). Exact: cl100k_base encodes each piece of its pre-tokenizer on its own,
+    and a piece never crosses a newline into a next line that starts with a character other than
+    whitespace, so the context's count is the sum of each line's count with its newline
+    (`_newline_tokens`). Where a line after the first is empty or starts with whitespace, the
+    joined text is counted whole."""
     if not lines:
         return 0
     if separator != "\n" or any(not line or line[0].isspace() for line in lines[1:]):
         return count_context_tokens(separator.join(lines))
-    return sum(count_tokens(line + separator) for line in lines[:-1]) + count_tokens(lines[-1])
+    return sum(_newline_tokens(line) for line in lines[:-1]) + count_tokens(lines[-1])
+
+
+# cl100k_base's pre-tokenizer's \s: Unicode White_Space, which str.isspace() holds with four
+# control characters more.
+_NOT_WHITE_SPACE = frozenset("\x1c\x1d\x1e\x1f")
+
+
+def _white_space(character: str) -> bool:
+    return character.isspace() and character not in _NOT_WHITE_SPACE
+
+
+def _newline_tokens(line: str) -> int:
+    """`count_tokens(line + "\n")`, from the line's own (cached) count. The newline changes only
+    the line's last piece: after a letter or a number it is a piece of its own; after a run of
+    other characters (punctuation, symbols, marks, with the one space before it, if any) it joins
+    that run's piece, which is counted alone with and without it. After whitespace, or a character
+    this Python's Unicode tables do not know, the line and its newline are counted whole."""
+    end = line[-1:] or " "
+    kind = unicodedata.category(end)
+    if _white_space(end) or kind == "Cn":
+        return count_tokens(line + "\n")
+    if kind[0] in "LN":
+        return count_tokens(line) + _piece_newline_tokens("")
+    start = len(line) - 1
+    while start > 0 and not _white_space(line[start - 1]) and unicodedata.category(line[start - 1])[0] not in "LN":
+        start -= 1
+        if unicodedata.category(line[start]) == "Cn":
+            return count_tokens(line + "\n")
+    if start > 0 and line[start - 1] == " ":
+        start -= 1
+    return count_tokens(line) + _piece_newline_tokens(line[start:])
+
+
+@lru_cache(maxsize=4096)  # the same few endings (".", "!", " ?", ...) close most lines
+def _piece_newline_tokens(piece: str) -> int:
+    """What a newline adds to the tokens of a line's last piece `piece` ("": a piece of its own)."""
+    return token_count(piece + "\n") - token_count(piece)
