@@ -1,8 +1,8 @@
 """Stage 2: candidate generation (RFC 4.1 to 4.4): per-path limits, then the candidate paths.
 
-The paths and `candidate_objects` read the stores; so do stage 1's `entity_catalog`, and after
-scoring the session neighbours (`session_context`) and the objects evidence references name
-(`evidence_sources`). Nothing else after this stage reads a store.
+The paths, `text_path_candidates` and `candidate_objects` read the stores; so do stage 1's
+`entity_catalog`, and after scoring the session neighbours (`session_context`) and the objects
+evidence references name (`evidence_sources`). Nothing else after this stage reads a store.
 
 Each path returns a `ChannelResult`. A backend exception empties that path and is reported
 as a backend failure instead of failing the request; an embedding-model mismatch empties the
@@ -34,10 +34,11 @@ from rms_retrieval.stores.protocols import FieldWeights, RetrievalStore
 logger = logging.getLogger(__name__)
 
 # The candidate paths, each a node of this module returning a `ChannelResult`: the one list that
-# `candidate_objects` and `merging.merged_candidates` read them from (a new path is one more name).
-# The vector path is last: Hamilton runs a node's inputs in order, so the paths that need no query
-# embedding run while a prefetched one is made (dataflows/pipeline.py, `PrefetchedEncoder`); the
-# merge puts them back in `PathType` order (`pools.in_path_order`).
+# `merging.merged_candidates` reads them from (a new path is one more name). The vector path is
+# last, so that Hamilton's own walk, which runs a node's inputs in order, also runs the paths that
+# need no query embedding while a prefetched one is made (a planned walk runs them first whatever
+# the order: dataflows/pipeline.py, `_embedding_last`); the merge puts them back in `PathType`
+# order (`pools.in_path_order`).
 TEXT_PATHS = ("lexical_candidates", "graph_candidates", "pinned_candidates", "keyword_scan_candidates")
 CANDIDATE_CHANNELS = group(*(source(name) for name in (*TEXT_PATHS, "vector_candidates")))
 # The paths that need no query embedding: `text_path_candidates` reads and merges what they found
