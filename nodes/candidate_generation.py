@@ -113,10 +113,8 @@ def lexical_candidates(
 
     def search() -> ChannelResult:
         found = store_snapshot.search_lexical(request.query, request.namespaces, limit, _field_weights(settings))
-        hits = tuple(
-            ChannelHit(hit.object_id, PathType.LEXICAL, rank, hit.bm25, hit.score)
-            for rank, hit in enumerate(found, start=1)
-        )
+        path = PathType.LEXICAL  # bound once: an enum member read off its class costs a Python call (3.11)
+        hits = tuple(ChannelHit(hit.object_id, path, rank, hit.bm25, hit.score) for rank, hit in enumerate(found, start=1))
         return ChannelResult(path=PathType.LEXICAL, hits=hits, limit=limit)
 
     return guarded(PathType.LEXICAL, limit, search)

@@ -47,12 +47,13 @@ def _merged(text_paths: TextPathCandidates, channels: list[ChannelResult],
     # ids' strings do, both being the same 128 bits in fixed-width hex.
     channels = in_path_order(channels)
     hits: dict[int, Mapping[PathType, ChannelHit]] = dict(text_paths.hits)
+    vector = PathType.VECTOR  # bound once: an enum member read off its class costs a Python call (3.11)
     for channel in channels:
-        if channel.path is PathType.VECTOR:
+        if channel.path is vector:
             for hit in channel.hits:
                 key = hit.object_id.int
                 found = hits.get(key)
-                hits[key] = {PathType.VECTOR: hit} if found is None else {PathType.VECTOR: hit, **found}
+                hits[key] = {vector: hit} if found is None else {vector: hit, **found}
     objects = {obj.id.int: obj for obj in candidate_objects.values()}
     # An object deleted since the search is no candidate.
     candidates = tuple(Candidate(obj, hits[key]) for key in sorted(hits) if (obj := objects.get(key)) is not None)

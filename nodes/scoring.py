@@ -132,10 +132,12 @@ class _Inputs:
         boosts = settings.scoring.node_type_boosts
         made = known.rows if known is not None else {}
         nan = math.nan
+        # Bound once: reading an enum member off its class costs a Python call each time (3.11).
+        on_vector, on_lexical, on_graph = PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH
         rows, own, times, masks = [], [], [], []
         for c in filtered.candidates:
             obj, hits = c.object, c.hits
-            vector, lexical, graph = hits.get(PathType.VECTOR), hits.get(PathType.LEXICAL), hits.get(PathType.GRAPH)
+            vector, lexical, graph = hits.get(on_vector), hits.get(on_lexical), hits.get(on_graph)
             hops = graph.detail.get("hops") if graph else None
             rows.append((
                 vector.raw_score if vector else nan,
