@@ -218,8 +218,8 @@ def text_path_candidates(
     channels: list[ChannelResult], store_snapshot: RetrievalStore, request: RetrievalRequest
 ) -> TextPathCandidates:
     """The objects the lexical, graph, pinned and keyword paths found, with each one's hits in
-    path order: made before the vector path's hits are asked for (the walk reaches this node
-    first), so the question's embedding is computed meanwhile."""
+    path order: it needs no query embedding, so a planned request runs it while the question's
+    embedding is made (dataflows/pipeline.py, `_embedding_last`)."""
     hits: dict[int, dict[PathType, ChannelHit]] = {}
     for channel in in_path_order(channels):
         for hit in channel.hits:
