@@ -56,8 +56,8 @@ def _plan(fg: graph.FunctionGraph, final_vars: tuple[str, ...], overridden: froz
           ) -> tuple[tuple[int, str, Any], ...] | None:
     """The steps `execute_subdag` takes for these final nodes, override names and input names,
     in its order (a depth-first walk, each node's inputs in order), then with the steps that need
-    the query embedding last (`_embedding_last`): it decides nothing from
-    values, so one walk serves every request of the same shape. None where a lifecycle adapter of
+    the query embedding last (`_embedding_last`): it decides nothing from values, so one walk
+    serves every request of the same shape. None where a lifecycle adapter of
     the graph wraps its nodes (the thread pool's, a timer's): Hamilton's walk runs those. A
     required input that is not given makes no plan (the walk itself raises, as Hamilton does)."""
     adapter = fg.adapter
@@ -115,8 +115,8 @@ class EmptiedMemoExecutor(driver.DefaultGraphExecutor):
     planned once per request shape (`_plan`: the final nodes, the names overridden and given) and
     each request runs the nodes in that order (those that need no query embedding first) with the
     same arguments, with no closure, partial or hook lookup per node (0.17-0.26 ms of a warm LoCoMo
-    request's p50); with an adapter that
-    wraps nodes (the thread pool's, a timer's), Hamilton's walk runs as it is."""
+    request's p50); with an adapter that wraps nodes (the thread pool's, a timer's), Hamilton's
+    walk runs as it is."""
 
     def execute(self, fg: graph.FunctionGraph, final_vars: list[str], overrides: dict[str, Any],
                 inputs: dict[str, Any], run_id: str) -> dict[str, Any]:
@@ -180,9 +180,9 @@ class PrefetchedEncoder(QueryEncoder):
     """`encoder` with the encoding of one text (the question) started on a background thread when
     it is made. A planned request runs every node that needs no query embedding before the first
     that does (`_embedding_last`), so the model, which releases the interpreter lock, runs on the
-    other core while they do. The same vector either way: any other text, or the question when the thread has not
-    started on it, is encoded inline; a failure of the background encoding is raised where the
-    node asks for it."""
+    other core while they do. The same vector either way: any other text, or the question when
+    the thread has not started on it, is encoded inline; a failure of the background encoding is
+    raised where the node asks for it."""
 
     def __init__(self, encoder: QueryEncoder, text: str) -> None:
         self._encoder, self._text = encoder, text

@@ -138,10 +138,14 @@ def _newline_tokens(line: str) -> int:
     if kind[0] in "LN":
         return count_tokens(line) + _piece_newline_tokens("")
     start = len(line) - 1
-    while start > 0 and not _white_space(line[start - 1]) and unicodedata.category(line[start - 1])[0] not in "LN":
-        start -= 1
-        if unicodedata.category(line[start]) == "Cn":
+    while start > 0:  # back over the run, each character's category read once
+        previous = line[start - 1]
+        kind = unicodedata.category(previous)
+        if _white_space(previous) or kind[0] in "LN":
+            break
+        if kind == "Cn":
             return count_tokens(line + "\n")
+        start -= 1
     if start > 0 and line[start - 1] == " ":
         start -= 1
     return count_tokens(line) + _piece_newline_tokens(line[start:])
