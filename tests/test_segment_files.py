@@ -10,12 +10,14 @@ from uuid import UUID
 
 import numpy as np
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pyarrow.parquet as pq
 import pytest
 
 from tests import store_workers
 from rms_retrieval.stores.analysis.claims import Assertion, Quantity
-from rms_retrieval.stores.engine.codec import OBJECT_FIELDS, memory_object, object_record, row_values
+from rms_retrieval.stores.engine.codec import OBJECT_FIELDS, memory_object, object_record, record_fields, row_values
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, Manifest, SegmentEntry, read_manifest, write_manifest
 from rms_retrieval.stores.models import LifecycleState, MemoryObject, NodeType
@@ -74,6 +76,25 @@ def test_a_record_leaves_out_the_common_values_and_one_holding_every_field_reads
     assert first.metadata == {} and first.metadata is not second.metadata  # never one shared dictionary
     later = spotted.model_copy(update={"updated_at": datetime(2023, 5, 1, tzinfo=timezone.utc)})
     assert "updated_at" in json.loads(object_record(later)) and memory_object(object_record(later), later.id, "a", "Consider") == later
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(1 << 80), max_value=1 << 80) | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON, ensure_ascii=st.booleans())
+def test_a_record_is_read_as_json_reads_it_whatever_orjson_refuses(value, ensure_ascii):
+    # NaN and infinities, integers beyond 64 bits and lone surrogates are what orjson refuses.
+    text = json.dumps({"v": value}, ensure_ascii=ensure_ascii)
+    read, expected = record_fields(text), json.loads(text)
+    assert json.dumps(read) == json.dumps(expected) and repr(read) == repr(expected)
+
+
+def test_records_orjson_refuses_are_read_by_json():
+    for text in ('{"v": NaN}', '{"v": -Infinity}', '{"v": %d}' % (1 << 70), '{"v": "\\ud800"}'):
+        assert repr(record_fields(text)) == repr(json.loads(text))
 
 
 def test_decoded_objects_share_one_set_of_field_names_and_a_copy_gets_its_own():
@@ -231,9 +252,16 @@ def test_mapped_records_read_one_record_after_the_check_and_refuse_bad_arrays():
     mapped = MappedRecords(arrays["record_offsets"], arrays["record_bytes"], lambda: checks.append(1))
     assert len(mapped) == 3 and [mapped.at(row) for row in range(3)] == records and len(checks) == 3
     assert mapped.array().to_pylist() == records
-    assert mapped.containing([2, 0, 1], '"content"') == [False, True, False] and mapped.containing([], "{") == []
+    assert mapped.containing([2, 0, 1], '"content"').tolist() == [False, True, False]
+    assert mapped.containing([1, 2], '"content"').tolist() == [False, False]  # a run of rows, read in place
+    assert mapped.containing([0, 1], '"content"').tolist() == [True, False] and mapped.containing([], "{").tolist() == []
     with pytest.raises(IndexError, match="row 3 of 3"):
         mapped.at(3)
+    texts = ["{ab", "cd}", "{bc}", "bcbc"]  # "bc" across the first two records' boundary is no match
+    joined = segment_parquet.record_arrays(pa.array(texts))
+    plain = MappedRecords(joined["record_offsets"], joined["record_bytes"], lambda: None)
+    for positions in ([0, 1], [0, 1, 2, 3], [1, 2], [3], [2, 0, 3]):  # runs by bytes.find, the rest by Arrow
+        assert plain.containing(positions, "bc").tolist() == ["bc" in texts[row] for row in positions]
     with pytest.raises(ValueError, match="no record"):
         segment_parquet.record_arrays(pa.array(["{}", None]))
     with pytest.raises(ValueError, match="int64 offsets"):
@@ -256,5 +284,6 @@ def test_records_are_read_one_row_group_at_a_time(monkeypatch):
         records.array()
     assert Records(array=pa.array(["{}"])).array().to_pylist() == ["{}"]
     named = rows[7].content
-    assert records.containing([9, 7, 0], named) == [False, True, False]
-    assert Records(array=pa.array(['{"a": 1}', "{}"])).containing([1, 0], '"a"') == [False, True]
+    assert records.containing([9, 7, 0], named).tolist() == [False, True, False]
+    assert Records(array=pa.array(['{"a": 1}', "{}"])).containing([1, 0], '"a"').tolist() == [False, True]
+    assert Records(array=pa.array(['{"a": 1}', "{}", '{"a": 2}'])).containing([1, 2], '"a"').tolist() == [False, True]

@@ -14,6 +14,8 @@ from functools import lru_cache
 from typing import Any
 from uuid import UUID
 
+import orjson
+
 from rms_retrieval.stores.analysis.claims import Assertion, Quantity, normalize_predicate, normalize_value
 from rms_retrieval.stores.models import EpistemicType, LifecycleState, MemoryObject, NodeType
 from rms_retrieval.stores.log.retrieval_log import json_default
@@ -21,6 +23,8 @@ from rms_retrieval.stores.log.retrieval_log import json_default
 OBJECT_FIELDS = tuple(MemoryObject.model_fields)
 _EVERY_FIELD = set(OBJECT_FIELDS)
 _new, _set = object.__new__, object.__setattr__
+# orjson reads an integer literal beyond 64 bits as a float at least this large (`record_fields`).
+_HUGE = float(1 << 63)
 # Written beside the claim JSON so exact aggregation can match and group in SQL.
 ASSERTION_NORM_COLUMNS = (
     "assertion_subject_norm", "assertion_predicate_norm", "assertion_object_norm", "assertion_polarity",
@@ -71,37 +75,80 @@ def _utc(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text).astimezone(timezone.utc)
 
 
+def _holds_huge_float(value: Any) -> bool:
+    """Whether `value` (parsed JSON) holds a float of magnitude 2**63 or more, or NaN, anywhere:
+    what orjson makes of an integer literal beyond 64 bits (`json` keeps it an int)."""
+    kind = type(value)
+    if kind is float:
+        return not -_HUGE < value < _HUGE
+    if kind is dict:
+        value = value.values()
+    elif kind is not list:
+        return False
+    for item in value:
+        kind = type(item)
+        if kind is float:
+            if not -_HUGE < item < _HUGE:
+                return True
+        elif (kind is dict or kind is list) and _holds_huge_float(item):
+            return True
+    return False
+
+
+def record_fields(record: str) -> dict[str, Any]:
+    """A stored record's JSON object, exactly as `json.loads` reads it: parsed by orjson (three
+    times as fast on a LongMemEval-S turn's record), and again by `json` where orjson refuses the
+    text (NaN, infinities, a lone surrogate) or may have read an integer beyond 64 bits as a float."""
+    try:
+        stored = orjson.loads(record)
+    except orjson.JSONDecodeError:
+        return json.loads(record)
+    return json.loads(record) if _holds_huge_float(stored) else stored
+
+
 def memory_object(record: str, object_id: UUID | None = None, namespace: str | None = None,
                   entity_name: str | None = None) -> MemoryObject:
     """A MemoryObject from a stored record (validated when it was added), without re-validating;
     `object_id`, `namespace` and `entity_name` (`entity_canonical_name`): its row's columns (a
-    record written before format 6 holds them itself)."""
-    stored = json.loads(record)
-    fields = {**_RECORD_DEFAULTS, **stored}
-    if "metadata" not in stored:
-        fields["metadata"] = {}  # each object its own
-    if "updated_at" not in stored:
-        fields["updated_at"] = stored["created_at"]
-    fields.update({name: _utc(fields[name]) for name in _TIME_FIELDS})
-    fields.update(
-        id=UUID(stored["id"]) if object_id is None else object_id,
-        namespace=stored["namespace"] if namespace is None else namespace,
-        entity_canonical_name=stored.get("entity_canonical_name", entity_name),
-        node_type=_NODE_TYPES[fields["node_type"]],
-        epistemic_type=_EPISTEMIC_TYPES[fields["epistemic_type"]],
-        lifecycle_state=_LIFECYCLE_STATES[fields["lifecycle_state"]],
-        evidence_refs=tuple(fields["evidence_refs"]),
-        assertion=None if fields["assertion"] is None else Assertion.model_construct(**fields["assertion"]),
-        quantity=None if fields["quantity"] is None else Quantity.model_construct(**fields["quantity"]),
-    )
+    record written before format 6 holds them itself). A field the record leaves out takes its
+    `_RECORD_DEFAULTS` value (`updated_at`: `created_at`)."""
+    stored = record_fields(record)
+    get = stored.get
+    created = stored["created_at"]
+    assertion, quantity = get("assertion"), get("quantity")
     # What `model_construct` does for a record that holds every field, without its per-field search
-    # for aliases and defaults (half the decoding time): the fields in model order, and one shared
-    # set of the names they set (pydantic would make one per object, one more container for the
-    # garbage collector to scan in each of the tens of thousands a reader keeps decoded; frozen
-    # objects never add to it, and a copy gets its own). tests/test_segment_files.py checks the
-    # result against `model_construct`'s.
+    # for aliases and defaults: the fields in model order (OBJECT_FIELDS; tests/test_segment_files.py
+    # checks the result against `model_construct`'s), made in one dictionary, and one shared set of
+    # the names they set (pydantic would make one per object, one more container for the garbage
+    # collector to scan in each of the tens of thousands a reader keeps decoded; frozen objects
+    # never add to it, and a copy gets its own).
+    fields = {
+        "id": UUID(stored["id"]) if object_id is None else object_id,
+        "namespace": stored["namespace"] if namespace is None else namespace,
+        "owner": get("owner", "default"),
+        "scope": get("scope", "default"),
+        "session_id": get("session_id"),
+        "session_seq": get("session_seq"),
+        "node_type": _NODE_TYPES[get("node_type", "TURN")],
+        "content": stored["content"],
+        "entity_canonical_name": get("entity_canonical_name", entity_name),
+        "epistemic_type": _EPISTEMIC_TYPES[get("epistemic_type", "OBSERVED")],
+        "confidence": get("confidence", 1.0),
+        "salience": get("salience", 0.5),
+        "lifecycle_state": _LIFECYCLE_STATES[get("lifecycle_state", "ACTIVE")],
+        "created_at": _utc(created),
+        "updated_at": _utc(get("updated_at", created)),
+        "event_time": _utc(get("event_time")),
+        "valid_from": _utc(get("valid_from")),
+        "valid_to": _utc(get("valid_to")),
+        "evidence_refs": tuple(get("evidence_refs", ())),
+        "source_ref": get("source_ref"),
+        "metadata": stored["metadata"] if "metadata" in stored else {},  # each object its own
+        "assertion": None if assertion is None else Assertion.model_construct(**assertion),
+        "quantity": None if quantity is None else Quantity.model_construct(**quantity),
+    }
     memory = _new(MemoryObject)
-    _set(memory, "__dict__", {name: fields[name] for name in OBJECT_FIELDS})
+    _set(memory, "__dict__", fields)
     _set(memory, "__pydantic_fields_set__", _EVERY_FIELD)
     _set(memory, "__pydantic_extra__", None)
     _set(memory, "__pydantic_private__", None)

@@ -122,7 +122,7 @@ def _recoded(parts: Sequence[tuple[np.ndarray, tuple[str, ...]]], kept: np.ndarr
             f"edge_{name}_names": names, f"edge_{name}_name_ends": ends}
 
 
-def joined_ends(parts: Sequence[tuple[EdgeColumns, np.ndarray]]) -> tuple[np.ndarray, list[np.ndarray]]:
+def joined_ends(parts: Sequence[tuple[EdgeColumns, np.ndarray | slice]]) -> tuple[np.ndarray, list[np.ndarray]]:
     """The distinct ends of the edges at each part's positions as one sorted V16 column (UUID
     order), and each part's (source, target) pairs as codes into it: sorted once over the
     distinct ends, not over every edge's two ids."""
@@ -245,7 +245,7 @@ class EdgeColumns:
         return len(self.ids)
 
     def confidences_at(self, positions: np.ndarray | slice) -> np.ndarray:
-        """The confidences (float64) of the edges at `positions`."""
+        """The confidences (float64) of the edges at `positions` (a slice of them may be a read-only view)."""
         stored = self._confidences[positions]
         return stored if self._confidence_values is None else self._confidence_values[stored]
 
@@ -257,7 +257,7 @@ class EdgeColumns:
         codes = self._ends[positions]
         return self._end_ids[codes.reshape(-1)].reshape(len(codes), 32)
 
-    def end_codes_at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def end_codes_at(self, positions: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
         """The ends of the edges at `positions` as (source, target) codes, one row per edge, into
         the distinct ids they use (rows of 16 bytes, each once): what a scope's graph numbers its
         nodes from without sorting every edge's two ids."""

@@ -126,12 +126,12 @@ def _weights(counts: np.ndarray) -> np.ndarray:
     return _WEIGHTS[np.minimum(counts, CO_MENTIONS_SATURATED)]
 
 
-def _own_counts(columns: EdgeColumns, positions: np.ndarray) -> np.ndarray:
+def _own_counts(columns: EdgeColumns, positions: np.ndarray | slice, count: int) -> np.ndarray:
     """Per CO_MENTIONED edge at `positions`, the count of its own segment's rows that its stored
     confidence gives (`co_mention_confidence` backwards: CO_MENTIONS_SATURATED stands for that
     many rows or more), or NOT_COUNTED where the segment did not count (`counted_confidences`)."""
     if not columns.counted:
-        return np.full(len(positions), NOT_COUNTED, dtype=np.int64)
+        return np.full(count, NOT_COUNTED, dtype=np.int64)
     return np.rint((columns.confidences_at(positions) - CO_MENTION_BASE) / CO_MENTION_STEP).astype(np.int64)
 
 
@@ -210,15 +210,21 @@ def _found(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 
 def _scope_counts(pairs: np.ndarray, sources: np.ndarray, targets: np.ndarray, keys: np.ndarray,
-                  stored: np.ndarray, block_of: np.ndarray, blocks: Sequence[EdgeBlock],
+                  stored: np.ndarray, block_of: np.ndarray | None, blocks: Sequence[EdgeBlock],
                   segments: Sequence[SegmentMentions]) -> np.ndarray:
     """The live objects mentioning both ends of each edge of `pairs`, summed over `segments`: for
     an edge whose own segment counted its rows (`stored`, `_own_counts`), that count less the
     segment's dead rows' share; for the rest, counted from each segment's live MENTIONS. A count
     of CO_MENTIONS_SATURATED or more weighs as CO_MENTIONS_SATURATED does, so one is taken as it
-    is where no row of its segment is dead, and counted where one is."""
+    is where no row of its segment is dead, and counted where one is. `block_of`: each edge's
+    block, None where there is one block."""
+    if len(segments) == 1 and segments[0].dead is None and all(block.columns is segments[0].columns for block in blocks):
+        counted = stored[pairs]  # one segment with no dead row holds every edge: its own counts are the counts
+        if not len(counted) or counted.min() >= 0:
+            return counted
     totals = np.zeros(len(pairs), dtype=np.int64)
-    sources, targets, stored, block_of = sources[pairs], targets[pairs], stored[pairs], block_of[pairs]
+    sources, targets, stored = sources[pairs], targets[pairs], stored[pairs]
+    block_of = np.zeros(len(pairs), dtype=np.int64) if block_of is None else block_of[pairs]
     for segment in segments:
         usable = (stored >= 0) & ((stored < CO_MENTIONS_SATURATED) | (segment.dead is None))
         own = usable & np.isin(block_of, [number for number, block in enumerate(blocks) if block.columns is segment.columns])
@@ -232,6 +238,24 @@ def _scope_counts(pairs: np.ndarray, sources: np.ndarray, targets: np.ndarray, k
     return totals
 
 
+def _joined(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """`np.concatenate(parts)`, or the one part itself (an array only read, never written)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _as_run(positions: np.ndarray) -> np.ndarray | slice:
+    """`positions` as a slice where they are a run of consecutive positions (a namespace's edges
+    in its segment usually are): the columns are then read as views, not copied."""
+    if positions[-1] - positions[0] == len(positions) - 1 and np.all(np.diff(positions) == 1):
+        return slice(int(positions[0]), int(positions[-1]) + 1)
+    return positions
+
+
+def _in_namespace(namespace: np.ndarray | None, number: int) -> np.ndarray | bool:
+    """Which edges are of the scope's `number`th namespace (`namespace`: each edge's; None: one namespace)."""
+    return True if namespace is None else namespace == number
+
+
 def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID]],
                 mentions: dict[str, list[SegmentMentions]]) -> Adjacency:
     """The graph of the scope whose live edges `blocks` hold, in segment order; `dead_ids`: the
@@ -239,24 +263,32 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     blocks = [block for block in blocks if len(block.positions)]
     if not blocks:
         return Adjacency([])
-    ids = np.concatenate([block.columns.ids[block.positions] for block in blocks]).astype(np.int64)
-    keys, block_ends = joined_ends([(block.columns, block.positions) for block in blocks])
-    ends = np.concatenate(block_ends).astype(np.int64)
+    at = [_as_run(block.positions) for block in blocks]  # where each block's edges are read from
+    ids = _joined([block.columns.ids[where] for block, where in zip(blocks, at)]).astype(np.int64, copy=False)
+    keys, block_ends = joined_ends([(block.columns, where) for block, where in zip(blocks, at)])
+    ends = _joined(block_ends).astype(np.int64, copy=False)
     # Types as codes into the blocks' type names (each segment numbers its own): no string per edge.
     type_names = tuple(sorted({name for block in blocks for name in block.columns.type_names}))
-    types = np.concatenate([np.asarray([type_names.index(name) for name in block.columns.type_names],
-                                       dtype=np.int64)[block.columns.types[block.positions]] for block in blocks])
-    confidence = np.concatenate([block.columns.confidences_at(block.positions) for block in blocks])
+    if len(blocks) == 1 and blocks[0].columns.type_names == type_names:  # its codes are the scope's
+        types = blocks[0].columns.types[at[0]]
+    else:
+        types = np.concatenate([np.asarray([type_names.index(name) for name in block.columns.type_names],
+                                           dtype=np.int64)[block.columns.types[where]] for block, where in zip(blocks, at)])
+    confidence = np.concatenate([block.columns.confidences_at(where) for block, where in zip(blocks, at)])
     names = sorted({block.namespace for block in blocks})
-    namespace = np.concatenate([np.full(len(block.positions), names.index(block.namespace)) for block in blocks])
-    block_of = np.concatenate([np.full(len(block.positions), number) for number, block in enumerate(blocks)])
-    stored = np.concatenate([_own_counts(block.columns, block.positions) for block in blocks])
+    # Each edge's namespace and block as codes, where there is more than one (None: all the same).
+    namespace = None if len(names) == 1 else np.concatenate(
+        [np.full(len(block.positions), names.index(block.namespace)) for block in blocks])
+    block_of = None if len(blocks) == 1 else np.concatenate(
+        [np.full(len(block.positions), number) for number, block in enumerate(blocks)])
+    stored = _joined([_own_counts(block.columns, where, len(block.positions)) for block, where in zip(blocks, at)])
     replaced = not np.all(ids[1:] > ids[:-1])  # else every id is there once, in id order
     if replaced:
         _, last = np.unique(ids[::-1], return_index=True)  # a later segment's edge replaces one with its id
         keep = len(ids) - 1 - last
-        ids, ends, types, confidence, namespace = ids[keep], ends[keep], types[keep], confidence[keep], namespace[keep]
-        block_of, stored = block_of[keep], stored[keep]
+        ids, ends, types, confidence, stored = ids[keep], ends[keep], types[keep], confidence[keep], stored[keep]
+        namespace = None if namespace is None else namespace[keep]
+        block_of = None if block_of is None else block_of[keep]
     co_mentioned = types == code_of(type_names, CO_MENTIONED)
     sources, targets = ends[:, 0], ends[:, 1]
     alive = np.ones(len(ids), dtype=bool)
@@ -265,10 +297,10 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
         if dead:
             gone = _found(keys, id_keys(np.frombuffer(b"".join(dead), dtype=np.uint8)))
             gone = gone[gone >= 0]
-            alive &= ~((namespace == number) & (np.isin(sources, gone) | np.isin(targets, gone)))
+            alive &= ~(_in_namespace(namespace, number) & (np.isin(sources, gone) | np.isin(targets, gone)))
     counts = np.zeros(len(ids), dtype=np.int64)
     for number, name in enumerate(names):
-        chosen = np.flatnonzero(co_mentioned & alive & (namespace == number))
+        chosen = np.flatnonzero(co_mentioned & alive & _in_namespace(namespace, number))
         counts[chosen] = _scope_counts(chosen, sources, targets, keys, stored, block_of, blocks, mentions.get(name, []))
     alive &= ~co_mentioned | (counts > 0)
     weighed = np.flatnonzero(co_mentioned & alive)

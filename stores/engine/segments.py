@@ -366,9 +366,8 @@ class LoadedSegment:
         in a text, so a record without the key has none)."""
         at = pa.array(positions, type=pa.int64())
         records = self._columns.records
-        aliases = {index: (json.loads(records.at(position)).get("metadata") or {}).get("aliases")
-                   for index, (position, aliased) in enumerate(zip(positions, records.containing(positions, '"aliases"')))
-                   if aliased}
+        aliases = {index: (json.loads(records.at(positions[index])).get("metadata") or {}).get("aliases")
+                   for index in np.flatnonzero(records.containing(positions, '"aliases"')).tolist()}
         return EntityNames(namespace, self._columns.ids[np.asarray(positions, dtype=np.int64)],
                            self._columns.entity_names.take(at), aliases)
 
