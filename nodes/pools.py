@@ -4,10 +4,12 @@ selection: paths, hits, candidates, and the typed record of numpy columns the sc
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
+from itertools import islice
 from types import MappingProxyType
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -171,6 +173,14 @@ def path_mask(paths: Iterable[PathType]) -> int:
     return mask
 
 
+_PATH_BIT = _PATH_BITS.__getitem__
+
+
+def hits_mask(hits: Mapping[PathType, Any]) -> int:
+    """`path_mask` of a mapping's keys, each a different path: their bits' sum, made in C."""
+    return sum(map(_PATH_BIT, hits))
+
+
 # Session, episode and evidence context join after scoring, in that order.
 _CONTEXT_PATHS = (PathType.SESSION_CONTEXT, PathType.EPISODE_CONTEXT, PathType.EVIDENCE_CONTEXT)
 
@@ -314,8 +324,11 @@ def rank_order(score: np.ndarray, path_count: np.ndarray, objects: Sequence[Memo
     """Positions in final order: score descending, then path count descending, then object id.
 
     Ids compare as their 128-bit integers, two 64-bit halves: the order of their hex strings.
+    Objects in id order already (a merged pool's) keep it among equals: `np.lexsort` is stable.
     """
     ints = [obj.id.int for obj in objects]
+    if all(map(operator.lt, ints, islice(ints, 1, None))):
+        return np.lexsort((-path_count, -score))
     high = np.fromiter((i >> 64 for i in ints), dtype=np.uint64, count=len(ints))
     low = np.fromiter((i & _LOW_64 for i in ints), dtype=np.uint64, count=len(ints))
     return np.lexsort((low, high, -path_count, -score))

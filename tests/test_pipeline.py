@@ -359,6 +359,34 @@ def test_a_prefetched_encoder_encodes_other_texts_inline_and_the_question_inline
         busy.result()
 
 
+def test_a_prefetched_encoder_waits_for_its_encoding_to_start_unless_the_worker_is_encoding_already(monkeypatch):
+    monkeypatch.setattr(pipeline, "START_WAIT_SECONDS", 60)
+
+    class Gated(FakeEncoder):
+        def __init__(self) -> None:
+            self.began, self.release = threading.Event(), threading.Event()
+
+        def encode(self, texts):
+            self.began.set()
+            self.release.wait(60)
+            return super().encode(texts)
+
+    first = Gated()
+    pipeline._PREFETCH.submit(time.sleep, 0.2)  # the worker starts on the question only after this
+    prefetched = PrefetchedEncoder(first, "the question")
+    assert first.began.is_set()  # the worker had started on it when the request went on
+    second = Gated()
+    made = threading.Thread(target=PrefetchedEncoder, args=(second, "another question"))
+    made.start()
+    made.join(10)  # the worker is busy with the first: no wait for the second to start
+    alive = made.is_alive()
+    first.release.set()
+    second.release.set()
+    made.join()
+    assert not alive
+    assert np.array_equal(prefetched.encode(["the question"]), FakeEncoder().encode(["the question"]))
+
+
 def test_a_failure_of_the_background_encoding_is_raised_where_the_embedding_is_asked_for():
     class Broken(FakeEncoder):
         def encode(self, texts):
