@@ -24,7 +24,7 @@ import numpy as np
 from rms_retrieval.nodes.helpers.bundle_metadata import aggregation_coverage, retrieval_metadata
 from rms_retrieval.nodes.helpers.formatting import format_item, group_header, reader_line, stated_day
 from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, RetrievalRequest
-from rms_retrieval.nodes.bundle import (BundleItem, CrossScopeHint, ExclusionScore,
+from rms_retrieval.nodes.bundle import (BundleItem, CrossScopeHint,
                                         HistoricalCoverage, MemoryBundle, SessionContextLink)
 from rms_retrieval.nodes.pools import (CandidatePool, FilteredPool, PathType, RankedCandidates,
                                        ScoredPool, Selection, SessionLink, mask_paths, path_mask)
@@ -118,10 +118,12 @@ def selected_candidates(
         kept = reason == _KEPT
         reason[kept & (np.cumsum(kept) > request.limit)] = _LIMIT
     left_out = np.flatnonzero(reason)
-    excluded = {objects[i].id: _REASONS[reason[i]] for i in left_out.tolist()}
+    ids = [objects[i].id for i in left_out.tolist()]
+    excluded = dict(zip(ids, map(_REASONS.__getitem__, reason[left_out].tolist())))
     relevance = pool.semantic_relevance[left_out].tolist() if rank_fused else [None] * len(left_out)
-    scores = {objects[i].id: ExclusionScore(score=score, semantic_relevance=rel)
-              for i, score, rel in zip(left_out.tolist(), pool.score[left_out].tolist(), relevance)}
+    # ExclusionScore is a typed dict: a literal makes the same dictionary without a call.
+    scores = dict(zip(ids, [{"score": score, "semantic_relevance": rel}
+                            for score, rel in zip(pool.score[left_out].tolist(), relevance)]))
     kept = pool.take(np.flatnonzero(reason == _KEPT)) if excluded else pool
     return Selection(pool=kept, excluded=excluded, min_score_skipped=skipped, excluded_scores=scores)
 
