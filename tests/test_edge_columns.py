@@ -153,6 +153,11 @@ def test_ids_rows_and_confidences_are_stored_small_and_read_from_either_form() -
     older.update(edge_ids=arrays["edge_ids"].astype(np.int64), edge_rows=arrays["edge_rows"].astype(np.int64),
                  edge_confidences=np.asarray([stored.edge.confidence for stored in edges]))
     assert EdgeColumns(arrays).decoded() == EdgeColumns(older).decoded() == tuple(edges)
+    confidences = np.asarray([stored.edge.confidence for stored in edges])
+    for positions in (np.asarray([5, 0, 39, 5]), slice(3, 17)):  # per edge from either form, as the formula gives
+        expected = np.rint((confidences[positions] - 0.35) / 0.1).astype(np.int64)
+        for columns in (EdgeColumns(arrays), EdgeColumns(older)):
+            assert np.array_equal(columns.counts_at(positions, 0.35, 0.1), expected)
     big = [StoredEdge(Edge(2**33 + i, stored.edge.source, stored.edge.target, stored.edge.edge_type, stored.edge.confidence),
                       stored.namespace, stored.row) for i, stored in enumerate(edges)]
     assert stored_edge_arrays(big)["edge_ids"].dtype == np.int64 and EdgeColumns.from_stored(big).decoded() == tuple(big)

@@ -132,7 +132,7 @@ def _own_counts(columns: EdgeColumns, positions: np.ndarray | slice, count: int)
     many rows or more), or NOT_COUNTED where the segment did not count (`counted_confidences`)."""
     if not columns.counted:
         return np.full(count, NOT_COUNTED, dtype=np.int64)
-    return np.rint((columns.confidences_at(positions) - CO_MENTION_BASE) / CO_MENTION_STEP).astype(np.int64)
+    return columns.counts_at(positions, CO_MENTION_BASE, CO_MENTION_STEP)
 
 
 def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray, segments: Sequence[Mentions],
@@ -274,7 +274,9 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     else:
         types = np.concatenate([np.asarray([type_names.index(name) for name in block.columns.type_names],
                                            dtype=np.int64)[block.columns.types[where]] for block, where in zip(blocks, at)])
-    confidence = np.concatenate([block.columns.confidences_at(where) for block, where in zip(blocks, at)])
+    confidence = _joined([block.columns.confidences_at(where) for block, where in zip(blocks, at)])
+    if confidence.base is not None:  # a view of the segment's column: CO_MENTIONED weights are written below
+        confidence = confidence.copy()
     names = sorted({block.namespace for block in blocks})
     # Each edge's namespace and block as codes, where there is more than one (None: all the same).
     namespace = None if len(names) == 1 else np.concatenate(
