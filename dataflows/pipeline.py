@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 from importlib import import_module
 from typing import Any
@@ -164,24 +164,38 @@ def _prefetch_pool() -> ThreadPoolExecutor:
 
 
 _PREFETCH = _prefetch_pool()
-# Held by the worker while it encodes a question (`_encoded`).
-_ENCODING = threading.Lock()
 # The longest a request waits for its question's encoding to start (`PrefetchedEncoder`).
 START_WAIT_SECONDS = 0.002
+# The questions handed to the worker and not yet encoded or cancelled (`PrefetchedEncoder`).
+_in_line = 0
+_in_line_lock = threading.Lock()
 
 
 def _new_prefetch_pool_in_child() -> None:
     """A forked child has none of its parent's threads: a pool whose worker the parent started
     would queue the child's encodings forever (each request then encoding inline, its queued job
-    kept), so the child gets a pool of its own (and a lock no parent's thread holds)."""
-    global _PREFETCH, _ENCODING
-    _PREFETCH, _ENCODING = _prefetch_pool(), threading.Lock()
+    kept), so the child gets a pool of its own, with none of the parent's questions in line."""
+    global _PREFETCH, _in_line, _in_line_lock
+    _PREFETCH, _in_line, _in_line_lock = _prefetch_pool(), 0, threading.Lock()
+
+
+def _join_line() -> bool:
+    """Count one more question in line; whether the line was empty."""
+    global _in_line
+    with _in_line_lock:
+        _in_line += 1
+        return _in_line == 1
+
+
+def _leave_line(_: Future) -> None:
+    global _in_line
+    with _in_line_lock:
+        _in_line -= 1
 
 
 def _encoded(encoder: QueryEncoder, text: str, started: threading.Event) -> np.ndarray:
-    with _ENCODING:
-        started.set()
-        return encoder.encode([text])
+    started.set()
+    return encoder.encode([text])
 
 
 os.register_at_fork(after_in_child=_new_prefetch_pool_in_child)
@@ -195,16 +209,18 @@ class PrefetchedEncoder(QueryEncoder):
     the thread has not started on it, is encoded inline; a failure of the background encoding is
     raised where the node asks for it.
 
-    Made while the worker is idle, it waits (at most START_WAIT_SECONDS) until the worker has
-    started: left running, the request would keep the interpreter lock and the worker would start
-    the model when the request next let it go, about 0.3 ms later on a warm LoCoMo request (0.2 ms
-    of its p50, the requests' other work having time to spare until the embedding arrives)."""
+    Made when no other question is in line for the worker, it waits (at most START_WAIT_SECONDS)
+    until the worker has started: left running, the request would keep the interpreter lock and
+    the worker would start the model when the request next let it go, about 0.3 ms later on a warm
+    LoCoMo request (0.2 ms of its p50, the request's other work having time to spare until the
+    embedding arrives). Behind another question it goes on at once: it may encode its own."""
 
     def __init__(self, encoder: QueryEncoder, text: str) -> None:
         self._encoder, self._text = encoder, text
-        started, busy = threading.Event(), _ENCODING.locked()
+        first, started = _join_line(), threading.Event()
         self._pending = _PREFETCH.submit(_encoded, encoder, text, started)
-        if not busy:  # a busy worker starts this one later: this request may encode it itself
+        self._pending.add_done_callback(_leave_line)  # encoded, failed or cancelled
+        if first:
             started.wait(START_WAIT_SECONDS)
 
     @property

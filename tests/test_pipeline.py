@@ -359,7 +359,7 @@ def test_a_prefetched_encoder_encodes_other_texts_inline_and_the_question_inline
         busy.result()
 
 
-def test_a_prefetched_encoder_waits_for_its_encoding_to_start_unless_the_worker_is_encoding_already(monkeypatch):
+def test_a_prefetched_encoder_waits_for_its_encoding_to_start_unless_another_question_is_in_line(monkeypatch):
     monkeypatch.setattr(pipeline, "START_WAIT_SECONDS", 60)
 
     class Gated(FakeEncoder):
@@ -375,16 +375,22 @@ def test_a_prefetched_encoder_waits_for_its_encoding_to_start_unless_the_worker_
     pipeline._PREFETCH.submit(time.sleep, 0.2)  # the worker starts on the question only after this
     prefetched = PrefetchedEncoder(first, "the question")
     assert first.began.is_set()  # the worker had started on it when the request went on
-    second = Gated()
-    made = threading.Thread(target=PrefetchedEncoder, args=(second, "another question"))
+    second, behind = Gated(), []
+    made = threading.Thread(target=lambda: behind.append(PrefetchedEncoder(second, "another question")))
     made.start()
-    made.join(10)  # the worker is busy with the first: no wait for the second to start
+    made.join(10)  # the first is in line: no wait for the second to start
     alive = made.is_alive()
     first.release.set()
     second.release.set()
     made.join()
     assert not alive
     assert np.array_equal(prefetched.encode(["the question"]), FakeEncoder().encode(["the question"]))
+    behind[0]._pending.result(10)
+    for _ in range(1000):  # each leaves the line once done (a future's callbacks follow its result)
+        if pipeline._in_line == 0:
+            break
+        time.sleep(0.01)
+    assert pipeline._in_line == 0
 
 
 def test_a_failure_of_the_background_encoding_is_raised_where_the_embedding_is_asked_for():
