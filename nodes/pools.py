@@ -173,14 +173,6 @@ def path_mask(paths: Iterable[PathType]) -> int:
     return mask
 
 
-_PATH_BIT = _PATH_BITS.__getitem__
-
-
-def hits_mask(hits: Mapping[PathType, Any]) -> int:
-    """`path_mask` of a mapping's keys, each a different path: their bits' sum, made in C."""
-    return sum(map(_PATH_BIT, hits))
-
-
 # Session, episode and evidence context join after scoring, in that order.
 _CONTEXT_PATHS = (PathType.SESSION_CONTEXT, PathType.EPISODE_CONTEXT, PathType.EVIDENCE_CONTEXT)
 

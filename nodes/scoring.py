@@ -23,7 +23,7 @@ from hamilton.function_modifiers import config
 
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
 from rms_retrieval.nodes.pools import (PRIMARY_PATHS, RERANK_COLUMNS, FilteredPool, PathType, ScoredPool, ScoreFactors,
-                                       TextPathExclusions, TextPathScoreInputs, hits_mask, path_mask, rank_order)
+                                       TextPathExclusions, TextPathScoreInputs, path_mask, rank_order)
 from rms_retrieval.nodes.settings import RetrievalSettings, WeightedScoring
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity
 from rms_retrieval.stores.analysis.speakers import role_of
@@ -152,7 +152,7 @@ class _Inputs:
                 found = _object_inputs(obj, weights, boosts, window)
             own.append(found[1])
             times.append(found[2])
-            masks.append(hits_mask(hits))
+            masks.append(path_mask(hits))
         size = len(rows)
         for part, names in ((rows, self._HIT_FLOATS), (own, self._OBJECT_FLOATS)):
             table = np.array(part, dtype=float).reshape(size, len(names))
