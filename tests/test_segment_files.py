@@ -272,6 +272,13 @@ def test_mapped_records_read_one_record_after_the_check_and_refuse_bad_arrays():
             read()
 
 
+def test_a_consecutive_run_of_positions_is_a_slice_and_nothing_else_is():
+    assert segment_parquet.consecutive_run(np.arange(3, 7), 7) == slice(3, 7)
+    assert segment_parquet.consecutive_run(np.asarray([5]), 6) == slice(5, 6)
+    for positions, size in (([], 5), ([1, 3], 5), ([2, 1], 5), ([4, 5], 5), ([-1, 0], 5), ([1, 1], 5)):
+        assert segment_parquet.consecutive_run(np.asarray(positions, dtype=np.int64), size) is None
+
+
 def test_records_are_read_one_row_group_at_a_time(monkeypatch):
     monkeypatch.setattr(segment_parquet, "ROW_GROUP_ROWS", 4)
     rows = [store_workers.turn(number) for number in range(10)]

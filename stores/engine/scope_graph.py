@@ -22,6 +22,7 @@ import numpy as np
 
 from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, EdgeColumns, grouped_by_code, id_keys, joined_ends
 from rms_retrieval.stores.indexes.adjacency import Adjacency, code_of
+from rms_retrieval.stores.engine.segment_parquet import consecutive_run
 from rms_retrieval.stores.engine.segments import NO_ROWS, LoadedSegment
 from rms_retrieval.stores.indexes.entity_graph import (CO_MENTION_BASE, CO_MENTION_STEP, CO_MENTIONS_SATURATED,
                                                        co_mention_confidence)
@@ -243,14 +244,6 @@ def _joined(parts: Sequence[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _as_run(positions: np.ndarray) -> np.ndarray | slice:
-    """`positions` as a slice where they are a run of consecutive positions (a namespace's edges
-    in its segment usually are): the columns are then read as views, not copied."""
-    if positions[-1] - positions[0] == len(positions) - 1 and np.all(np.diff(positions) == 1):
-        return slice(int(positions[0]), int(positions[-1]) + 1)
-    return positions
-
-
 def _in_namespace(namespace: np.ndarray | None, number: int) -> np.ndarray | bool:
     """Which edges are of the scope's `number`th namespace (`namespace`: each edge's; None: one namespace)."""
     return True if namespace is None else namespace == number
@@ -263,7 +256,9 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     blocks = [block for block in blocks if len(block.positions)]
     if not blocks:
         return Adjacency([])
-    at = [_as_run(block.positions) for block in blocks]  # where each block's edges are read from
+    # Where each block's edges are read from: a slice of the columns (views) where they lie together.
+    runs = [consecutive_run(block.positions, len(block.columns)) for block in blocks]
+    at = [block.positions if run is None else run for block, run in zip(blocks, runs)]
     ids = _joined([block.columns.ids[where] for block, where in zip(blocks, at)]).astype(np.int64, copy=False)
     keys, block_ends = joined_ends([(block.columns, where) for block, where in zip(blocks, at)])
     ends = _joined(block_ends).astype(np.int64, copy=False)

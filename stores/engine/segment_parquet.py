@@ -126,16 +126,21 @@ def without_records(table: pa.Table) -> pa.Table:
     return table
 
 
-def _is_run(at: np.ndarray, size: int) -> bool:
-    """Whether `at` is a run of consecutive rows of `size` (a namespace's entities are one)."""
-    return bool(len(at)) and 0 <= at[0] and at[-1] < size and bool(np.all(np.diff(at) == 1))
+def consecutive_run(positions: np.ndarray, size: int) -> slice | None:
+    """The slice `positions` cover where they are a run of consecutive positions below `size` (a
+    namespace's rows, or its edges, in one segment usually are), so that columns are read as
+    views; None where they are not (or are none)."""
+    if len(positions) and 0 <= positions[0] and positions[-1] < size and bool(np.all(np.diff(positions) == 1)):
+        return slice(int(positions[0]), int(positions[-1]) + 1)
+    return None
 
 
 def _containing(records: pa.Array, positions: Sequence[int], text: str) -> np.ndarray:
     """Whether the record of each of `positions` contains `text`: a run of rows searched in place,
     other positions through a copy of their records."""
     at = np.asarray(positions, dtype=np.int64)
-    chosen = records.slice(int(at[0]), len(at)) if _is_run(at, len(records)) else records.take(pa.array(at, type=pa.int64()))
+    run = consecutive_run(at, len(records))
+    chosen = records.take(pa.array(at, type=pa.int64())) if run is None else records.slice(run.start, len(at))
     return pc.match_substring(chosen, text).to_numpy(zero_copy_only=False).astype(bool, copy=False)
 
 
@@ -165,9 +170,10 @@ class MappedRecords:
         LongMemEval-S namespace's 2,574 entity records), other positions by Arrow."""
         self._ready()
         at = np.asarray(positions, dtype=np.int64)
-        if not text or not _is_run(at, len(self)):
+        run = consecutive_run(at, len(self))
+        if not text or run is None:
             return _containing(self._whole(), at, text)
-        offsets = self._offsets[at[0]:at[-1] + 2]
+        offsets = self._offsets[run.start:run.stop + 1]
         if offsets[-1] > len(self._data) or np.any(np.diff(offsets) < 0):
             raise ValueError("the record offsets do not run through the record bytes")
         found = np.zeros(len(at), dtype=bool)
