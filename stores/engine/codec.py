@@ -115,7 +115,7 @@ def memory_object(record: str, object_id: UUID | None = None, namespace: str | N
     stored = record_fields(record)
     get = stored.get
     created = stored["created_at"]
-    assertion, quantity = get("assertion"), get("quantity")
+    assertion, quantity = get("assertion", _RECORD_DEFAULTS["assertion"]), get("quantity", _RECORD_DEFAULTS["quantity"])
     # What `model_construct` does for a record that holds every field, without its per-field search
     # for aliases and defaults: the fields in model order (OBJECT_FIELDS; tests/test_segment_files.py
     # checks the result against `model_construct`'s), made in one dictionary, and one shared set of
@@ -125,24 +125,24 @@ def memory_object(record: str, object_id: UUID | None = None, namespace: str | N
     fields = {
         "id": UUID(stored["id"]) if object_id is None else object_id,
         "namespace": stored["namespace"] if namespace is None else namespace,
-        "owner": get("owner", "default"),
-        "scope": get("scope", "default"),
-        "session_id": get("session_id"),
-        "session_seq": get("session_seq"),
-        "node_type": _NODE_TYPES[get("node_type", "TURN")],
+        "owner": get("owner", _RECORD_DEFAULTS["owner"]),
+        "scope": get("scope", _RECORD_DEFAULTS["scope"]),
+        "session_id": get("session_id", _RECORD_DEFAULTS["session_id"]),
+        "session_seq": get("session_seq", _RECORD_DEFAULTS["session_seq"]),
+        "node_type": _NODE_TYPES[get("node_type", _RECORD_DEFAULTS["node_type"])],
         "content": stored["content"],
         "entity_canonical_name": get("entity_canonical_name", entity_name),
-        "epistemic_type": _EPISTEMIC_TYPES[get("epistemic_type", "OBSERVED")],
-        "confidence": get("confidence", 1.0),
-        "salience": get("salience", 0.5),
-        "lifecycle_state": _LIFECYCLE_STATES[get("lifecycle_state", "ACTIVE")],
+        "epistemic_type": _EPISTEMIC_TYPES[get("epistemic_type", _RECORD_DEFAULTS["epistemic_type"])],
+        "confidence": get("confidence", _RECORD_DEFAULTS["confidence"]),
+        "salience": get("salience", _RECORD_DEFAULTS["salience"]),
+        "lifecycle_state": _LIFECYCLE_STATES[get("lifecycle_state", _RECORD_DEFAULTS["lifecycle_state"])],
         "created_at": _utc(created),
         "updated_at": _utc(get("updated_at", created)),
-        "event_time": _utc(get("event_time")),
-        "valid_from": _utc(get("valid_from")),
-        "valid_to": _utc(get("valid_to")),
-        "evidence_refs": tuple(get("evidence_refs", ())),
-        "source_ref": get("source_ref"),
+        "event_time": _utc(get("event_time", _RECORD_DEFAULTS["event_time"])),
+        "valid_from": _utc(get("valid_from", _RECORD_DEFAULTS["valid_from"])),
+        "valid_to": _utc(get("valid_to", _RECORD_DEFAULTS["valid_to"])),
+        "evidence_refs": tuple(get("evidence_refs", _RECORD_DEFAULTS["evidence_refs"])),
+        "source_ref": get("source_ref", _RECORD_DEFAULTS["source_ref"]),
         "metadata": stored["metadata"] if "metadata" in stored else {},  # each object its own
         "assertion": None if assertion is None else Assertion.model_construct(**assertion),
         "quantity": None if quantity is None else Quantity.model_construct(**quantity),
