@@ -40,4 +40,5 @@ def filtered_candidates(
         else:
             removed.append(candidate)
             excluded[candidate.object_id] = reason
-    return FilteredPool(candidates=tuple(kept), excluded=excluded, removed=tuple(removed))
+    return FilteredPool(candidates=tuple(kept), excluded=excluded, removed=tuple(removed),
+                        merged_from=merged_candidates.merged_from)

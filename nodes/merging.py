@@ -62,4 +62,5 @@ def _merged(text_paths: TextPathCandidates, channels: list[ChannelResult],
         backend_failures={c.path: c.failure for c in channels if c.failure},
         embedding_mismatch=any(c.embedding_mismatch for c in channels),
         paths_at_limit=tuple(c.path for c in channels if c.at_limit),
+        merged_from=text_paths,
     )

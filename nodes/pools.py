@@ -120,12 +120,28 @@ class TextPathExclusions:
 
 @dataclass(frozen=True, eq=False)
 class TextPathScoreInputs:
-    """The score inputs that depend on the object alone (salience, confidence, epistemic weight,
-    node-type boost and temporal affinity; stated, updated and current times in microseconds) of
-    each text-path object the filter keeps, by the id's integer, beside the object they were made
-    for: what `fused_scores` reads instead of making them again."""
+    """The score inputs of each text-path object the filter keeps, one row each, made while the
+    question's embedding is: what `fused_scores` reads instead of making them again.
 
-    rows: Mapping[int, tuple[MemoryObject, tuple[float, ...], tuple[int, ...]]]
+    `table` holds, per row, the text paths' hit columns (`TEXT_HIT_COLUMNS`, from the object's hits
+    in `text_paths`), the columns that depend on the object alone (`OBJECT_COLUMNS`) and the speaker
+    value (from `spoken`); `times` its stated, updated and current times in epoch microseconds;
+    `masks` its text paths as a `path_mask`. `rows` gives each object's row by the id's integer and
+    `objects` the object each row was made for. A row's hit columns hold for a candidate only in a
+    pool merged from these very `text_paths` (`FilteredPool.merged_from`)."""
+
+    rows: Mapping[int, int]
+    objects: tuple[MemoryObject, ...]
+    table: np.ndarray
+    times: np.ndarray
+    masks: np.ndarray
+    text_paths: TextPathCandidates
+    spoken: frozenset[int]
+
+
+# The columns of `TextPathScoreInputs.table`, in order, and then the speaker value.
+TEXT_HIT_COLUMNS = ("lexical", "lexical_bm25", "graph_proximity", "graph_hops", "graph_channel_rank")
+OBJECT_COLUMNS = ("salience", "confidence", "epistemic_weight", "node_type_boost", "temporal_affinity")
 
 
 @dataclass(frozen=True)
@@ -136,6 +152,9 @@ class CandidatePool:
     backend_failures: Mapping[PathType, str] = field(default_factory=dict)
     embedding_mismatch: bool = False
     paths_at_limit: tuple[PathType, ...] = ()
+    # The text paths this pool was merged from, if it was merged from them alone: each candidate's
+    # hits are its hits there, with its vector hit added (what `TextPathScoreInputs` rows assume).
+    merged_from: TextPathCandidates | None = field(default=None, compare=False, repr=False)
 
     @property
     def by_id(self) -> dict[UUID, Candidate]:
@@ -158,6 +177,7 @@ class FilteredPool:
     candidates: tuple[Candidate, ...]
     excluded: Mapping[UUID, str]
     removed: tuple[Candidate, ...] = ()
+    merged_from: TextPathCandidates | None = field(default=None, compare=False, repr=False)  # as CandidatePool's
 
 
 # ---- Stage 5 and 6: the scored pool as columns ---------------------------------------------

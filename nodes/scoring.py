@@ -17,12 +17,14 @@ import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from functools import cached_property, lru_cache
+from typing import NamedTuple
 
 import numpy as np
 from hamilton.function_modifiers import config
 
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
-from rms_retrieval.nodes.pools import (PRIMARY_PATHS, RERANK_COLUMNS, FilteredPool, PathType, ScoredPool, ScoreFactors,
+from rms_retrieval.nodes.pools import (OBJECT_COLUMNS, PRIMARY_PATHS, RERANK_COLUMNS, TEXT_HIT_COLUMNS, ChannelHit,
+                                       FilteredPool, PathType, ScoredPool, ScoreFactors, TextPathCandidates,
                                        TextPathExclusions, TextPathScoreInputs, path_mask, rank_order)
 from rms_retrieval.nodes.settings import RetrievalSettings, WeightedScoring
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity
@@ -97,85 +99,146 @@ def _pool_relative(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def _object_inputs(obj: MemoryObject, weights: Mapping[EpistemicType, float], boosts: Mapping[NodeType, float],
-                   window: tuple[datetime, datetime] | None) -> tuple[MemoryObject, tuple[float, ...], tuple[int, ...]]:
-    """`obj` with its score inputs that depend on the object alone (`TextPathScoreInputs`)."""
+                   window: tuple[datetime, datetime] | None) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """`obj`'s score inputs that depend on the object alone (`OBJECT_COLUMNS`), and its times."""
     stated = obj.stated_time
-    return obj, (obj.salience, obj.confidence, weights[obj.epistemic_type], boosts.get(obj.node_type, 1.0),
-                 temporal_affinity(stated, window) if window else 0.0), \
+    return (obj.salience, obj.confidence, weights[obj.epistemic_type], boosts.get(obj.node_type, 1.0),
+            temporal_affinity(stated, window) if window else 0.0), \
         (_micros(stated), _micros(obj.updated_at), _micros(obj.event_time or obj.updated_at))
 
 
+# Bound once: reading an enum member off its class costs a Python call each time (3.11).
+_VECTOR, _LEXICAL, _GRAPH = PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH
+_VECTOR_BIT = path_mask((PathType.VECTOR,))
+_NAN = math.nan
+
+
+def _text_hit_values(hits: Mapping[PathType, ChannelHit]) -> tuple[float, ...]:
+    """A candidate's `TEXT_HIT_COLUMNS`: NaN (0.0 for graph proximity) where no such hit."""
+    lexical, graph = hits.get(_LEXICAL), hits.get(_GRAPH)
+    hops = graph.detail.get("hops") if graph else None
+    return (lexical.score if lexical else _NAN, lexical.raw_score if lexical else _NAN,
+            graph.score if graph else 0.0, _NAN if hops is None else hops, graph.rank if graph else _NAN)
+
+
+class _Speakers(NamedTuple):
+    """What a candidate's speaker value reads: the objects spoken by a person the question names and
+    (scoring.pronoun_speakers) the chat roles the question names, which speak as named speakers do."""
+
+    spoken: frozenset[int]
+    roles: frozenset[str]
+    boost: float
+
+    @classmethod
+    def of(cls, spoken: frozenset[int], analysis: QueryAnalysis, settings: RetrievalSettings) -> _Speakers:
+        roles = frozenset(analysis.speaker_roles).intersection(settings.scoring.pronoun_speakers)
+        return cls(spoken, roles, settings.scoring.speaker_boost)
+
+    def value(self, obj: MemoryObject) -> float:
+        lifted = obj.id.int in self.spoken or (self.roles and role_of(obj) in self.roles)
+        return 1.0 + self.boost if lifted else 1.0
+
+
 def text_path_score_inputs(
-    text_path_exclusions: TextPathExclusions, query_analysis: QueryAnalysis, settings: RetrievalSettings
+    text_path_exclusions: TextPathExclusions,
+    text_path_candidates: TextPathCandidates,
+    query_analysis: QueryAnalysis,
+    settings: RetrievalSettings,
+    spoken_by_query_entities: frozenset[int] = frozenset(),
 ) -> TextPathScoreInputs:
-    """The object-only score inputs of each text-path object the filter keeps: made while the
-    question's embedding is, so `fused_scores` makes them only for the vector path's other objects."""
+    """The score inputs of each text-path object the filter keeps, made while the question's
+    embedding is, so `fused_scores` makes them only for the vector path's other objects."""
     weights, boosts = settings.scoring.epistemic_weights, settings.scoring.node_type_boosts
     window = query_analysis.temporal_window
-    return TextPathScoreInputs({key: _object_inputs(obj, weights, boosts, window)
-                                for key, (obj, reason) in text_path_exclusions.reasons.items() if reason is None})
+    speakers = _Speakers.of(spoken_by_query_entities, query_analysis, settings)
+    found = text_path_candidates.hits
+    kept = [(key, obj) for key, (obj, reason) in text_path_exclusions.reasons.items() if reason is None]
+    size = len(kept)
+    objects = [obj for _, obj in kept]
+    hits_of = [found.get(key, _NO_HITS) for key, _ in kept]
+    made = [_object_inputs(obj, weights, boosts, window) for obj in objects]
+    values = [(*hit_values, *own, speaker) for hit_values, (own, _), speaker
+              in zip(map(_text_hit_values, hits_of), made, map(speakers.value, objects))]
+    times = [when for _, when in made]
+    masks = list(map(path_mask, hits_of))
+    rows = {key: row for row, (key, _) in enumerate(kept)}
+    return TextPathScoreInputs(
+        rows=rows, objects=tuple(objects), table=np.array(values, dtype=float).reshape(size, _TABLE_WIDTH),
+        times=np.array(times, dtype=np.int64).reshape(size, 3), masks=np.array(masks, dtype=np.int64),
+        text_paths=text_path_candidates, spoken=spoken_by_query_entities,
+    )
+
+
+_NO_HITS: Mapping[PathType, ChannelHit] = {}
+_TABLE_WIDTH = len(TEXT_HIT_COLUMNS) + len(OBJECT_COLUMNS) + 1
 
 
 class _Inputs:
-    """The inputs both formulas share, one numpy column each, in the filtered pool's order."""
+    """The inputs both formulas share, one numpy column each, in the filtered pool's order.
 
-    _HIT_FLOATS = ("semantic", "lexical", "lexical_bm25", "graph_proximity", "graph_hops", "graph_channel_rank")
-    _OBJECT_FLOATS = ("salience", "confidence", "epistemic_weight", "node_type_boost", "temporal_affinity")
+    A candidate's row of `TextPathScoreInputs` is read for the very object it was made for: all of
+    it where the pool was merged from the same text paths and speakers, else its object columns."""
+
     _TIMES = ("stated_us", "updated_us", "current_us")
 
     def __init__(
         self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings, spoken: frozenset[int],
         known: TextPathScoreInputs | None = None,
     ) -> None:
-        window = analysis.temporal_window  # whatever the intent (settings.ScoringSettings.temporal_boost)
-        weights = settings.scoring.epistemic_weights
-        boosts = settings.scoring.node_type_boosts
-        made = known.rows if known is not None else {}
-        nan = math.nan
-        # Bound once: reading an enum member off its class costs a Python call each time (3.11).
-        on_vector, on_lexical, on_graph = PathType.VECTOR, PathType.LEXICAL, PathType.GRAPH
-        rows, own, times, masks = [], [], [], []
-        for c in filtered.candidates:
-            obj, hits = c.object, c.hits
-            vector, lexical, graph = hits.get(on_vector), hits.get(on_lexical), hits.get(on_graph)
-            hops = graph.detail.get("hops") if graph else None
-            rows.append((
-                vector.raw_score if vector else nan,
-                lexical.score if lexical else nan,
-                lexical.raw_score if lexical else nan,
-                graph.score if graph else 0.0,
-                nan if hops is None else hops,
-                graph.rank if graph else nan,
-            ))
-            found = made.get(obj.id.int)  # made already, for this very object
-            if found is None or found[0] is not obj:
-                found = _object_inputs(obj, weights, boosts, window)
-            own.append(found[1])
-            times.append(found[2])
-            masks.append(path_mask(hits))
-        size = len(rows)
-        for part, names in ((rows, self._HIT_FLOATS), (own, self._OBJECT_FLOATS)):
-            table = np.array(part, dtype=float).reshape(size, len(names))
-            for position, name in enumerate(names):
-                setattr(self, name, table[:, position])
+        candidates = filtered.candidates
+        size = len(candidates)
+        row_of, made = (known.rows.get, known.objects) if known is not None else ({}.get, ())
+        objects, semantic, vector_found, places = [], [], [], []
+        for obj, hits in candidates:
+            objects.append(obj)
+            vector = hits.get(_VECTOR)
+            semantic.append(_NAN if vector is None else vector.raw_score)
+            vector_found.append(vector is not None)
+            row = row_of(obj.id.int)
+            places.append(-1 if row is None or made[row] is not obj else row)  # made for this very object
+        self.objects: tuple[MemoryObject, ...] = tuple(objects)
+        self.semantic = np.array(semantic, dtype=float)
+        place = np.array(places, dtype=np.intp)
+        kept = place >= 0
+        table = np.empty((size, _TABLE_WIDTH))
+        whole = np.empty((size, len(self._TIMES)), dtype=np.int64)
+        mask = np.zeros(size, dtype=np.int64)
+        if known is not None:
+            rows = place[kept]
+            table[kept] = known.table[rows]
+            whole[kept] = known.times[rows]
+            mask[kept] = known.masks[rows]
+        mask |= np.where(np.array(vector_found, dtype=bool), _VECTOR_BIT, 0)
+        new = np.flatnonzero(~kept).tolist()
+        same_hits = known is not None and filtered.merged_from is not None and filtered.merged_from is known.text_paths
+        hit_rows = new if same_hits else range(size)
+        if hit_rows:
+            hits_of = [candidates[i].hits for i in hit_rows]
+            table[hit_rows, :len(TEXT_HIT_COLUMNS)] = np.array(
+                [_text_hit_values(hits) for hits in hits_of], dtype=float).reshape(len(hits_of), len(TEXT_HIT_COLUMNS))
+            mask[hit_rows] = np.array([path_mask(hits) for hits in hits_of], dtype=np.int64)
+        speakers = _Speakers.of(spoken, analysis, settings)
+        if new:
+            window = analysis.temporal_window  # whatever the intent (settings.ScoringSettings.temporal_boost)
+            weights, boosts = settings.scoring.epistemic_weights, settings.scoring.node_type_boosts
+            made_now = [_object_inputs(objects[i], weights, boosts, window) for i in new]
+            own = slice(len(TEXT_HIT_COLUMNS), _TABLE_WIDTH - 1)
+            table[new, own] = np.array([row[0] for row in made_now], dtype=float).reshape(len(new), len(OBJECT_COLUMNS))
+            whole[new] = np.array([row[1] for row in made_now], dtype=np.int64).reshape(len(new), len(self._TIMES))
+        speaker_rows = new if known is not None and known.spoken == spoken else range(size)
+        if speaker_rows:
+            table[speaker_rows, -1] = [speakers.value(objects[i]) for i in speaker_rows]
+        for position, name in enumerate((*TEXT_HIT_COLUMNS, *OBJECT_COLUMNS, "speaker_value")):
+            setattr(self, name, table[:, position])
         # Times as integer microseconds: differences stay exact, as datetime arithmetic is.
-        whole = np.array(times, dtype=np.int64).reshape(size, len(self._TIMES))
         for position, name in enumerate(self._TIMES):
             setattr(self, name, whole[:, position])
-        self.path_mask = np.array(masks, dtype=np.int64)
-        self.objects: tuple[MemoryObject, ...] = tuple(c.object for c in filtered.candidates)
+        self.path_mask = mask
         # Stated after the request's reference time: never the current state at that time (_current_rows).
         self.after_reference = self.stated_us > _micros(analysis.reference_time)
         # A candidate has one hit per path, so its primary paths are its mask's primary bits.
         self.path_count = np.bitwise_count(self.path_mask & _PRIMARY_BITS).astype(np.int64)
         self.semantic_relevance = np.maximum(np.nan_to_num(self.semantic, nan=0.0), 0.0)
-        boost = settings.scoring.speaker_boost
-        # scoring.pronoun_speakers: the chat roles the question names speak as named speakers do.
-        roles = frozenset(analysis.speaker_roles).intersection(settings.scoring.pronoun_speakers)
-        self.speaker_value = np.fromiter(
-            (1.0 + boost if obj.id.int in spoken or (roles and role_of(obj) in roles) else 1.0 for obj in self.objects),
-            dtype=float, count=len(self.objects),
-        )
 
     @cached_property
     def update_wording(self) -> np.ndarray:

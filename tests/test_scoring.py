@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -11,12 +12,15 @@ import pytest
 
 from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
-from rms_retrieval.nodes.filtering import text_path_exclusions
-from rms_retrieval.nodes.pools import FilteredPool, TextPathCandidates, TextPathScoreInputs
+from rms_retrieval.nodes.candidate_generation import candidate_objects, text_path_candidates
+from rms_retrieval.nodes.filtering import filtered_candidates, text_path_exclusions
+from rms_retrieval.nodes.merging import merged_candidates__primary
+from rms_retrieval.nodes.pools import (OBJECT_COLUMNS, TEXT_HIT_COLUMNS, ChannelHit, ChannelResult, FilteredPool,
+                                       PathType)
 from rms_retrieval.nodes.scoring import _update_worded, fused_scores__rrf, fused_scores__weighted, text_path_score_inputs
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, WeightedScoring
-from tests.factories import BASE_TIME, make_candidate, make_object, make_request
+from tests.factories import BASE_TIME, FakeStore, make_candidate, make_object, make_request
 
 
 def _pool(*candidates) -> FilteredPool:
@@ -353,26 +357,52 @@ def test_a_turns_text_is_searched_for_update_wording_only_by_a_current_state_que
     assert _update_worded.cache_info().misses == 1
 
 
+def _channel(path, *objects):
+    hits = tuple(ChannelHit(o.id, path, rank, 1.0 / rank, 1.0 / rank, {"hops": 1} if path is PathType.GRAPH else {})
+                 for rank, o in enumerate(objects, start=1))
+    return ChannelResult(path=path, hits=hits)
+
+
 @pytest.mark.parametrize("fusion", ["rrf", "weighted"])
 def test_score_inputs_made_with_the_text_paths_are_read_for_the_very_objects_they_were_made_for(fusion):
-    settings = RetrievalSettings(scoring=ScoringSettings(fusion=fusion))
+    settings = RetrievalSettings(scoring=ScoringSettings(fusion=fusion, speaker_boost=0.5))
     analysis = _analysis(window=(BASE_TIME, BASE_TIME + timedelta(days=1)))
-    objects = [make_object("a", salience=0.9), make_object("b", days=3, salience=0.2), make_object("c", days=9)]
-    pool = _pool(*(make_candidate(o, VECTOR=(rank, 0.9 - rank / 10), LEXICAL=(4 - rank, 0.5))
-                   for rank, o in enumerate(objects, start=1)))
-    node = fused_scores__rrf if fusion == "rrf" else functools.partial(fused_scores__weighted, request=make_request())
+    a, b, c, d = (make_object("a", salience=0.9), make_object("b", days=3, salience=0.2), make_object("c", days=9),
+                  make_object("d", days=5))
+    store, request = FakeStore([a, b, c, d]), make_request()
+    text = [_channel(PathType.LEXICAL, a, b, c), _channel(PathType.GRAPH, c, a)]
+    channels = [*text, _channel(PathType.VECTOR, d, b, a)]  # d: the vector path's alone
+    found = text_path_candidates(text, store, request)
+    merged = merged_candidates__primary(found, channels, candidate_objects(found, channels[-1], store, request))
+    pool = filtered_candidates(merged, request, settings)
+    spoken = frozenset({b.id.int})
+    node = fused_scores__rrf if fusion == "rrf" else functools.partial(fused_scores__weighted, request=request)
 
-    def frame(made=None):
-        return scored_frame(node(pool, analysis, settings=settings, text_path_score_inputs=made)).set_index("object_id")
+    def frame(made=None, scored=pool):
+        scores = node(scored, analysis, settings=settings, spoken_by_query_entities=spoken, text_path_score_inputs=made)
+        return scored_frame(scores).set_index("object_id")
 
-    found = TextPathCandidates(objects={o.id: o for o in objects}, hits={})
-    made = text_path_score_inputs(text_path_exclusions(found, make_request(), settings), analysis, settings)
-    assert sorted(made.rows) == sorted(o.id.int for o in objects)
-    assert frame(made).equals(frame())
-    # A row is what scoring reads for its object, and for no other object with the same id.
-    first = objects[0]
-    _, own, times = made.rows[first.id.int]
-    lowered = TextPathScoreInputs({first.id.int: (first, (0.0, *own[1:]), times)})
-    assert frame(lowered).loc[str(first.id), "salience"] == 0.0
-    stale = TextPathScoreInputs({first.id.int: (first.model_copy(), (0.0, *own[1:]), times)})
-    assert frame(stale).equals(frame())
+    made = text_path_score_inputs(text_path_exclusions(found, request, settings), found, analysis, settings, spoken)
+    assert sorted(made.rows) == sorted(o.id.int for o in (a, b, c))
+    fresh = frame()
+    assert frame(made).equals(fresh) and fresh.loc[str(b.id), "speaker_factor"] == 1.0
+    assert fresh.loc[str(c.id), "graph_hops"] == 1.0 and math.isnan(fresh.loc[str(d.id), "lexical_bm25"])
+
+    def altered(column, value, obj=a, **fields):
+        table = made.table.copy()
+        table[made.rows[obj.id.int], column] = value
+        return dataclasses.replace(made, table=table, **fields)
+
+    # A row is read for its object, and for no other object with the same id.
+    salience = len(TEXT_HIT_COLUMNS) + OBJECT_COLUMNS.index("salience")
+    assert frame(altered(salience, 0.0)).loc[str(a.id), "salience"] == 0.0
+    copies = list(made.objects)
+    copies[made.rows[a.id.int]] = a.model_copy()
+    assert frame(dataclasses.replace(altered(salience, 0.0), objects=tuple(copies))).equals(fresh)
+    # Its hit columns only for a pool merged from the same text paths (not one a reformulation merged).
+    bm25 = TEXT_HIT_COLUMNS.index("lexical_bm25")
+    assert frame(altered(bm25, 7.0)).loc[str(a.id), "lexical_bm25"] == 7.0
+    assert frame(altered(bm25, 7.0), dataclasses.replace(pool, merged_from=None)).equals(fresh)
+    # Its speaker value only for the same spoken objects.
+    assert frame(altered(-1, 9.0)).loc[str(a.id), "score"] != fresh.loc[str(a.id), "score"]
+    assert frame(altered(-1, 9.0, spoken=frozenset())).equals(fresh)
