@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import date
+from functools import lru_cache
+
 from rms_retrieval.stores.models import MemoryObject
 from rms_retrieval.stores.analysis.speakers import spoken_text
 
@@ -16,8 +19,14 @@ def format_item(obj: MemoryObject, item_format: str) -> str:
 
 
 def stated_day(obj: MemoryObject) -> str:
-    """The day a memory was stated, as the context writes it."""
-    return f"{obj.stated_time:%Y-%m-%d}"
+    """The day a memory was stated, as the context writes it: the date of its stated time where
+    that time was given (its own offset, not UTC's)."""
+    return _written_day(obj.stated_time.date())
+
+
+@lru_cache(maxsize=65_536)  # the same days recur in every request, and strftime takes about 2 µs
+def _written_day(day: date) -> str:
+    return f"{day:%Y-%m-%d}"
 
 
 def reader_line(days: list[str], text: str) -> str:
