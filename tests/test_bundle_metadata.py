@@ -36,6 +36,11 @@ def test_exclusion_scores_take_selections_scores_and_a_removed_objects_floored_c
                       lexical.object_id: ExclusionScore(score=None, semantic_relevance=0.0)}
     weighted = exclusion_scores(excluded, selection, filtered, rank_fused=False)
     assert weighted[near.object_id] == ExclusionScore(score=None, semantic_relevance=None)
+    # Scores of ids selection left out that `excluded` does not name are not reported.
+    stray = make_object("stray").id
+    wider = _selection([], excluded={cut.object_id: "limit", stray: "limit"},
+                       excluded_scores={stray: chosen, cut.object_id: chosen})
+    assert list(exclusion_scores(excluded, wider, filtered, rank_fused=True)) == list(excluded)
 
 
 def test_aggregation_coverage_names_every_limit_a_count_bundle_ran_into():

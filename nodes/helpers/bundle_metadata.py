@@ -83,14 +83,17 @@ def exclusion_scores(excluded: Mapping[UUID, str], selection: Selection, filtere
     """How each left-out id scored, in `excluded`'s order: selection's from the ranked pool; one
     removed before scoring has no score, and its relevance is its cosine floored at 0 (0 where no
     vector search found it)."""
-    removed = {c.object_id: c for c in filtered.removed}
-    selected = selection.excluded_scores
-    scores = {}
-    for oid in excluded:
-        found = selected.get(oid)
-        if found is None:
+    # Made from the two dictionaries as they are, which hash no id again (a UUID hashes through
+    # Python code): every id of `excluded` in its order, then selection's scores put in place.
+    scores: dict[UUID, ExclusionScore | None] = dict.fromkeys(excluded)
+    scores.update(selection.excluded_scores)
+    if len(scores) != len(excluded):  # selection scored an id that `excluded` lacks: leave it out
+        scores = {oid: scores[oid] for oid in excluded}
+    unscored = [oid for oid, found in scores.items() if found is None]
+    if unscored:
+        removed = {c.object_id: c for c in filtered.removed}
+        for oid in unscored:
             vector = removed[oid].hits.get(PathType.VECTOR) if oid in removed else None
-            found = ExclusionScore(score=None, semantic_relevance=(max(vector.raw_score, 0.0) if vector else 0.0)
-                                   if rank_fused else None)
-        scores[oid] = found
+            scores[oid] = ExclusionScore(score=None, semantic_relevance=(max(vector.raw_score, 0.0) if vector else 0.0)
+                                         if rank_fused else None)
     return scores
