@@ -101,3 +101,25 @@ def test_one_segment_and_many_give_bit_identical_hits(tmp_path, rows, layout):
             assert len(whole) == rows and whole == many.snapshot().search_vector(query, ["synthetic-0"], 12_000)
             top = one.snapshot().search_vector(query, ["synthetic-0"], 50)
             assert top == many.snapshot().search_vector(query, ["synthetic-0"], 50) == whole[:50]
+
+
+def test_the_snapshots_hits_are_best_first_with_tied_cosines_in_id_order(tmp_path):
+    """Over several namespaces (one block each), with and without tied cosines: hits best first,
+    ties by object id, as a sort of every hit by (-cosine, id) gives them."""
+    from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.models import MemoryObject
+    from tests.factories import RandomEncoder
+
+    encoder = RandomEncoder()
+    turns = [MemoryObject(namespace=namespace, content=content) for namespace in ("a", "b")
+             for content in ["the same words"] * 3 + [f"turn {i}" for i in range(20)]]
+    with MemoryStore.open(tmp_path / "s", encoder) as store:
+        store.add(turns)
+        snapshot = store.snapshot()
+        tied, untied = encoder.encode(["the same words"])[0], _unit_vectors(1, 384, 3)[0]
+        for query, limit in ((tied, 4), (tied, 46), (untied, 10), (untied, 46)):
+            hits = snapshot.search_vector(query, ["a", "b"], limit)
+            every = sorted(snapshot.search_vector(query, ["a", "b"], 46), key=lambda hit: (-hit.cosine, hit.object_id))
+            assert hits == every[:limit]
+        top = snapshot.search_vector(tied, ["a", "b"], 6)
+        assert len({hit.cosine for hit in top}) == 1 and [h.object_id for h in top] == sorted(h.object_id for h in top)
