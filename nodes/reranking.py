@@ -28,6 +28,7 @@ import dataclasses
 import numpy as np
 from hamilton.function_modifiers import config
 
+from rms_retrieval.nodes.helpers.rounding import rounded
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.pools import CrossEncoderScores, PathType, RerankedPool, ScoredPool, path_mask, rank_order
 from rms_retrieval.nodes.scoring import SCORE_DECIMALS
@@ -102,7 +103,7 @@ def reranked_scores__cross_encoder(
     if cfg.policy in ENVELOPE_POLICIES:
         score[order] = np.sort(before)[::-1]
     else:
-        score[:size] = np.fromiter((round(v, SCORE_DECIMALS) for v in blend.tolist()), dtype=float, count=size)
+        score[:size] = rounded(blend, SCORE_DECIMALS)
     assigned = np.empty(size)
     assigned[order] = np.arange(1, size + 1, dtype=float)
     columns = {"rerank_model_score": model, "rerank_prior_weight": np.full(size, cfg.prior_weight),

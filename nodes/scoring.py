@@ -5,9 +5,10 @@ auditor sees exactly how each score was made (`rms_retrieval.dataflows.node_type
 it as a table). Rows are in final order: score descending, then path count, then object id.
 
 The arithmetic is elementwise numpy in the order the RFC writes each formula, so every score is
-the same float a per-candidate loop gives. Two steps stay per element on purpose: `math.exp`
-(numpy's vectorised exp may differ from the C library's in the last bit) and `round()` (Python
-rounds correctly; numpy's scale-and-round does not always).
+the same float a per-candidate loop gives. `math.exp` stays per element on purpose (numpy's
+vectorised exp may differ from the C library's in the last bit); scores are rounded as Python's
+`round()` rounds them, correctly, by `nodes/helpers/rounding.py` (numpy's scale-and-round does
+not always).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from rms_retrieval.nodes.pools import (OBJECT_COLUMNS, PRIMARY_PATHS, RERANK_COL
                                        FilteredPool, PathType, ScoredPool, ScoreFactors, TextPathCandidates,
                                        TextPathExclusions, TextPathScoreInputs, path_mask, rank_order)
 from rms_retrieval.nodes.settings import RetrievalSettings, WeightedScoring
+from rms_retrieval.nodes.helpers.rounding import rounded
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity
 from rms_retrieval.stores.analysis.speakers import role_of
 from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
@@ -71,7 +73,7 @@ def _exp(values: np.ndarray) -> np.ndarray:
 
 
 def _rounded(values: np.ndarray) -> np.ndarray:
-    return np.fromiter((round(v, SCORE_DECIMALS) for v in values.tolist()), dtype=float, count=len(values))
+    return rounded(values, SCORE_DECIMALS)
 
 
 def _distinct_ascending(values: np.ndarray) -> np.ndarray:
