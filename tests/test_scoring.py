@@ -406,3 +406,14 @@ def test_score_inputs_made_with_the_text_paths_are_read_for_the_very_objects_the
     # Its speaker value only for the same spoken objects.
     assert frame(altered(-1, 9.0)).loc[str(a.id), "score"] != fresh.loc[str(a.id), "score"]
     assert frame(altered(-1, 9.0, spoken=frozenset())).equals(fresh)
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "weighted"])
+def test_text_paths_that_found_nothing_score_an_empty_pool(fusion):
+    settings = RetrievalSettings(scoring=ScoringSettings(fusion=fusion))
+    found = text_path_candidates([], FakeStore([]), make_request())
+    made = text_path_score_inputs(text_path_exclusions(found, make_request(), settings), found, _analysis(), settings)
+    assert made.table.shape == (0, len(TEXT_HIT_COLUMNS) + len(OBJECT_COLUMNS) + 1) and made.times.shape == (0, 3)
+    node = fused_scores__rrf if fusion == "rrf" else functools.partial(fused_scores__weighted, request=make_request())
+    pool = FilteredPool((), {}, merged_from=found)
+    assert len(node(pool, _analysis(), settings=settings, text_path_score_inputs=made)) == 0
