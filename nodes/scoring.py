@@ -178,8 +178,9 @@ _TABLE_WIDTH = len(TEXT_HIT_COLUMNS) + len(OBJECT_COLUMNS) + 1
 class _Inputs:
     """The inputs both formulas share, one numpy column each, in the filtered pool's order.
 
-    A candidate's row of `TextPathScoreInputs` is read for the very object it was made for: all of
-    it where the pool was merged from the same text paths and speakers, else its object columns."""
+    A candidate's row of `TextPathScoreInputs` is read only for the very object it was made for: its
+    object columns and times always, its hit columns and path mask where the pool was merged from
+    the same text paths, its speaker value where the same objects were spoken; the rest is made here."""
 
     _TIMES = ("stated_us", "updated_us", "current_us")
 
