@@ -27,7 +27,8 @@ from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
 from rms_retrieval.nodes.bundle import MemoryBundle
 from rms_retrieval.nodes.pools import (CandidateLimits, CandidatePool, ChannelResult, FilteredPool, PathType,
-                                       RankedCandidates, RerankedPool, ScoredPool, Selection)
+                                       RankedCandidates, RerankedPool, Selection)
+from rms_retrieval.nodes.scored_pool import ScoredPool
 from rms_retrieval.nodes.helpers.formatting import format_item
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.tokens import count_tokens

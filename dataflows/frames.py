@@ -18,7 +18,8 @@ import pandas as pd
 from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding
 from rms_retrieval.nodes.bundle import MemoryBundle
 from rms_retrieval.nodes.pools import (CandidatePool, ChannelResult, FilteredPool, PathType, RankedCandidates,
-                                       RerankedPool, ScoredPool, Selection, mask_paths)
+                                       RerankedPool, Selection, mask_paths)
+from rms_retrieval.nodes.scored_pool import ScoredPool
 from rms_retrieval.stores.models import MemoryObject
 
 HIT_COLUMNS = ["object_id", "path", "rank", "raw_score", "score"]

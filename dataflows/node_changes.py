@@ -15,7 +15,8 @@ import numpy as np
 
 from rms_retrieval.dataflows.node_types import value_summary
 from rms_retrieval.nodes.bundle import MemoryBundle
-from rms_retrieval.nodes.pools import CandidatePool, ChannelResult, FilteredPool, RankedCandidates, ScoredPool, Selection
+from rms_retrieval.nodes.pools import CandidatePool, ChannelResult, FilteredPool, RankedCandidates, Selection
+from rms_retrieval.nodes.scored_pool import ScoredPool
 
 # Rank moves shown per node in the text report (the JSON has them all).
 SHOWN_MOVES = 5

@@ -20,9 +20,9 @@ from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, Reformulat
 from rms_retrieval.nodes.bundle import MemoryBundle
 from rms_retrieval.nodes.pools import (AlternatePasses, CandidateLimits, CandidatePool, ChannelResult,
                                        CrossEncoderScores, CrossScopePass, CrossScopePool, CrossScopeScores,
-                                       FilteredPool, PathType, RankedCandidates, RerankedPool,
-                                       ScoredPool, Selection, TextPathCandidates, TextPathExclusions,
-                                       TextPathScoreInputs, path_mask)
+                                       FilteredPool, PathType, RankedCandidates, RerankedPool, Selection,
+                                       TextPathCandidates, TextPathExclusions, TextPathScoreInputs, path_mask)
+from rms_retrieval.nodes.scored_pool import ScoredPool
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from rms_retrieval.nodes.helpers.channels import guarded, vector_hits
 from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
 from rms_retrieval.nodes.models import QueryAnalysis, QueryEmbedding, RetrievalRequest
 from rms_retrieval.nodes.pools import (Candidate, ChannelResult, CrossScopePass, CrossScopePool, CrossScopeScores,
-                                       FilteredPool, PathType, ScoredPool, rank_order)
+                                       FilteredPool, PathType)
+from rms_retrieval.nodes.scored_pool import ScoredPool, rank_order
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import RetrievalStore
 

@@ -26,8 +26,9 @@ from rms_retrieval.nodes.helpers.formatting import format_item, group_header, re
 from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, RetrievalRequest
 from rms_retrieval.nodes.bundle import (BundleItem, CrossScopeHint,
                                         HistoricalCoverage, MemoryBundle, SessionContextLink)
-from rms_retrieval.nodes.pools import (CandidatePool, FilteredPool, PathType, RankedCandidates,
-                                       ScoredPool, Selection, SessionLink, mask_paths, path_mask)
+from rms_retrieval.nodes.pools import (CandidatePool, FilteredPool, PathType, RankedCandidates, Selection, SessionLink,
+                                       mask_paths, path_mask)
+from rms_retrieval.nodes.scored_pool import ScoredPool
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.nodes.helpers.tokens import ITEM_TOKENS, count_joined_tokens, count_tokens, tokens_within
 from rms_retrieval.stores.analysis.speakers import spoken_text

@@ -1,21 +1,20 @@
 """The candidate pool as it travels from generation through merging, filtering, scoring and reranking to
-selection: paths, hits, candidates, and the typed record of numpy columns the scoring stages share."""
+selection: paths, hits, candidates, and the stages' typed values around the scored pool's columns
+(`nodes/scored_pool.py`)."""
 
 from __future__ import annotations
 
-import dataclasses
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
-from itertools import islice
 from types import MappingProxyType
 from typing import Any, NamedTuple
 from uuid import UUID
 
 import numpy as np
 
+from rms_retrieval.nodes.scored_pool import ScoredPool
 from rms_retrieval.stores.models import MemoryObject
 
 
@@ -204,149 +203,6 @@ def mask_paths(mask: int) -> tuple[PathType, ...]:
     return found + tuple(p for p in _CONTEXT_PATHS if mask & _PATH_BITS[p])
 
 
-def _take(record: Any, order: np.ndarray) -> dict[str, Any]:
-    """Every array field of a column record reordered (or subset) by the positions `order`."""
-    taken = {}
-    positions = None
-    for f in dataclasses.fields(record):
-        value = getattr(record, f.name)
-        if isinstance(value, np.ndarray):
-            taken[f.name] = value[order]
-        elif isinstance(value, tuple):
-            positions = order.tolist() if positions is None else positions  # a tuple indexes fastest by int
-            taken[f.name] = tuple(map(value.__getitem__, positions))
-        else:
-            taken[f.name] = value
-    return taken
-
-
-@dataclass(frozen=True, eq=False)
-class ScoreFactors:
-    """Every input and factor of the scores, for audits; NaN where a candidate lacks one.
-
-    Ranks are competition ranks within the pool (1, 2, 2, 4); `graph_hops` and the ranks are
-    whole numbers stored as floats so that a missing one can be NaN."""
-
-    semantic: np.ndarray
-    semantic_rank: np.ndarray
-    lexical: np.ndarray
-    lexical_bm25: np.ndarray
-    lexical_rank: np.ndarray
-    graph_proximity: np.ndarray
-    graph_hops: np.ndarray
-    graph_rank: np.ndarray
-    recency: np.ndarray
-    salience: np.ndarray
-    confidence: np.ndarray
-    epistemic_weight: np.ndarray
-    epistemic_factor: np.ndarray
-    node_type_boost: np.ndarray
-    node_type_factor: np.ndarray
-    temporal_affinity: np.ndarray
-    temporal_factor: np.ndarray
-    speaker_factor: np.ndarray
-    recency_boost_factor: np.ndarray
-    tie_break: np.ndarray
-    current_update_factor: np.ndarray
-    base_score: np.ndarray
-    # The cross-encoder (RFC 7.3), NaN outside the reranked prefix: the model's score, the prior
-    # weight the blend gave the candidate's own score, the blend, the score before reranking and
-    # the 1-based place the policy assigned.
-    rerank_model_score: np.ndarray
-    rerank_prior_weight: np.ndarray
-    rerank_blend: np.ndarray
-    rerank_prior_score: np.ndarray
-    rerank_rank: np.ndarray
-
-    def take(self, order: np.ndarray) -> ScoreFactors:
-        return ScoreFactors(**_take(self, order))
-
-    def padded(self, extra: int) -> ScoreFactors:
-        """These factors and `extra` candidates that have none (session neighbours new to the pool)."""
-        return ScoreFactors(**{f.name: np.concatenate([getattr(self, f.name), np.full(extra, np.nan)])
-                               for f in dataclasses.fields(self)})
-
-
-WEIGHTED_FORMULA, RANK_FUSION_FORMULA = 1, 2
-
-
-@dataclass(frozen=True, eq=False)
-class ScoredPool:
-    """The scored candidates as aligned columns, in final order: score descending, then path
-    count descending, then object id. `formula_version` records which formula made the scores
-    (the Hamilton config `fusion` picked the scoring node); later stages read it here."""
-
-    formula_version: int
-    objects: tuple[MemoryObject, ...]
-    score: np.ndarray
-    semantic_relevance: np.ndarray
-    path_mask: np.ndarray
-    path_count: np.ndarray
-    factors: ScoreFactors
-
-    def __post_init__(self) -> None:
-        check_scored_pool(self)
-
-    def __len__(self) -> int:
-        return len(self.objects)
-
-    @property
-    def rank_fused(self) -> bool:
-        """Scored by formula version 2 (reciprocal rank fusion), whose scores are no relevance."""
-        return self.formula_version == RANK_FUSION_FORMULA
-
-    @property
-    def object_ids(self) -> tuple[UUID, ...]:
-        return tuple(obj.id for obj in self.objects)
-
-    def take(self, order: np.ndarray) -> ScoredPool:
-        """The rows at positions `order`, in that order."""
-        fields = _take(self, order)
-        fields["factors"] = self.factors.take(order)
-        return ScoredPool(**fields)
-
-
-# The declared schema of `fused_scores` and every later pool: a dtype per column, one entry per object.
-SCORED_POOL_SCHEMA: Mapping[str, type] = {
-    "score": np.float64, "semantic_relevance": np.float64, "path_mask": np.int64, "path_count": np.int64,
-    **{f.name: np.float64 for f in dataclasses.fields(ScoreFactors)},
-}
-
-
-def check_scored_pool(pool: ScoredPool) -> None:
-    """Raise ValueError unless `pool` matches `SCORED_POOL_SCHEMA`."""
-    if pool.formula_version not in (WEIGHTED_FORMULA, RANK_FUSION_FORMULA):
-        raise ValueError(f"formula_version must be 1 or 2, got {pool.formula_version!r}")
-    size = len(pool.objects)
-    for name, dtype in SCORED_POOL_SCHEMA.items():
-        column = getattr(pool.factors, name) if hasattr(pool.factors, name) else getattr(pool, name)
-        if column.dtype != dtype or column.shape != (size,):
-            raise ValueError(
-                f"scored pool column {name} must be {np.dtype(dtype)} of shape ({size},), "
-                f"got {column.dtype} of shape {column.shape}"
-            )
-    if not np.isfinite(pool.score).all():
-        raise ValueError("scored pool scores must be finite numbers; a NaN or infinite score cannot be ranked")
-
-
-_LOW_64 = (1 << 64) - 1
-
-
-def rank_order(score: np.ndarray, path_count: np.ndarray, objects: Sequence[MemoryObject]) -> np.ndarray:
-    """Positions in final order: score descending, then path count descending, then object id.
-
-    Ids compare as their 128-bit integers, two 64-bit halves: the order of their hex strings.
-    Objects in id order already (a merged pool's) keep it among equals: `np.lexsort` is stable.
-    """
-    ints = [obj.id.int for obj in objects]
-    if all(map(operator.lt, ints, islice(ints, 1, None))):
-        return np.lexsort((-path_count, -score))
-    high = np.fromiter((i >> 64 for i in ints), dtype=np.uint64, count=len(ints))
-    low = np.fromiter((i & _LOW_64 for i in ints), dtype=np.uint64, count=len(ints))
-    return np.lexsort((low, high, -path_count, -score))
-
-
-RERANK_COLUMNS = ("rerank_model_score", "rerank_prior_weight", "rerank_blend", "rerank_prior_score", "rerank_rank")
 
 
 @dataclass(frozen=True)

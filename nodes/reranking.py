@@ -23,14 +23,14 @@ logged model scores to `cross_encoder_scores` and never runs the model.
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 from hamilton.function_modifiers import config
 
 from rms_retrieval.nodes.helpers.rounding import rounded
 from rms_retrieval.nodes.models import RetrievalRequest
-from rms_retrieval.nodes.pools import CrossEncoderScores, PathType, RerankedPool, ScoredPool, path_mask, rank_order
+from rms_retrieval.nodes.pools import CrossEncoderScores, PathType, RerankedPool, path_mask
+from rms_retrieval.nodes.scored_pool import ScoredPool, rank_order
 from rms_retrieval.nodes.scoring import SCORE_DECIMALS
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.models import MemoryObject, NodeType
@@ -108,7 +108,7 @@ def reranked_scores__cross_encoder(
     assigned[order] = np.arange(1, size + 1, dtype=float)
     columns = {"rerank_model_score": model, "rerank_prior_weight": np.full(size, cfg.prior_weight),
                "rerank_blend": blend, "rerank_prior_score": before, "rerank_rank": assigned}
-    factors = dataclasses.replace(pool.factors, **{
+    factors = pool.factors.replaced(**{
         name: np.concatenate([values, getattr(pool.factors, name)[size:]]) for name, values in columns.items()})
     reranked = ScoredPool(formula_version=pool.formula_version, objects=pool.objects, score=score,
                           semantic_relevance=pool.semantic_relevance, path_mask=pool.path_mask,

@@ -24,9 +24,10 @@ import numpy as np
 from hamilton.function_modifiers import config
 
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
-from rms_retrieval.nodes.pools import (OBJECT_COLUMNS, PRIMARY_PATHS, RERANK_COLUMNS, TEXT_HIT_COLUMNS, ChannelHit,
-                                       FilteredPool, PathType, ScoredPool, ScoreFactors, TextPathCandidates,
-                                       TextPathExclusions, TextPathScoreInputs, path_mask, rank_order)
+from rms_retrieval.nodes.pools import (OBJECT_COLUMNS, PRIMARY_PATHS, TEXT_HIT_COLUMNS, ChannelHit, FilteredPool,
+                                       PathType, TextPathCandidates, TextPathExclusions, TextPathScoreInputs,
+                                       path_mask)
+from rms_retrieval.nodes.scored_pool import RERANK_COLUMNS, ScoredPool, ScoreFactors, rank_order
 from rms_retrieval.nodes.settings import RetrievalSettings, WeightedScoring
 from rms_retrieval.nodes.helpers.rounding import rounded
 from rms_retrieval.nodes.helpers.temporal import temporal_affinity

@@ -27,7 +27,8 @@ from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
 from rms_retrieval.nodes.helpers.episodes import episode_marks
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.pools import (EvidenceSources, FilteredPool, PathType, RankedCandidates, RerankedPool,
-                                       ScoredPool, SessionLink, path_mask, rank_order)
+                                       SessionLink, path_mask)
+from rms_retrieval.nodes.scored_pool import ScoredPool, rank_order
 from rms_retrieval.nodes.scoring import SCORE_DECIMALS
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.indexes.postings import indexed_terms

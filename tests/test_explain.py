@@ -56,7 +56,8 @@ def test_lineage_follows_renamed_nodes_in_another_dag():
     module = types.ModuleType("renamed_stages")
     exec(
         "from rms_retrieval.nodes.bundle import MemoryBundle\n"
-        "from rms_retrieval.nodes.pools import ChannelResult, PathType, ScoredPool\n"
+        "from rms_retrieval.nodes.pools import ChannelResult, PathType\n"
+        "from rms_retrieval.nodes.scored_pool import ScoredPool\n"
         "def hits_by_meaning(question: str) -> ChannelResult:\n    return ChannelResult(path=PathType.VECTOR)\n"
         "def score_table(hits_by_meaning: ChannelResult) -> ScoredPool:\n    raise NotImplementedError\n"
         "def final_bundle(score_table: ScoredPool) -> MemoryBundle:\n    raise NotImplementedError\n",

@@ -74,32 +74,6 @@ def test_a_bare_string_alias_is_one_name_never_its_letters():
     assert bob.metadata["aliases"] == ["Bob"]
 
 
-def _scored(size=2, **changes):
-    import numpy as np
-
-    from rms_retrieval.nodes.pools import ScoredPool, ScoreFactors
-
-    factors = ScoreFactors(**{name: np.zeros(size) for name in ScoreFactors.__dataclass_fields__})
-    fields = dict(formula_version=2, objects=tuple(make_object(f"o{i}") for i in range(size)), score=np.zeros(size),
-                  semantic_relevance=np.zeros(size), path_mask=np.zeros(size, dtype=np.int64),
-                  path_count=np.ones(size, dtype=np.int64), factors=factors)
-    return ScoredPool(**{**fields, **changes})
-
-
-def test_a_scored_pool_is_checked_against_its_declared_schema():
-    import numpy as np
-
-    assert len(_scored()) == 2
-    with pytest.raises(ValueError, match="column score must be float64 of shape \\(2,\\)"):
-        _scored(score=np.zeros(3))
-    with pytest.raises(ValueError, match="column path_count must be int64"):
-        _scored(path_count=np.ones(2))
-    with pytest.raises(ValueError, match="must be finite"):
-        _scored(score=np.array([0.5, np.nan]))
-    with pytest.raises(ValueError, match="formula_version"):
-        _scored(formula_version=3)
-
-
 def test_path_masks_list_paths_in_enum_order_with_session_context_last():
     from rms_retrieval.nodes.pools import mask_paths, path_mask
 

@@ -16,7 +16,8 @@ from rms_retrieval.nodes import candidate_generation, packing, scoring
 from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, RetrievalRequest
 from rms_retrieval.nodes.bundle import MemoryBundle
 from rms_retrieval.nodes.pools import (CandidateLimits, CandidatePool, ChannelResult, FilteredPool, RankedCandidates,
-                                       ScoredPool, Selection)
+                                       Selection)
+from rms_retrieval.nodes.scored_pool import ScoredPool
 from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.protocols import PLAIN_FIELDS, FieldWeights, LexicalHit, RetrievalStore
 
