@@ -120,11 +120,15 @@ def selected_candidates(
         reason[kept & (np.cumsum(kept) > request.limit)] = _LIMIT
     left_out = np.flatnonzero(reason)
     ids = [objects[i].id for i in left_out.tolist()]
-    excluded = dict(zip(ids, map(_REASONS.__getitem__, reason[left_out].tolist())))
     relevance = pool.semantic_relevance[left_out].tolist() if rank_fused else [None] * len(left_out)
     # ExclusionScore is a typed dict: a literal makes the same dictionary without a call.
     scores = dict(zip(ids, [{"score": score, "semantic_relevance": rel}
                             for score, rel in zip(pool.score[left_out].tolist(), relevance)]))
+    codes = reason[left_out]
+    if len(codes) and (codes == codes[0]).all():  # one reason (the limit, as a rule): no id hashed again
+        excluded = dict.fromkeys(scores, _REASONS[codes[0]])
+    else:
+        excluded = dict(zip(ids, map(_REASONS.__getitem__, codes.tolist())))
     kept = pool.take(np.flatnonzero(reason == _KEPT)) if excluded else pool
     return Selection(pool=kept, excluded=excluded, min_score_skipped=skipped, excluded_scores=scores)
 
