@@ -94,7 +94,7 @@ class _FactorRows(ScoreFactors):
     when it is first read. Ranking reorders and pads a pool three times a request and reads none
     of its 27 factor columns; an audit, a frame or a comparison reads them as ever."""
 
-    def __init__(self, source: ScoreFactors, rows: np.ndarray) -> None:  # pylint: disable=super-init-not-called
+    def __init__(self, source: ScoreFactors, rows: np.ndarray) -> None:  # the fields are read from `source`
         if isinstance(source, _FactorRows):  # rows of rows: one gather from the columns as made
             composed = np.full(len(rows), _NO_ROW, dtype=np.intp)
             kept = rows != _NO_ROW
