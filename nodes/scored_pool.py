@@ -83,7 +83,8 @@ class ScoreFactors:
 
     def replaced(self, **columns: np.ndarray) -> ScoreFactors:
         """These factors with `columns` in place of theirs, every column made."""
-        return ScoreFactors(**{name: columns[name] if name in columns else getattr(self, name) for name in FACTOR_NAMES})
+        return ScoreFactors(**{name: columns[name] if name in columns else getattr(self, name)
+                               for name in FACTOR_NAMES})
 
 
 _NO_ROW = -1  # a padded row: NaN in every column
@@ -162,8 +163,9 @@ class ScoredPool:
 
 _POOL_COLUMNS: Mapping[str, type] = {
     "score": np.float64, "semantic_relevance": np.float64, "path_mask": np.int64, "path_count": np.int64}
+_FACTOR_COLUMNS: Mapping[str, type] = {name: np.float64 for name in FACTOR_NAMES}
 # The declared schema of `fused_scores` and every later pool: a dtype per column, one entry per object.
-SCORED_POOL_SCHEMA: Mapping[str, type] = {**_POOL_COLUMNS, **{name: np.float64 for name in FACTOR_NAMES}}
+SCORED_POOL_SCHEMA: Mapping[str, type] = {**_POOL_COLUMNS, **_FACTOR_COLUMNS}
 
 
 def _check_columns(record: Any, schema: Mapping[str, type], size: int) -> None:
@@ -180,15 +182,16 @@ def _check_factors(factors: ScoreFactors, size: int) -> None:
     """Factors of `size` rows as the schema declares them; gathered ones by their source's columns,
     checked once (a gather keeps each column's dtype), and their own count of rows."""
     if not isinstance(factors, _FactorRows):
-        _check_columns(factors, {name: np.float64 for name in FACTOR_NAMES}, size)
+        _check_columns(factors, _FACTOR_COLUMNS, size)
         return
     source = factors._source
     if not source.__dict__.get("_checked"):
-        _check_columns(source, {name: np.float64 for name in FACTOR_NAMES}, len(source))
+        _check_columns(source, _FACTOR_COLUMNS, len(source))
         object.__setattr__(source, "_checked", True)
     rows = factors._rows
     if rows.shape != (size,) or (size and (rows.max() >= len(source) or rows.min() < _NO_ROW)):
-        raise ValueError(f"scored pool factors must have {size} rows of their {len(source)}, got rows {rows!r}")
+        span = f" from {rows.min()} to {rows.max()}" if len(rows) else ""
+        raise ValueError(f"scored pool factors must have {size} rows of their {len(source)}, got {len(rows)} rows{span}")
 
 
 def check_scored_pool(pool: ScoredPool) -> None:
