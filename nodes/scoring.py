@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import cached_property, lru_cache
 from typing import NamedTuple
@@ -151,29 +151,42 @@ def text_path_score_inputs(
 ) -> TextPathScoreInputs:
     """The score inputs of each text-path object the filter keeps, made while the question's
     embedding is, so `fused_scores` makes them only for the vector path's other objects."""
-    weights, boosts = settings.scoring.epistemic_weights, settings.scoring.node_type_boosts
-    window = query_analysis.temporal_window
     speakers = _Speakers.of(spoken_by_query_entities, query_analysis, settings)
     found = text_path_candidates.hits
     kept = [(key, obj) for key, (obj, reason) in text_path_exclusions.reasons.items() if reason is None]
-    size = len(kept)
     objects = [obj for _, obj in kept]
-    hits_of = [found.get(key, _NO_HITS) for key, _ in kept]
-    made = [_object_inputs(obj, weights, boosts, window) for obj in objects]
-    values = [(*hit_values, *own, speaker) for hit_values, (own, _), speaker
-              in zip(map(_text_hit_values, hits_of), made, map(speakers.value, objects))]
-    times = [when for _, when in made]
-    masks = list(map(path_mask, hits_of))
-    rows = {key: row for row, (key, _) in enumerate(kept)}
+    table = np.empty((len(kept), _TABLE_WIDTH))
+    table[:, _HIT_COLUMNS], masks = _hit_columns([found.get(key, _NO_HITS) for key, _ in kept])
+    table[:, _OWN_COLUMNS], times = _object_columns(objects, query_analysis, settings)
+    table[:, -1] = [speakers.value(obj) for obj in objects]
     return TextPathScoreInputs(
-        rows=rows, objects=tuple(objects), table=np.array(values, dtype=float).reshape(size, _TABLE_WIDTH),
-        times=np.array(times, dtype=np.int64).reshape(size, 3), masks=np.array(masks, dtype=np.int64),
-        text_paths=text_path_candidates, spoken=spoken_by_query_entities,
+        rows={key: row for row, (key, _) in enumerate(kept)}, objects=tuple(objects), table=table, times=times,
+        masks=masks, text_paths=text_path_candidates, spoken=spoken_by_query_entities,
     )
 
 
 _NO_HITS: Mapping[PathType, ChannelHit] = {}
+# TextPathScoreInputs.table: the hit columns, the object's own columns, then the speaker value.
 _TABLE_WIDTH = len(TEXT_HIT_COLUMNS) + len(OBJECT_COLUMNS) + 1
+_HIT_COLUMNS = slice(0, len(TEXT_HIT_COLUMNS))
+_OWN_COLUMNS = slice(len(TEXT_HIT_COLUMNS), _TABLE_WIDTH - 1)
+_TIME_COLUMNS = ("stated_us", "updated_us", "current_us")
+
+
+def _hit_columns(hits_of: Sequence[Mapping[PathType, ChannelHit]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each candidate's `TEXT_HIT_COLUMNS` (a row each), and its paths as a `path_mask`."""
+    values = np.array(list(map(_text_hit_values, hits_of)), dtype=float).reshape(len(hits_of), len(TEXT_HIT_COLUMNS))
+    return values, np.array(list(map(path_mask, hits_of)), dtype=np.int64)
+
+
+def _object_columns(objects: Sequence[MemoryObject], analysis: QueryAnalysis, settings: RetrievalSettings
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Each object's `OBJECT_COLUMNS` (a row each), and its `_TIME_COLUMNS` in epoch microseconds."""
+    weights, boosts = settings.scoring.epistemic_weights, settings.scoring.node_type_boosts
+    window = analysis.temporal_window  # whatever the intent (settings.ScoringSettings.temporal_boost)
+    made = [_object_inputs(obj, weights, boosts, window) for obj in objects]
+    return (np.array([own for own, _ in made], dtype=float).reshape(len(made), len(OBJECT_COLUMNS)),
+            np.array([when for _, when in made], dtype=np.int64).reshape(len(made), len(_TIME_COLUMNS)))
 
 
 class _Inputs:
@@ -182,8 +195,6 @@ class _Inputs:
     A candidate's row of `TextPathScoreInputs` is read only for the very object it was made for: its
     object columns and times always, its hit columns and path mask where the pool was merged from
     the same text paths, its speaker value where the same objects were spoken; the rest is made here."""
-
-    _TIMES = ("stated_us", "updated_us", "current_us")
 
     def __init__(
         self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings, spoken: frozenset[int],
@@ -205,7 +216,7 @@ class _Inputs:
         place = np.array(places, dtype=np.intp)
         kept = place >= 0
         table = np.empty((size, _TABLE_WIDTH))
-        whole = np.empty((size, len(self._TIMES)), dtype=np.int64)
+        whole = np.empty((size, len(_TIME_COLUMNS)), dtype=np.int64)
         mask = np.zeros(size, dtype=np.int64)
         if known is not None:
             rows = place[kept]
@@ -214,28 +225,19 @@ class _Inputs:
             mask[kept] = known.masks[rows]
         mask |= np.where(np.array(vector_found, dtype=bool), _VECTOR_BIT, 0)
         new = np.flatnonzero(~kept).tolist()
-        same_hits = known is not None and filtered.merged_from is not None and filtered.merged_from is known.text_paths
-        hit_rows = new if same_hits else range(size)
+        hit_rows = new if known is not None and filtered.merged_from is known.text_paths else range(size)
         if hit_rows:
-            hits_of = [candidates[i].hits for i in hit_rows]
-            table[hit_rows, :len(TEXT_HIT_COLUMNS)] = np.array(
-                [_text_hit_values(hits) for hits in hits_of], dtype=float).reshape(len(hits_of), len(TEXT_HIT_COLUMNS))
-            mask[hit_rows] = np.array([path_mask(hits) for hits in hits_of], dtype=np.int64)
-        speakers = _Speakers.of(spoken, analysis, settings)
+            table[hit_rows, _HIT_COLUMNS], mask[hit_rows] = _hit_columns([candidates[i].hits for i in hit_rows])
         if new:
-            window = analysis.temporal_window  # whatever the intent (settings.ScoringSettings.temporal_boost)
-            weights, boosts = settings.scoring.epistemic_weights, settings.scoring.node_type_boosts
-            made_now = [_object_inputs(objects[i], weights, boosts, window) for i in new]
-            own = slice(len(TEXT_HIT_COLUMNS), _TABLE_WIDTH - 1)
-            table[new, own] = np.array([row[0] for row in made_now], dtype=float).reshape(len(new), len(OBJECT_COLUMNS))
-            whole[new] = np.array([row[1] for row in made_now], dtype=np.int64).reshape(len(new), len(self._TIMES))
+            table[new, _OWN_COLUMNS], whole[new] = _object_columns([objects[i] for i in new], analysis, settings)
         speaker_rows = new if known is not None and known.spoken == spoken else range(size)
         if speaker_rows:
+            speakers = _Speakers.of(spoken, analysis, settings)
             table[speaker_rows, -1] = [speakers.value(objects[i]) for i in speaker_rows]
         for position, name in enumerate((*TEXT_HIT_COLUMNS, *OBJECT_COLUMNS, "speaker_value")):
             setattr(self, name, table[:, position])
         # Times as integer microseconds: differences stay exact, as datetime arithmetic is.
-        for position, name in enumerate(self._TIMES):
+        for position, name in enumerate(_TIME_COLUMNS):
             setattr(self, name, whole[:, position])
         self.path_mask = mask
         # Stated after the request's reference time: never the current state at that time (_current_rows).
