@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import mmap
 import os
 import threading
@@ -36,7 +35,7 @@ import pyarrow.compute as pc
 
 from rms_retrieval.stores.analysis.entity_catalog import EntityNames
 from rms_retrieval.stores.analysis.text_tokens import TEXT_TOKENS
-from rms_retrieval.stores.engine.codec import memory_object
+from rms_retrieval.stores.engine.codec import memory_object, record_fields
 from rms_retrieval.stores.analysis.positions import SessionKey
 from rms_retrieval.stores.engine.edge_columns import EDGE_PREFIX, EdgeColumns, LiveEdgeGroups, StoredEdge
 from rms_retrieval.stores.engine.edge_index import EdgeIndex, LiveCounts
@@ -366,7 +365,7 @@ class LoadedSegment:
         in a text, so a record without the key has none)."""
         at = pa.array(positions, type=pa.int64())
         records = self._columns.records
-        aliases = {index: (json.loads(records.at(positions[index])).get("metadata") or {}).get("aliases")
+        aliases = {index: (record_fields(records.at(positions[index])).get("metadata") or {}).get("aliases")
                    for index in np.flatnonzero(records.containing(positions, '"aliases"')).tolist()}
         return EntityNames(namespace, self._columns.ids[np.asarray(positions, dtype=np.int64)],
                            self._columns.entity_names.take(at), aliases)
