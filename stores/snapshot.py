@@ -269,7 +269,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         key = tuple(sorted(set(namespaces)))
 
         def build() -> Adjacency:
-            blocks = [EdgeBlock(namespace, rows.edges.columns, rows.edges.positions(namespace))
+            blocks = [EdgeBlock(namespace, rows.edges.columns, rows.edges.where(namespace))
                       for _, rows in self._split(key) for namespace in key if namespace in rows.edges]
             counts = self.co_mention_counts(key)
             return scope_graph(blocks, self.dead_ids, {namespace: counts.mentions(namespace) for namespace in key})

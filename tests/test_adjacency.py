@@ -107,3 +107,24 @@ def test_an_update_may_bring_an_edge_type_the_graph_did_not_have():
     assert updated.edges == Adjacency([Edge(1, A, B, "MENTIONS", 0.9), Edge(2, C, A, "SPOKEN_BY", 1.0)]).edges
     assert updated.edge_type == ("MENTIONS", "SPOKEN_BY") and updated.type_at(1) == "SPOKEN_BY"
     assert updated.sources_into([A], "SPOKEN_BY", 0.0) == [C] and graph.sources_into([A], "SPOKEN_BY", 0.0) == []
+
+
+def test_used_numbers_number_the_codes_as_unique_does_in_int32_where_the_size_allows(monkeypatch):
+    from rms_retrieval.stores.indexes import adjacency as module
+
+    codes = np.asarray([[7, 3], [3, 9], [0, 7]], dtype=np.uint16)
+    numbers, used = module.used_numbers(codes, 12)
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    assert numbers.tolist() == inverse.reshape(codes.shape).tolist() and used.tolist() == distinct.tolist()
+    assert numbers.dtype == np.int32  # a long namespace's ends: half the pages of int64
+    monkeypatch.setattr(module, "_INT32_LIMIT", 12)  # a size int32 cannot number
+    assert module.used_numbers(codes, 12)[0].dtype == np.int64
+
+
+def test_a_graph_keeps_edge_ids_in_the_signed_type_they_come_in():
+    ends, types, confidence = np.asarray([0, 1]), np.zeros(2, dtype=np.int64), np.asarray([0.5, 0.7])
+    keys = uuid_keys([A, B])
+    narrow = Adjacency.from_codes(np.asarray([3, 9], dtype=np.int16), keys, ends, ends[::-1], types, ("CO",), confidence)
+    wide = Adjacency.from_codes(np.asarray([3, 9], dtype=np.uint16), keys, ends, ends[::-1], types, ("CO",), confidence)
+    assert narrow.edge_id.dtype == np.int16 and wide.edge_id.dtype == np.int64
+    assert narrow.edges == wide.edges and [edge.edge_id for edge in narrow.edges] == [3, 9]

@@ -83,6 +83,9 @@ def test_a_namespaces_live_positions_are_found_whether_its_edges_lie_together_or
         expected = [position for position, stored in enumerate(edges)
                     if stored.namespace == namespace and (stored.row < 0 or not dead[stored.row])]
         assert groups.positions(namespace).tolist() == expected
+        where = groups.where(namespace)  # a slice only where the positions are one run of the columns
+        assert isinstance(where, slice) == (together and not some_dead)
+        assert np.arange(len(columns))[where].tolist() == expected
     assert list(groups) == list(columns.namespace_names)  # in the order of their codes
 
 
@@ -158,6 +161,8 @@ def test_ids_rows_and_confidences_are_stored_small_and_read_from_either_form() -
         expected = np.rint((confidences[positions] - 0.35) / 0.1).astype(np.int64)
         for columns in (EdgeColumns(arrays), EdgeColumns(older)):
             assert np.array_equal(columns.counts_at(positions, 0.35, 0.1), expected)
+    assert EdgeColumns(arrays).counts_at(slice(0, 3), 0.35, 0.1).dtype == np.int32  # from codes: half the pages
+    assert EdgeColumns(arrays).counts_at(slice(0, 3), 0.0, 1e-12).dtype == np.int64  # counts beyond int32
     big = [StoredEdge(Edge(2**33 + i, stored.edge.source, stored.edge.target, stored.edge.edge_type, stored.edge.confidence),
                       stored.namespace, stored.row) for i, stored in enumerate(edges)]
     assert stored_edge_arrays(big)["edge_ids"].dtype == np.int64 and EdgeColumns.from_stored(big).decoded() == tuple(big)

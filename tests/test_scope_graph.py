@@ -95,9 +95,11 @@ def _byte_form(edges) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _built(segments, scope, dead_ids, older: tuple[int, ...] = (), counted: tuple[int, ...] = ()) -> Adjacency:
+def _built(segments, scope, dead_ids, older: tuple[int, ...] = (), counted: tuple[int, ...] = (),
+           as_slices: bool = False) -> Adjacency:
     """The graph from the segments' columns, those at `older` in the byte form of their ends, those
-    at `counted` with the co-mention counts a write stores (made before any row died)."""
+    at `counted` with the co-mention counts a write stores (made before any row died); `as_slices`:
+    each block's positions as the store passes them (`LiveEdgeGroups.where`: a slice where they run)."""
     blocks, mentions = [], {name: [] for name in scope}
     for number, (edges, dead) in enumerate(segments):
         arrays = _byte_form(edges) if number in older else stored_edge_arrays(edges)
@@ -105,8 +107,9 @@ def _built(segments, scope, dead_ids, older: tuple[int, ...] = (), counted: tupl
             arrays.update(confidence_arrays(counted_confidences(EdgeColumns(arrays), len(dead))),
                           **{COUNTED_ARRAY: np.ones(1, dtype=np.uint8)})
         columns = EdgeColumns(arrays)
-        groups = columns.live_by_namespace(dead)
-        blocks += [EdgeBlock(name, groups.columns, groups.positions(name)) for name in scope]
+        groups = columns.live_by_namespace(dead if dead.any() else None)
+        blocks += [EdgeBlock(name, groups.columns, groups.where(name) if as_slices else groups.positions(name))
+                   for name in scope]
         for name in scope:
             mentions[name].append(SegmentMentions(columns, name, dead if dead.any() else None, len(dead)))
     return scope_graph(blocks, dead_ids, mentions)
@@ -133,6 +136,37 @@ def test_the_graph_of_columns_is_the_graph_of_the_rule(dense_cells, by_bits, mon
             for name in ("source", "target", "confidence", "edge_id"):
                 np.testing.assert_array_equal(getattr(built, name), getattr(reference, name), err_msg=name)
             assert built.nodes == reference.nodes and built.edge_type == reference.edge_type
+
+
+def test_blocks_read_as_slices_of_segments_with_no_dead_row_make_the_graph_of_the_rule() -> None:
+    for seed in range(4):
+        segments = [(tuple(sorted(edges, key=lambda stored: stored.namespace)), np.zeros_like(dead))
+                    for edges, dead in _segments(seed)]  # each namespace's edges together, no row dead
+        assert all(isinstance(EdgeColumns(stored_edge_arrays(edges)).live_by_namespace(None).where(name), slice)
+                   for edges, _ in segments for name in NAMESPACES)
+        for chosen in (segments[:1], segments):  # one segment: its stored counts are the scope's counts
+            for scope in (("a",), ("b",), ("a", "b")):
+                expected = tuple(_expected(chosen, scope, frozenset()))
+                for counted in ((), tuple(range(len(chosen)))):
+                    sliced = _built(chosen, scope, frozenset(), counted=counted, as_slices=True)
+                    assert sliced.edges == expected
+                    assert sliced.edges == _built(chosen, scope, frozenset(), counted=counted).edges
+
+
+def test_a_segments_stored_count_stands_only_where_it_counted_and_nothing_died() -> None:
+    from rms_retrieval.stores.engine.scope_graph import _stored_counts_hold
+
+    edges = tuple(sorted(_segments(1)[0][0], key=lambda stored: stored.namespace))
+    columns = EdgeColumns(stored_edge_arrays(edges))
+    block = EdgeBlock("a", columns, columns.live_by_namespace(None).where("a"))
+    live = SegmentMentions(columns, "a", None, 40)
+    stored, chosen = np.asarray([3, -1, 2]), np.asarray([True, False, True])
+    assert _stored_counts_hold(chosen, stored, [block], [live])
+    assert not _stored_counts_hold(np.asarray([True, True, False]), stored, [block], [live])  # one not counted
+    assert not _stored_counts_hold(chosen, stored, [block], [SegmentMentions(columns, "a", np.zeros(40, dtype=bool), 40)])
+    assert not _stored_counts_hold(chosen, stored, [block], [live, live])  # another segment's rows count too
+    other = EdgeColumns(stored_edge_arrays(edges))
+    assert not _stored_counts_hold(chosen, stored, [block, EdgeBlock("a", other, slice(0, 1))], [live])
 
 
 def test_no_edges_make_an_empty_graph() -> None:

@@ -250,11 +250,14 @@ class EdgeColumns:
         return stored if self._confidence_values is None else self._confidence_values[stored]
 
     def counts_at(self, positions: np.ndarray | slice, base: float, step: float) -> np.ndarray:
-        """`rint((confidence - base) / step)` of the edges at `positions`, as int64: worked out once
-        for each of the few distinct confidences where they are stored as codes."""
+        """`rint((confidence - base) / step)` of the edges at `positions`, as integers: worked out
+        once for each of the few distinct confidences where they are stored as codes (as int32 then,
+        half the pages of a fresh int64 array over a long namespace's edges)."""
         if self._confidence_values is None:
             return np.rint((self._confidences[positions] - base) / step).astype(np.int64)
-        return np.rint((self._confidence_values - base) / step).astype(np.int64)[self._confidences[positions]]
+        counts = np.rint((self._confidence_values - base) / step)
+        fits = not len(counts) or np.abs(counts).max() < 2**31
+        return counts.astype(np.int32 if fits else np.int64)[self._confidences[positions]]
 
     def ends_at(self, positions: np.ndarray) -> np.ndarray:
         """The ends of the edges at `positions` (indices or a mask), one row of 32 bytes per edge:
@@ -413,6 +416,15 @@ class LiveEdgeGroups(Mapping[str, tuple[Edge, ...]]):
         start, end = self._runs.get(namespace, (0, 0))
         run = np.arange(start, end) if self._order is None else self._order[start:end]
         return run if self._live is None else self._live[run]
+
+    def where(self, namespace: str) -> np.ndarray | slice:
+        """`positions(namespace)`, as a slice of the columns where they are one run of them (the
+        namespace's edges kept together and none of the segment's dead): a scope's graph reads them
+        as views, with no array of 80,000 positions made and checked."""
+        if self._order is None and self._live is None:
+            start, end = self._runs.get(namespace, (0, 0))
+            return slice(start, end)
+        return self.positions(namespace)
 
     def __getitem__(self, namespace: str) -> tuple[Edge, ...]:
         found = self._decoded.get(namespace)

@@ -44,11 +44,24 @@ BIT_WORD_SHARE = 2
 
 @dataclass(frozen=True)
 class EdgeBlock:
-    """Some edges of one segment in one namespace: positions into the segment's edge columns."""
+    """Some edges of one segment in one namespace: positions into the segment's edge columns, or
+    the slice of them they cover (`LiveEdgeGroups.where`)."""
 
     namespace: str
     columns: EdgeColumns
-    positions: np.ndarray
+    positions: np.ndarray | slice
+
+    def __len__(self) -> int:
+        return len(range(*self.positions.indices(len(self.columns)))) if isinstance(self.positions, slice) \
+            else len(self.positions)
+
+    @property
+    def where(self) -> np.ndarray | slice:
+        """Where the block's edges are read from: a slice of the columns (views) where they lie together."""
+        if isinstance(self.positions, slice):
+            return self.positions
+        run = consecutive_run(self.positions, len(self.columns))
+        return self.positions if run is None else run
 
 
 @dataclass(frozen=True)
@@ -219,10 +232,6 @@ def _scope_counts(pairs: np.ndarray, sources: np.ndarray, targets: np.ndarray, k
     of CO_MENTIONS_SATURATED or more weighs as CO_MENTIONS_SATURATED does, so one is taken as it
     is where no row of its segment is dead, and counted where one is. `block_of`: each edge's
     block, None where there is one block."""
-    if len(segments) == 1 and segments[0].dead is None and all(block.columns is segments[0].columns for block in blocks):
-        counted = stored[pairs]  # one segment with no dead row holds every edge: its own counts are the counts
-        if not len(counted) or counted.min() >= 0:
-            return counted
     totals = np.zeros(len(pairs), dtype=np.int64)
     sources, targets, stored = sources[pairs], targets[pairs], stored[pairs]
     block_of = np.zeros(len(pairs), dtype=np.int64) if block_of is None else block_of[pairs]
@@ -239,6 +248,14 @@ def _scope_counts(pairs: np.ndarray, sources: np.ndarray, targets: np.ndarray, k
     return totals
 
 
+def _stored_counts_hold(chosen: np.ndarray, stored: np.ndarray, blocks: Sequence[EdgeBlock],
+                        segments: Sequence[SegmentMentions]) -> bool:
+    """Whether the `chosen` edges' stored counts (`_own_counts`) are their scope counts: one segment
+    with no dead row holds every edge, and counted its rows for each chosen one."""
+    return (len(segments) == 1 and segments[0].dead is None and all(block.columns is segments[0].columns for block in blocks)
+            and not (chosen & (stored < 0)).any())
+
+
 def _joined(parts: Sequence[np.ndarray]) -> np.ndarray:
     """`np.concatenate(parts)`, or the one part itself (an array only read, never written)."""
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -253,15 +270,13 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
                 mentions: dict[str, list[SegmentMentions]]) -> Adjacency:
     """The graph of the scope whose live edges `blocks` hold, in segment order; `dead_ids`: the
     store's deleted (namespace, id)s; `mentions`: per namespace, each segment's MENTIONS."""
-    blocks = [block for block in blocks if len(block.positions)]
+    blocks = [block for block in blocks if len(block)]
     if not blocks:
         return Adjacency([])
-    # Where each block's edges are read from: a slice of the columns (views) where they lie together.
-    runs = [consecutive_run(block.positions, len(block.columns)) for block in blocks]
-    at = [block.positions if run is None else run for block, run in zip(blocks, runs)]
-    ids = _joined([block.columns.ids[where] for block, where in zip(blocks, at)]).astype(np.int64, copy=False)
+    at = [block.where for block in blocks]
+    ids = _joined([block.columns.ids[where] for block, where in zip(blocks, at)])  # as stored: the smallest integers
     keys, block_ends = joined_ends([(block.columns, where) for block, where in zip(blocks, at)])
-    ends = _joined(block_ends).astype(np.int64, copy=False)
+    ends = _joined(block_ends)  # node numbers (int32 or int64), as the graph keeps them
     # Types as codes into the blocks' type names (each segment numbers its own): no string per edge.
     type_names = tuple(sorted({name for block in blocks for name in block.columns.type_names}))
     if len(blocks) == 1 and blocks[0].columns.type_names == type_names:  # its codes are the scope's
@@ -275,10 +290,10 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     names = sorted({block.namespace for block in blocks})
     # Each edge's namespace and block as codes, where there is more than one (None: all the same).
     namespace = None if len(names) == 1 else np.concatenate(
-        [np.full(len(block.positions), names.index(block.namespace)) for block in blocks])
+        [np.full(len(block), names.index(block.namespace)) for block in blocks])
     block_of = None if len(blocks) == 1 else np.concatenate(
-        [np.full(len(block.positions), number) for number, block in enumerate(blocks)])
-    stored = _joined([_own_counts(block.columns, where, len(block.positions)) for block, where in zip(blocks, at)])
+        [np.full(len(block), number) for number, block in enumerate(blocks)])
+    stored = _joined([_own_counts(block.columns, where, len(block)) for block, where in zip(blocks, at)])
     replaced = not np.all(ids[1:] > ids[:-1])  # else every id is there once, in id order
     if replaced:
         _, last = np.unique(ids[::-1], return_index=True)  # a later segment's edge replaces one with its id
@@ -297,11 +312,17 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
             alive &= ~(_in_namespace(namespace, number) & (np.isin(sources, gone) | np.isin(targets, gone)))
     counts = np.zeros(len(ids), dtype=np.int64)
     for number, name in enumerate(names):
-        chosen = np.flatnonzero(co_mentioned & alive & _in_namespace(namespace, number))
-        counts[chosen] = _scope_counts(chosen, sources, targets, keys, stored, block_of, blocks, mentions.get(name, []))
+        chosen = co_mentioned & alive & _in_namespace(namespace, number)
+        segments = mentions.get(name, [])
+        if _stored_counts_hold(chosen, stored, blocks, segments):
+            np.copyto(counts, stored, where=chosen)  # in place: no copy of a long namespace's counts
+        else:
+            counts[chosen] = _scope_counts(np.flatnonzero(chosen), sources, targets, keys, stored, block_of, blocks,
+                                           segments)
     alive &= ~co_mentioned | (counts > 0)
-    weighed = np.flatnonzero(co_mentioned & alive)
-    confidence[weighed] = _weights(counts[weighed])
+    # Weighed in place, through one array of weights: no copy of the 80,000 counts of a long
+    # namespace's edges made three times over (each fresh array's pages fault in again).
+    np.copyto(confidence, _WEIGHTS[np.minimum(counts, CO_MENTIONS_SATURATED, out=counts)], where=co_mentioned & alive)
     if not replaced and alive.all():  # every edge stays, so every end of `keys` is a node (no copies either)
         return Adjacency.from_codes(ids, keys, sources, targets, types, type_names, confidence, every_key_used=True)
     return Adjacency.from_codes(ids[alive], keys, sources[alive], targets[alive], types[alive], type_names, confidence[alive])

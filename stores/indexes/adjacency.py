@@ -53,7 +53,9 @@ class Adjacency:
     def _from_codes(self, edge_id: np.ndarray, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray,
                     type_codes: np.ndarray, type_names: tuple[str, ...], confidence: np.ndarray,
                     every_key_used: bool = False) -> None:
-        edge_id, confidence = np.asarray(edge_id, dtype=np.int64), np.asarray(confidence, dtype=float)
+        edge_id, confidence = np.asarray(edge_id), np.asarray(confidence, dtype=float)
+        if edge_id.dtype.kind != "i":  # else kept in the signed type it comes in (a segment's smallest)
+            edge_id = edge_id.astype(np.int64)
         if not np.all(edge_id[1:] > edge_id[:-1]):  # else in id order already (a scope's graph is)
             order = np.argsort(edge_id, kind="stable")
             edge_id, sources, targets, type_codes, confidence = (
@@ -234,10 +236,17 @@ class UuidColumn:
 
 def used_numbers(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """`codes` (below `size`) numbered densely in code order over the codes they use, and those
-    codes ascending: what `np.unique(codes, return_inverse=True)` gives, through a mask, not a sort."""
+    codes ascending: what `np.unique(codes, return_inverse=True)` gives, through a mask, not a sort.
+    The numbers are int32 where `size` allows (a graph's node numbers): half the pages of a long
+    namespace's 160,000 edge ends, each page of a fresh array a fault on first touch."""
     used = np.zeros(size, dtype=bool)
     used[codes] = True
-    return (np.cumsum(used) - 1)[codes], np.flatnonzero(used)
+    numbers = np.cumsum(used, dtype=np.int32 if size < _INT32_LIMIT else np.int64)
+    numbers -= 1
+    return numbers[codes], np.flatnonzero(used)
+
+
+_INT32_LIMIT = 2**31
 
 
 def _ascending_once(positions: np.ndarray, size: int) -> np.ndarray:
