@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.errors import StoreError
+from rms_retrieval.stores.engine.mentioners import Mentioners
 from rms_retrieval.stores.indexes.adjacency import code_of, used_numbers
 from rms_retrieval.stores.protocols import Edge
 
@@ -233,7 +234,7 @@ class EdgeColumns:
         for array in (self.ids, self._ends, self._confidences, self.rows, self.types, self.namespaces):
             array.flags.writeable = False
         self._lock = threading.Lock()
-        self._mentioners: dict[str, dict[int, frozenset[int]]] = {}
+        self._mentioners: dict[str, Mentioners] = {}
         self._co_mentioned: dict[str, dict[bytes, int]] = {}
 
     @classmethod
@@ -336,18 +337,14 @@ class EdgeColumns:
         """The live edges by namespace, each namespace's decoded on first lookup."""
         return LiveEdgeGroups(self, None if dead is None else self.live_positions(dead))
 
-    def mentioners(self, namespace: str) -> dict[int, frozenset[int]]:
+    def mentioners(self, namespace: str) -> Mentioners:
         """Entity id's integer -> the owner rows (dead ones too) with a MENTIONS edge into it, in
-        `namespace`: from the arrays of that namespace's MENTIONS edges alone."""
+        `namespace`: from the arrays of that namespace's MENTIONS edges alone, an entity's rows
+        made when it is looked up."""
         found = self._mentioners.get(namespace)
         if found is not None:
             return found
-        ends, owners = self.mention_ends(namespace)
-        targets = ends.tobytes()
-        rows: dict[int, set[int]] = {}
-        for i, row in enumerate(owners.tolist()):
-            rows.setdefault(int.from_bytes(targets[16 * i:16 * i + 16], "big"), set()).add(row)
-        found = {entity: frozenset(owners) for entity, owners in rows.items()}
+        found = Mentioners(*self.mention_ends(namespace))
         with self._lock:
             return self._mentioners.setdefault(namespace, found)
 

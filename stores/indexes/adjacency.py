@@ -102,31 +102,54 @@ class Adjacency:
         """This graph with `upserts` added (an edge replaces the one with its id) and the edges with
         ids in `removed` taken out: what `Adjacency` of the resulting edge list gives, array for
         array, with per-edge Python work only for the changed edges (a write changes few of a
-        namespace's edges)."""
+        namespace's edges). The other edges are read in place: the few changed ones are found by
+        search, the new ones inserted where their ids and ends sort, and nothing of the graph's
+        size is sorted or copied more than once (each fresh page is a fault on first touch)."""
+        size, count = len(self.edge_id), len(upserts)
         gone = np.fromiter({*removed, *(edge.edge_id for edge in upserts)}, dtype=np.int64)
-        keep = np.flatnonzero(~np.isin(self.edge_id, gone))
+        at = np.minimum(np.searchsorted(self.edge_id, gone), max(size - 1, 0))
+        dropped = at[self.edge_id[at] == gone] if size else at[:0]  # ids are unique and ascending
+        keep = np.ones(size, dtype=bool)
+        keep[dropped] = False
         added = sorted(upserts, key=_edge_id)
-        count = len(added)
         added_ends = uuid_keys([e.source for e in added] + [e.target for e in added])
-        kept_nodes = np.flatnonzero(np.bincount(np.concatenate([self.source[keep], self.target[keep]]),
-                                                minlength=len(self.node_keys)))
-        node_keys = np.union1d(self.node_keys[kept_nodes], added_ends)  # sorted: nodes stay in UUID order
-        remap = np.full(len(self.node_keys), -1, dtype=np.int64)
-        remap[kept_nodes] = np.searchsorted(node_keys, self.node_keys[kept_nodes])
-        added_numbers = np.searchsorted(node_keys, added_ends).astype(np.int64)
-        edge_id = np.concatenate([self.edge_id[keep], np.fromiter((e.edge_id for e in added), dtype=np.int64, count=count)])
-        order = np.argsort(edge_id, kind="stable")
+        # Nodes stay while a kept edge touches them: only the dropped edges' ends can lose their last one.
+        node_count = len(self.node_keys)
+        alive = np.ones(node_count, dtype=bool)
+        if len(dropped):
+            degree = np.bincount(self.source, minlength=node_count) + np.bincount(self.target, minlength=node_count)
+            degree -= np.bincount(self.source[dropped], minlength=node_count) + np.bincount(self.target[dropped],
+                                                                                           minlength=node_count)
+            alive = degree > 0
+        kept_nodes = None if alive.all() else np.flatnonzero(alive)
+        base = self.node_keys if kept_nodes is None else self.node_keys[kept_nodes]
+        place = np.minimum(np.searchsorted(base, added_ends), max(len(base) - 1, 0))
+        missing = np.unique(added_ends[base[place] != added_ends] if len(base) else added_ends)
+        inserted_at = np.searchsorted(base, missing)
+        node_keys = np.insert(base, inserted_at, missing) if len(missing) else base  # sorted: nodes stay in UUID order
+        rank = np.arange(len(base)) if kept_nodes is None else np.cumsum(alive) - 1
+        remap = rank + np.searchsorted(inserted_at, rank, side="right")  # each old node's new number
+        if kept_nodes is not None:
+            remap[~alive] = -1
+        renumbered = len(missing) or kept_nodes is not None
+        added_numbers = np.searchsorted(node_keys, added_ends)
+        at_ids = np.fromiter((e.edge_id for e in added), dtype=np.int64, count=count)
+        kept = (lambda column: column) if not len(dropped) else (lambda column: column[keep])
+        into = np.searchsorted(kept(self.edge_id), at_ids)  # ids sort: the new edges go where theirs do
         type_names = tuple(dict.fromkeys([*self._type_names, *(e.edge_type for e in added)]))
+        source, target = kept(self.source), kept(self.target)
+        if renumbered:
+            source, target = remap[source], remap[target]
         updated = Adjacency.__new__(Adjacency)
         updated._install(
             node_keys,
-            np.concatenate([remap[self.source[keep]], added_numbers[:count]])[order],
-            np.concatenate([remap[self.target[keep]], added_numbers[count:]])[order],
-            np.concatenate([self.confidence[keep], np.fromiter((e.confidence for e in added), float, count)])[order],
-            edge_id[order],
-            np.concatenate([self._type_codes[keep], _type_codes([e.edge_type for e in added], type_names)])[order],
+            _inserted(source, into, added_numbers[:count]),
+            _inserted(target, into, added_numbers[count:]),
+            _inserted(kept(self.confidence), into, np.fromiter((e.confidence for e in added), float, count)),
+            _inserted(kept(self.edge_id), into, at_ids),
+            _inserted(kept(self._type_codes), into, _type_codes([e.edge_type for e in added], type_names)),
             type_names,  # the old codes keep their names
-            self._node_ids.moved(node_keys, remap),  # the UUIDs made so far, for nodes that stay
+            self._node_ids.moved(node_keys, remap),
         )
         return updated
 
@@ -180,6 +203,16 @@ class Adjacency:
     def touching(self, nodes: Iterable[UUID], min_confidence: float) -> list[Edge]:
         """Edges with an endpoint in `nodes` and at least `min_confidence`, by edge id, once each."""
         return [self._edge(i) for i in self.incident_edges(self.numbers(nodes), min_confidence).tolist()]
+
+
+def _inserted(column: np.ndarray, positions: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`column` with `values` inserted before `positions` (as `np.insert`), in a wider integer type
+    where a value does not fit the column's."""
+    if len(values) and column.dtype.kind in "iu":
+        limits = np.iinfo(column.dtype)
+        if values.min() < limits.min or values.max() > limits.max:
+            column = column.astype(np.int64)
+    return np.insert(column, positions, values) if len(values) else column
 
 
 def code_of(names: tuple[str, ...], name: str) -> int:

@@ -1,0 +1,46 @@
+"""A segment's mentioners, looked up one entity at a time, are the rows of its MENTIONS edges."""
+
+from __future__ import annotations
+
+import random
+from uuid import UUID
+
+import numpy as np
+import pytest
+
+from rms_retrieval.stores.engine.mentioners import Mentioners
+
+
+def _targets(ids: list[UUID]) -> np.ndarray:
+    return np.frombuffer(b"".join(entity.bytes for entity in ids), dtype=np.uint8).reshape(len(ids), 16)
+
+
+def test_each_entity_maps_to_the_rows_of_the_edges_into_it() -> None:
+    chooser = random.Random(3)
+    # Entities that share their first 64 bits, and ones that differ only there: both halves count.
+    entities = [UUID(int=(7 << 64) + n) for n in (5, 1, 9)] + [UUID(int=(n << 64) + 5) for n in (3, 8)] + \
+        [UUID(int=chooser.getrandbits(128)) for _ in range(20)]
+    edges = [(chooser.choice(entities), chooser.randrange(50)) for _ in range(300)]
+    mentioners = Mentioners(_targets([entity for entity, _ in edges]), np.asarray([row for _, row in edges]))
+    expected: dict[int, set[int]] = {}
+    for entity, row in edges:
+        expected.setdefault(entity.int, set()).add(row)
+    assert mentioners == {entity: frozenset(rows) for entity, rows in expected.items()}
+    assert sorted(mentioners) == sorted(expected) and len(mentioners) == len(expected)
+    for entity in entities:
+        assert mentioners.get(entity.int, frozenset()) == frozenset(expected.get(entity.int, ()))
+    assert mentioners[entities[0].int] is mentioners[entities[0].int]  # made once, then kept
+
+
+@pytest.mark.parametrize("absent", [UUID(int=(7 << 64) + 6).int, UUID(int=(6 << 64) + 5).int, 0, (1 << 128) - 1,
+                                    -1, 1 << 128, "7"])
+def test_an_entity_no_edge_targets_is_no_key(absent) -> None:
+    mentioners = Mentioners(_targets([UUID(int=(7 << 64) + 5), UUID(int=(7 << 64) + 9)]), np.asarray([2, 4]))
+    assert absent not in mentioners and mentioners.get(absent) is None
+    with pytest.raises(KeyError):
+        mentioners[absent]
+
+
+def test_no_edges_mention_no_entity() -> None:
+    mentioners = Mentioners(np.zeros((0, 16), dtype=np.uint8), np.zeros(0, dtype=np.int64))
+    assert mentioners == {} and len(mentioners) == 0 and mentioners.get(UUID(int=1).int) is None
