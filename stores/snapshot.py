@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from rms_retrieval.stores.analysis.entity_catalog import EntityCatalog
 from rms_retrieval.stores.indexes.adjacency import Adjacency
+from rms_retrieval.stores.indexes.entity_graph import KnownNames
 from rms_retrieval.stores.errors import EmbeddingMismatchError, StaleSnapshotError
 from rms_retrieval.stores.indexes.lexical import Bm25Index
 from rms_retrieval.stores.engine.manifest import Manifest
@@ -63,6 +64,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, live, merged)
         self._catalogs = ScopeValues[EntityCatalog](None if previous is None else previous._catalogs, live, merged)
         self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, live, merged)
+        self._known_names = ScopeValues[KnownNames](None if previous is None else previous._known_names, live, merged)
         self._rows_table: pa.Table | None = None
 
     def _dead_ids(self) -> frozenset[tuple[str, UUID]]:
@@ -236,6 +238,27 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         """The ENTITY objects of the namespaces, by id (what the entity-graph step of an add needs)."""
         return sorted((segment.object_at(row) for segment, _, row in self._entity_rows(namespaces)),
                       key=lambda entity: entity.id)
+
+    def known_names(self, namespaces: Iterable[str]) -> dict[str, KnownNames]:
+        """Per namespace, the names of its ENTITY objects as the entity-graph step of an add reads
+        them (some 2,500 in a LongMemEval-S namespace): made on a namespace's first write, kept for
+        the next generation and extended by the entities of the segments a write adds
+        (`ScopeValues`), never changed (`entity_graph` adds to a copy)."""
+        found = {}
+        for namespace in sorted(set(namespaces)):
+            scope = (namespace,)
+
+            def build(namespace: str = namespace) -> KnownNames:
+                return KnownNames.of(self.stored_entities([namespace]))
+
+            def extend(previous: KnownNames, added: tuple[str, ...], namespace: str = namespace) -> KnownNames:
+                return previous.with_entities(sorted((segment.object_at(row) for segment, rows in self._split((namespace,))
+                                                      if segment.entry.key in added
+                                                      for row in rows.entity_rows.get(namespace, ())),
+                                                     key=lambda entity: entity.id))
+
+            found[namespace] = self._known_names.get(scope, self._sources(scope, lambda rows: rows.entity_rows), build, extend)
+        return found
 
     def co_mention_counts(self, namespaces: Iterable[str]) -> CoMentionCounts:
         return CoMentionCounts(self.segments, namespaces)

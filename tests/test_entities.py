@@ -11,7 +11,7 @@ from rms_retrieval.nodes.settings import RetrievalSettings
 from rms_retrieval.stores.analysis.entity_catalog import EntityCatalog
 from rms_retrieval.stores.analysis.entities import (NameMatcher, extract_entities, first_name_word, name_key,
                                                    name_words)
-from rms_retrieval.stores.indexes.entity_graph import MENTIONS, entity_graph
+from rms_retrieval.stores.indexes.entity_graph import MENTIONS, entity_graph, known_names
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.protocols import EntityRef
 
@@ -62,7 +62,7 @@ def _named_at_ingest(name: str, text: str) -> bool:
     entity = MemoryObject(id=UUID(int=1), namespace="ns", node_type=NodeType.ENTITY, content=f"{name}, a friend",
                           entity_canonical_name=name)
     turn = MemoryObject(id=UUID(int=2), namespace="ns", content=text)
-    update = entity_graph([turn], [entity], {}, {"ns": turn.id})
+    update = entity_graph([turn], known_names([entity]), {}, {"ns": turn.id})
     return any(edge.edge_type == MENTIONS and edge.target == entity.id for edge in update.edges)
 
 
@@ -99,3 +99,13 @@ def test_query_analysis_finds_a_catalogs_names_whatever_their_order(query):
     request = RetrievalRequest(query=query, namespaces=("ns",), reference_time=datetime(2024, 1, 1, tzinfo=UTC))
     indexed = query_analysis(request=request, entity_catalog=EntityCatalog(refs), settings=RetrievalSettings())
     assert indexed == query_analysis(request=request, entity_catalog=EntityCatalog(refs[::-1]), settings=RetrievalSettings())
+
+
+def test_a_copied_matcher_takes_names_without_changing_the_one_it_was_copied_from():
+    matcher = NameMatcher()
+    matcher.add(UUID(int=1), "Caroline")
+    copied = matcher.copy()
+    copied.add(UUID(int=2), "caroline")  # a second id for a name both know
+    copied.add(UUID(int=3), "Bank of America")
+    assert copied.named("Caroline") == {UUID(int=1), UUID(int=2)} and matcher.named("Caroline") == {UUID(int=1)}
+    assert copied.ids_in_order("at the Bank of America") == [UUID(int=3)] and matcher.ids_in_order("at the Bank of America") == []

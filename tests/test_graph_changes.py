@@ -212,3 +212,39 @@ def test_a_pair_first_joined_after_objects_named_it_far_apart_is_a_new_edge_weig
         assert [e.confidence for e in joined] == [co_mention_confidence(2)]
         assert _graph(apart)["edges"] == _graph(together)["edges"]
         assert check_store(tmp_path / "apart").problems == []
+
+
+def _names_of(known, entities) -> dict[str, set[UUID]]:
+    """What `known` (KnownNames) answers for every name of `entities`, and which it marks extracted."""
+    from rms_retrieval.stores.indexes.entity_graph import entity_names
+
+    answers = {name: known.named(name) for entity in entities for name in entity_names(entity)}
+    return {**answers, "extracted": known.extracted}
+
+
+def test_a_namespaces_known_names_are_kept_across_writes_extended_by_new_entities_and_rebuilt_after_a_delete(tmp_path):
+    from rms_retrieval.stores.indexes.entity_graph import KnownNames
+
+    turns = _turns(12)
+    with _open(tmp_path / "store") as store:
+        store.add(turns[:6])
+        first = store.snapshot().known_names([NAMESPACE])[NAMESPACE]
+        assert store.snapshot().known_names([NAMESPACE])[NAMESPACE] is first  # made once per generation's scope
+        store.add([MemoryObject(namespace="elsewhere", content="Oscar went to Paris")])
+        assert store.snapshot().known_names([NAMESPACE])[NAMESPACE] is first  # a write elsewhere keeps it
+        news = [turn.model_copy(update={"content": f"{turn.content} and met Zelda{number} in Oslo{number}"})
+                for number, turn in enumerate(turns[6:])]
+        for later in news:
+            store.add([later])  # one turn a write, naming new people: its segment's entities extend a copy
+            snapshot = store.snapshot()
+            kept = snapshot.known_names([NAMESPACE])[NAMESPACE]
+            entities = snapshot.stored_entities([NAMESPACE])
+            assert _names_of(kept, entities) == _names_of(KnownNames.of(entities), entities)
+        assert kept is not first and first.named("Zelda0") == set() and len(kept.named("Zelda5")) == 1
+        turns = [*turns[:6], *news]
+        oscar = next(entity for entity in entities if entity.entity_canonical_name == "Oscar")
+        store.delete(NAMESPACE, [turn.id for turn in turns if "Oscar" in turn.content])
+        snapshot = store.snapshot()
+        after = snapshot.known_names([NAMESPACE])[NAMESPACE]
+        assert after.named("Oscar") == set() and oscar.id in kept.named("Oscar")  # rebuilt without the deleted entity
+        assert _names_of(after, entities) == _names_of(KnownNames.of(snapshot.stored_entities([NAMESPACE])), entities)

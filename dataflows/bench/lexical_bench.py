@@ -74,7 +74,7 @@ def locomo_corpus(path: Path) -> LexicalCorpus:
     dataset = load_locomo(path)
     turns = locomo_objects(dataset)
     anchors = namespace_anchors(StoreSnapshot(Manifest(0, None), (), lambda record: None), turns)
-    objects = [*turns, *entity_graph(turns, [], {}, anchors).entities]
+    objects = [*turns, *entity_graph(turns, {}, {}, anchors).entities]
     return LexicalCorpus(
         documents=[(obj.content, obj.entity_canonical_name) for obj in objects],
         namespaces=[obj.namespace for obj in objects],

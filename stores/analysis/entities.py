@@ -141,10 +141,17 @@ class NameMatcher:
         key = name_key(name)
         if len(key) < 2:
             return None
-        self._ids.setdefault(key, set()).add(object_id)
+        named = self._ids.get(key)
+        self._ids[key] = {object_id} if named is None else named | {object_id}  # a copy's sets are shared: none is changed
         self._first_words.add(key.partition(" ")[0])
         self._longest = max(self._longest, key.count(" ") + 1)
         return key
+
+    def copy(self) -> NameMatcher:
+        """A matcher with these names, to which `add` adds without changing this one."""
+        copied = NameMatcher()
+        copied._ids, copied._first_words, copied._longest = dict(self._ids), set(self._first_words), self._longest
+        return copied
 
     def named(self, name: str) -> set[UUID]:
         """The ids `name` names exactly (as name words)."""

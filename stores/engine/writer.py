@@ -70,7 +70,7 @@ def prepare_write(
     objects = placed_turns(objects, snapshot.segments)
     namespaces = sorted({memory.namespace for memory in objects})
     anchors = namespace_anchors(snapshot, objects)
-    graph = entity_graph(objects, snapshot.stored_entities(namespaces), snapshot.co_mention_counts(namespaces), anchors,
+    graph = entity_graph(objects, snapshot.known_names(namespaces), snapshot.co_mention_counts(namespaces), anchors,
                          speakers)
     graph = _without_id_clashes(graph, snapshot, {(memory.namespace, memory.id) for memory in objects}, anchors)
     graph = GraphUpdate(graph.entities, (*graph.edges, *extra_edges), graph.reweighted)

@@ -120,12 +120,35 @@ def names_of(canonical_name: str | None, aliases: object) -> list[str]:
     return [name for name in names if name.strip()]
 
 
-class _NamespaceEntities:
-    """The entities one namespace knows, by any of their names, and which of them were extracted."""
+class KnownNames:
+    """The entities one namespace knows, by any of their names, and which of them were extracted.
+
+    A store makes one per namespace from its ENTITY objects and keeps it across writes, extended
+    by the entities each write adds (`with_entities`: a copy); `entity_graph` adds a batch's names
+    to a copy (`copy`), so one a store keeps never changes, and a write to a namespace of thousands
+    of entities does not index every name again."""
 
     def __init__(self) -> None:
         self.names = NameMatcher()
         self.extracted: set[UUID] = set()
+
+    @classmethod
+    def of(cls, entities: Iterable[MemoryObject]) -> KnownNames:
+        """The names of `entities` (ENTITY objects of one namespace; other objects are left out)."""
+        return cls().with_entities(entities, copied=False)
+
+    def copy(self) -> KnownNames:
+        copied = KnownNames()
+        copied.names, copied.extracted = self.names.copy(), set(self.extracted)
+        return copied
+
+    def with_entities(self, entities: Iterable[MemoryObject], copied: bool = True) -> KnownNames:
+        """These names and those of `entities` (ENTITY objects; other objects are left out), in a copy."""
+        known = self.copy() if copied else self
+        for entity in entities:
+            if entity.node_type is NodeType.ENTITY:
+                known.add(entity.id, entity_names(entity), bool(entity.metadata.get("extracted")))
+        return known
 
     def add(self, object_id: UUID, names: Iterable[str], extracted: bool) -> None:
         for name in names:
@@ -140,19 +163,28 @@ class _NamespaceEntities:
         return self.names.ids_in_order(text)
 
 
+def known_names(entities: Iterable[MemoryObject]) -> dict[str, KnownNames]:
+    """The names of `entities` (ENTITY objects) by namespace, as `entity_graph` takes them."""
+    by_namespace: dict[str, list[MemoryObject]] = defaultdict(list)
+    for entity in entities:
+        by_namespace[entity.namespace].append(entity)
+    return {namespace: KnownNames.of(found) for namespace, found in by_namespace.items()}
+
+
 def entity_graph(
     batch: Sequence[MemoryObject],
-    known_entities: Sequence[MemoryObject],
+    known: Mapping[str, KnownNames],
     existing_co_mentions: Mapping[CoMentionKey, int],
     anchors: Mapping[str, UUID],
     speakers: SpeakerRules = DEFAULT_SPEAKER_RULES,
 ) -> GraphUpdate:
-    """New entities and edges for `batch`, given the store's ENTITY objects in the batch's
-    namespaces, per entity pair how many stored objects already mention both, each
+    """New entities and edges for `batch`, given the names of the store's ENTITY objects in the
+    batch's namespaces (`known`, by namespace: `known_names`, or a store's `known_names`, none
+    of which changes), per entity pair how many stored objects already mention both, each
     namespace's anchor (entity_id), and how a plain turn names its speaker (`speakers`)."""
     ordered = sorted(batch, key=lambda memory: (memory.namespace, memory.created_at, memory.id))
-    namespaces: dict[str, _NamespaceEntities] = defaultdict(_NamespaceEntities)
-    for entity in [*known_entities, *ordered]:
+    namespaces: dict[str, KnownNames] = defaultdict(KnownNames, {name: names.copy() for name, names in known.items()})
+    for entity in ordered:
         if entity.node_type is NodeType.ENTITY:
             extracted = bool(entity.metadata.get("extracted"))
             namespaces[entity.namespace].add(entity.id, entity_names(entity), extracted)
