@@ -180,9 +180,10 @@ def test_types_and_namespaces_are_stored_as_codes_and_read_from_either_form() ->
     assert coded.namespace_set == texts.namespace_set
 
 
-def test_a_co_mentioned_edge_is_found_by_its_namespace_and_ends() -> None:
+@pytest.mark.parametrize("byte_form", [False, True])  # ends as codes into the segment's ids, or as 32 bytes each
+def test_a_co_mentioned_edge_is_found_by_its_namespace_and_ends(byte_form) -> None:
     edges = _edges()
-    columns = EdgeColumns.from_stored(edges)
+    columns = EdgeColumns(_byte_form(edges)) if byte_form else EdgeColumns.from_stored(edges)
     co_mentioned = [stored for stored in edges if stored.edge.edge_type == CO_MENTIONED]
     last = {(stored.namespace, stored.edge.source, stored.edge.target): stored.edge.edge_id for stored in co_mentioned}
     assert len(last) < len(co_mentioned)  # some pairs are stored twice: the later edge answers

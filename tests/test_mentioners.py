@@ -44,3 +44,25 @@ def test_an_entity_no_edge_targets_is_no_key(absent) -> None:
 def test_no_edges_mention_no_entity() -> None:
     mentioners = Mentioners(np.zeros((0, 16), dtype=np.uint8), np.zeros(0, dtype=np.int64))
     assert mentioners == {} and len(mentioners) == 0 and mentioners.get(UUID(int=1).int) is None
+
+
+@pytest.mark.parametrize("shared_prefix", [False, True])  # ids told apart by their first 8 bytes, or not
+@pytest.mark.parametrize("sorted_keys", [True, False])
+def test_pair_edges_give_the_last_stored_edge_of_each_pair(shared_prefix, sorted_keys) -> None:
+    from rms_retrieval.stores.engine.mentioners import PairEdges
+
+    chooser = random.Random(5)
+    ids = [UUID(int=((9 << 64) if shared_prefix else (chooser.getrandbits(64) << 64)) + chooser.getrandbits(64))
+           for _ in range(12)]
+    keys = sorted(ids, key=lambda entity: entity.int) if sorted_keys else ids
+    ends = [(chooser.randrange(12), chooser.randrange(12)) for _ in range(80)]  # some pairs stored several times
+    expected: dict[tuple[UUID, UUID], int] = {}
+    for edge_id, (first, second) in enumerate(ends, start=100):
+        expected[(keys[first], keys[second])] = edge_id
+    pairs = PairEdges(np.asarray(ends), np.arange(100, 180), np.frombuffer(b"".join(k.bytes for k in keys), dtype="V16"))
+    for first in ids:
+        for second in ids:
+            assert pairs.get(first.bytes, second.bytes) == expected.get((first, second))
+    assert pairs.get(UUID(int=3).bytes, ids[0].bytes) is None and pairs.get(ids[0].bytes, UUID(int=3).bytes) is None
+    empty = PairEdges(np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype="V16"))
+    assert empty.get(ids[0].bytes, ids[1].bytes) is None

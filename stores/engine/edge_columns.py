@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from rms_retrieval.stores.errors import StoreError
-from rms_retrieval.stores.engine.mentioners import Mentioners
+from rms_retrieval.stores.engine.mentioners import Mentioners, PairEdges
 from rms_retrieval.stores.indexes.adjacency import code_of, used_numbers
 from rms_retrieval.stores.protocols import Edge
 
@@ -235,7 +235,7 @@ class EdgeColumns:
             array.flags.writeable = False
         self._lock = threading.Lock()
         self._mentioners: dict[str, Mentioners] = {}
-        self._co_mentioned: dict[str, dict[bytes, int]] = {}
+        self._co_mentioned: dict[str, PairEdges] = {}
 
     @classmethod
     def from_stored(cls, edges: Sequence[StoredEdge]) -> EdgeColumns:
@@ -361,11 +361,14 @@ class EdgeColumns:
         found = self._co_mentioned.get(namespace)
         if found is None:
             mask = self._of(namespace, CO_MENTIONED)
-            ends = self.ends_at(mask).tobytes()
-            found = {ends[32 * i:32 * i + 32]: edge_id for i, edge_id in enumerate(self.ids[mask].tolist())}
+            if self._end_ids is None:  # each edge's two ids as bytes (segments written before end codes)
+                keys, codes = np.unique(id_keys(self._ends[mask]), return_inverse=True)
+            else:
+                keys, codes = id_keys(self._end_ids), self._ends[mask]
+            found = PairEdges(codes, self.ids[mask], keys)
             with self._lock:
                 found = self._co_mentioned.setdefault(namespace, found)
-        return found.get(source.bytes + target.bytes)
+        return found.get(source.bytes, target.bytes)
 
 
 def _run_starts(codes: np.ndarray) -> np.ndarray:
