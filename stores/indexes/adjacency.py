@@ -134,7 +134,11 @@ class Adjacency:
         renumbered = len(missing) or kept_nodes is not None
         added_numbers = np.searchsorted(node_keys, added_ends)
         at_ids = np.fromiter((e.edge_id for e in added), dtype=np.int64, count=count)
-        kept = (lambda column: column) if not len(dropped) else (lambda column: column[keep])
+
+        def kept(column: np.ndarray) -> np.ndarray:
+            """`column` at the edges that stay (the column itself where none went)."""
+            return column[keep] if len(dropped) else column
+
         into = np.searchsorted(kept(self.edge_id), at_ids)  # ids sort: the new edges go where theirs do
         type_names = tuple(dict.fromkeys([*self._type_names, *(e.edge_type for e in added)]))
         source, target = kept(self.source), kept(self.target)
@@ -149,7 +153,7 @@ class Adjacency:
             _inserted(kept(self.edge_id), into, at_ids),
             _inserted(kept(self._type_codes), into, _type_codes([e.edge_type for e in added], type_names)),
             type_names,  # the old codes keep their names
-            self._node_ids.moved(node_keys, remap),
+            self._node_ids.moved(node_keys, remap),  # the UUIDs made so far, for nodes that stay
         )
         return updated
 

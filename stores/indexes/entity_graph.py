@@ -135,20 +135,22 @@ class KnownNames:
     @classmethod
     def of(cls, entities: Iterable[MemoryObject]) -> KnownNames:
         """The names of `entities` (ENTITY objects of one namespace; other objects are left out)."""
-        return cls().with_entities(entities, copied=False)
+        return cls()._adding(entities)
 
     def copy(self) -> KnownNames:
         copied = KnownNames()
         copied.names, copied.extracted = self.names.copy(), set(self.extracted)
         return copied
 
-    def with_entities(self, entities: Iterable[MemoryObject], copied: bool = True) -> KnownNames:
+    def with_entities(self, entities: Iterable[MemoryObject]) -> KnownNames:
         """These names and those of `entities` (ENTITY objects; other objects are left out), in a copy."""
-        known = self.copy() if copied else self
+        return self.copy()._adding(entities)
+
+    def _adding(self, entities: Iterable[MemoryObject]) -> KnownNames:
         for entity in entities:
             if entity.node_type is NodeType.ENTITY:
-                known.add(entity.id, entity_names(entity), bool(entity.metadata.get("extracted")))
-        return known
+                self.add(entity.id, entity_names(entity), bool(entity.metadata.get("extracted")))
+        return self
 
     def add(self, object_id: UUID, names: Iterable[str], extracted: bool) -> None:
         for name in names:
