@@ -109,16 +109,14 @@ def test_an_update_may_bring_an_edge_type_the_graph_did_not_have():
     assert updated.sources_into([A], "SPOKEN_BY", 0.0) == [C] and graph.sources_into([A], "SPOKEN_BY", 0.0) == []
 
 
-def test_used_numbers_number_the_codes_as_unique_does_in_int32_where_the_size_allows(monkeypatch):
-    from rms_retrieval.stores.indexes import adjacency as module
+def test_used_numbers_number_the_codes_as_unique_does_as_numpy_indices():
+    from rms_retrieval.stores.indexes.adjacency import used_numbers
 
     codes = np.asarray([[7, 3], [3, 9], [0, 7]], dtype=np.uint16)
-    numbers, used = module.used_numbers(codes, 12)
+    numbers, used = used_numbers(codes, 12)
     distinct, inverse = np.unique(codes, return_inverse=True)
     assert numbers.tolist() == inverse.reshape(codes.shape).tolist() and used.tolist() == distinct.tolist()
-    assert numbers.dtype == np.int32  # a long namespace's ends: half the pages of int64
-    monkeypatch.setattr(module, "_INT32_LIMIT", 12)  # a size int32 cannot number
-    assert module.used_numbers(codes, 12)[0].dtype == np.int64
+    assert numbers.dtype == np.intp  # a walk indexes with a graph's node numbers: no conversion per query
 
 
 def test_a_graph_keeps_edge_ids_in_the_signed_type_they_come_in():

@@ -276,7 +276,7 @@ def scope_graph(blocks: Sequence[EdgeBlock], dead_ids: frozenset[tuple[str, UUID
     at = [block.where for block in blocks]
     ids = _joined([block.columns.ids[where] for block, where in zip(blocks, at)])  # as stored: the smallest integers
     keys, block_ends = joined_ends([(block.columns, where) for block, where in zip(blocks, at)])
-    ends = _joined(block_ends)  # node numbers (int32 or int64), as the graph keeps them
+    ends = _joined(block_ends)  # node numbers (intp), as the graph keeps them
     # Types as codes into the blocks' type names (each segment numbers its own): no string per edge.
     type_names = tuple(sorted({name for block in blocks for name in block.columns.type_names}))
     if len(blocks) == 1 and blocks[0].columns.type_names == type_names:  # its codes are the scope's

@@ -274,16 +274,13 @@ class UuidColumn:
 def used_numbers(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """`codes` (below `size`) numbered densely in code order over the codes they use, and those
     codes ascending: what `np.unique(codes, return_inverse=True)` gives, through a mask, not a sort.
-    The numbers are int32 where `size` allows (a graph's node numbers): half the pages of a long
-    namespace's 160,000 edge ends, each page of a fresh array a fault on first touch."""
+    The numbers are numpy's index type (intp): a graph indexes with them on every walk, and an index
+    array of another type is converted, into a fresh array, each time."""
     used = np.zeros(size, dtype=bool)
     used[codes] = True
-    numbers = np.cumsum(used, dtype=np.int32 if size < _INT32_LIMIT else np.int64)
-    numbers -= 1
+    numbers = np.cumsum(used, dtype=np.intp)
+    numbers -= 1  # in place: no second table
     return numbers[codes], np.flatnonzero(used)
-
-
-_INT32_LIMIT = 2**31
 
 
 def _ascending_once(positions: np.ndarray, size: int) -> np.ndarray:
