@@ -252,10 +252,8 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 return KnownNames.of(self.stored_entities([namespace]))
 
             def extend(previous: KnownNames, added: tuple[str, ...], namespace: str = namespace) -> KnownNames:
-                return previous.with_entities(sorted((segment.object_at(row) for segment, rows in self._split((namespace,))
-                                                      if segment.entry.key in added
-                                                      for row in rows.entity_rows.get(namespace, ())),
-                                                     key=lambda entity: entity.id))
+                return previous.with_entities(segment.object_at(row) for segment, _, row in self._entity_rows([namespace])
+                                              if segment.entry.key in added)
 
             found[namespace] = self._known_names.get(scope, self._sources(scope, lambda rows: rows.entity_rows), build, extend)
         return found
