@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
 from rms_retrieval.nodes.models import RetrievalRequest
-from rms_retrieval.nodes.pools import CandidatePool, FilteredPool, TextPathCandidates, TextPathExclusions
+from rms_retrieval.nodes.pools import CandidatePool, FilteredPool, PoolRows, TextPathCandidates, TextPathExclusions
 from rms_retrieval.nodes.settings import RetrievalSettings
 
 
@@ -29,16 +29,16 @@ def filtered_candidates(
 ) -> FilteredPool:
     """The candidates that may be scored, the removed ones, and every removed object id with its reason."""
     decided = text_path_exclusions.reasons if text_path_exclusions is not None else {}
+    rows = PoolRows.of(merged_candidates.candidates)
     kept, removed = [], []
     excluded = {}
-    for candidate in merged_candidates.candidates:
-        obj = candidate.object
-        found = decided.get(obj.id.int)  # decided already, for this very object
+    for row, (key, obj) in enumerate(zip(rows.keys, rows.objects)):
+        found = decided.get(key)  # decided already, for this very object
         reason = found[1] if found is not None and found[0] is obj else exclusion_reason(obj, request, settings)
         if reason is None:
-            kept.append(candidate)
+            kept.append(row)
         else:
-            removed.append(candidate)
-            excluded[candidate.object_id] = reason
-    return FilteredPool(candidates=tuple(kept), excluded=excluded, removed=tuple(removed),
+            removed.append(row)
+            excluded[obj.id] = reason
+    return FilteredPool(candidates=rows.taking(kept), excluded=excluded, removed=rows.taking(removed),
                         merged_from=merged_candidates.merged_from)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from uuid import UUID
 
 from hamilton.function_modifiers import config, inject
 
 from rms_retrieval.nodes.candidate_generation import CANDIDATE_CHANNELS
-from rms_retrieval.nodes.pools import (AlternatePasses, Candidate, CandidatePool, ChannelHit, ChannelResult, PathType,
+from rms_retrieval.nodes.pools import (AlternatePasses, CandidatePool, ChannelResult, PathType, PoolRows,
                                        TextPathCandidates, in_path_order)
 from rms_retrieval.nodes.reformulation import merge_alternates
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -41,22 +40,17 @@ def merged_candidates__reformulated(
 
 def _merged(text_paths: TextPathCandidates, channels: list[ChannelResult],
             candidate_objects: dict[UUID, MemoryObject]) -> CandidatePool:
-    """The text paths' hits, merged already (`text_path_candidates`), with the vector path's added:
-    each candidate's hits in `PathType` order, the vector hit first."""
+    """The text paths' hits, merged already (`text_path_candidates`), with the vector path's added,
+    as columns (`PoolRows`): each candidate's hits in `PathType` order, the vector hit first."""
     # Keyed by the id's integer (hashed in C, not in UUID's Python code); integers sort as the
     # ids' strings do, both being the same 128 bits in fixed-width hex.
     channels = in_path_order(channels)
-    hits: dict[int, Mapping[PathType, ChannelHit]] = dict(text_paths.hits)
     vector = PathType.VECTOR  # bound once: an enum member read off its class costs a Python call (3.11)
-    for channel in channels:
-        if channel.path is vector:
-            for hit in channel.hits:
-                key = hit.object_id.int
-                found = hits.get(key)
-                hits[key] = {vector: hit} if found is None else {vector: hit, **found}
+    vector_hits = {hit.object_id.int: hit for channel in channels if channel.path is vector for hit in channel.hits}
     objects = {obj.id.int: obj for obj in candidate_objects.values()}
     # An object deleted since the search is no candidate.
-    candidates = tuple(Candidate(obj, hits[key]) for key in sorted(hits) if (obj := objects.get(key)) is not None)
+    keys = [key for key in sorted(text_paths.hits.keys() | vector_hits.keys()) if key in objects]
+    candidates = PoolRows(keys, tuple(map(objects.__getitem__, keys)), vector_hits, text_paths.hits)
     return CandidatePool(
         candidates=candidates,
         backend_failures={c.path: c.failure for c in channels if c.failure},

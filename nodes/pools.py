@@ -4,7 +4,7 @@ selection: paths, hits, candidates, and the stages' typed values around the scor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
@@ -98,6 +98,75 @@ class Candidate(NamedTuple):
         return sum(1 for p in self.hits if p in PRIMARY_PATHS)
 
 
+class PoolRows(Sequence[Candidate]):
+    """Candidates as columns, in the order they were given: each one's id as an integer (`keys`),
+    its stored object, its vector hit if it has one (`vector`, by key) and its other hits (`hits`,
+    by key). Filtering and scoring read the columns; read as a sequence, each `Candidate` is made
+    on first read (audits, explanations and frames do), its hits in `PathType` order."""
+
+    __slots__ = ("keys", "objects", "vector", "hits", "_made")
+
+    def __init__(self, keys: list[int], objects: tuple[MemoryObject, ...], vector: Mapping[int, ChannelHit],
+                 hits: Mapping[int, Mapping[PathType, ChannelHit]], made: tuple[Candidate, ...] | None = None) -> None:
+        self.keys, self.objects, self.vector, self.hits = keys, objects, vector, hits
+        self._made = made
+
+    @classmethod
+    def of(cls, candidates: Sequence[Candidate]) -> PoolRows:
+        """`candidates` as columns (themselves if they are); each keeps its own `Candidate`."""
+        if isinstance(candidates, PoolRows):
+            return candidates
+        made = tuple(candidates)
+        keys = [candidate.object.id.int for candidate in made]
+        vector = {key: hit for key, candidate in zip(keys, made) if (hit := candidate.hits.get(PathType.VECTOR))}
+        hits = {key: {path: hit for path, hit in candidate.hits.items() if path is not PathType.VECTOR}
+                for key, candidate in zip(keys, made)}
+        return cls(keys, tuple(candidate.object for candidate in made), vector, hits, made)
+
+    def hits_at(self, row: int) -> Mapping[PathType, ChannelHit]:
+        """Row `row`'s hits: its vector hit first, then its other hits."""
+        key = self.keys[row]
+        found, other = self.vector.get(key), self.hits.get(key, _NO_HITS)
+        return other if found is None else {PathType.VECTOR: found, **other}
+
+    def taking(self, rows: Sequence[int]) -> PoolRows:
+        """The rows at the positions `rows`, in that order."""
+        made = None if self._made is None else tuple(self._made[row] for row in rows)
+        return PoolRows([self.keys[row] for row in rows], tuple(self.objects[row] for row in rows), self.vector,
+                        self.hits, made)
+
+    def _candidates(self) -> tuple[Candidate, ...]:
+        if self._made is None:
+            self._made = tuple(Candidate(obj, self.hits_at(row)) for row, obj in enumerate(self.objects))
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, index):  # type: ignore[override]  # an int or a slice, as a tuple's
+        return self._candidates()[index]
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return iter(self._candidates())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (tuple, PoolRows)) and self._candidates() == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]  # a candidate's hits are a mapping: unhashable, as a tuple of them
+
+    def __add__(self, other: Sequence[Candidate]) -> tuple[Candidate, ...]:
+        return self._candidates() + tuple(other)
+
+    def __radd__(self, other: Sequence[Candidate]) -> tuple[Candidate, ...]:
+        return tuple(other) + self._candidates()
+
+    def __repr__(self) -> str:
+        return f"PoolRows({self._candidates()!r})"
+
+
+_NO_HITS: Mapping[PathType, ChannelHit] = MappingProxyType({})
+
+
 @dataclass(frozen=True, eq=False)
 class TextPathCandidates:
     """What the paths that need no query embedding found (lexical, graph, pinned, keyword scan),
@@ -145,9 +214,10 @@ OBJECT_COLUMNS = ("salience", "confidence", "epistemic_weight", "node_type_boost
 
 @dataclass(frozen=True)
 class CandidatePool:
-    """Merged candidates in object-id order, with what each path reported."""
+    """Merged candidates in object-id order (a tuple, or the merge's `PoolRows`), with what each
+    path reported."""
 
-    candidates: tuple[Candidate, ...]
+    candidates: Sequence[Candidate]
     backend_failures: Mapping[PathType, str] = field(default_factory=dict)
     embedding_mismatch: bool = False
     paths_at_limit: tuple[PathType, ...] = ()
@@ -171,11 +241,12 @@ class AlternatePasses:
 
 @dataclass(frozen=True)
 class FilteredPool:
-    """Candidates that may be scored, the removed ones, and each removed object's reason."""
+    """Candidates that may be scored, the removed ones (each a tuple, or the filter's `PoolRows`),
+    and each removed object's reason."""
 
-    candidates: tuple[Candidate, ...]
+    candidates: Sequence[Candidate]
     excluded: Mapping[UUID, str]
-    removed: tuple[Candidate, ...] = ()
+    removed: Sequence[Candidate] = ()
     merged_from: TextPathCandidates | None = field(default=None, compare=False, repr=False)  # as CandidatePool's
 
 

@@ -208,13 +208,15 @@ def check_scored_pool(pool: ScoredPool) -> None:
 _LOW_64 = (1 << 64) - 1
 
 
-def rank_order(score: np.ndarray, path_count: np.ndarray, objects: Sequence[MemoryObject]) -> np.ndarray:
+def rank_order(score: np.ndarray, path_count: np.ndarray, objects: Sequence[MemoryObject],
+               keys: Sequence[int] | None = None) -> np.ndarray:
     """Positions in final order: score descending, then path count descending, then object id.
 
-    Ids compare as their 128-bit integers, two 64-bit halves: the order of their hex strings.
-    Objects in id order already (a merged pool's) keep it among equals: `np.lexsort` is stable.
+    Ids compare as their 128-bit integers (`keys`, where the caller has them), two 64-bit halves:
+    the order of their hex strings. Objects in id order already (a merged pool's) keep it among
+    equals: `np.lexsort` is stable.
     """
-    ints = [obj.id.int for obj in objects]
+    ints = [obj.id.int for obj in objects] if keys is None else keys
     if all(map(operator.lt, ints, islice(ints, 1, None))):
         return np.lexsort((-path_count, -score))
     high = np.fromiter((i >> 64 for i in ints), dtype=np.uint64, count=len(ints))

@@ -25,7 +25,7 @@ from hamilton.function_modifiers import config
 
 from rms_retrieval.nodes.models import QueryAnalysis, RetrievalRequest
 from rms_retrieval.nodes.pools import (OBJECT_COLUMNS, PRIMARY_PATHS, TEXT_HIT_COLUMNS, ChannelHit, FilteredPool,
-                                       PathType, TextPathCandidates, TextPathExclusions, TextPathScoreInputs,
+                                       PathType, PoolRows, TextPathCandidates, TextPathExclusions, TextPathScoreInputs,
                                        path_mask)
 from rms_retrieval.nodes.scored_pool import RERANK_COLUMNS, ScoredPool, ScoreFactors, rank_order
 from rms_retrieval.nodes.settings import RetrievalSettings, WeightedScoring
@@ -166,6 +166,7 @@ def text_path_score_inputs(
 
 
 _NO_HITS: Mapping[PathType, ChannelHit] = {}
+_NO_TEXT_HITS = _text_hit_values(_NO_HITS)
 # TextPathScoreInputs.table: the hit columns, the object's own columns, then the speaker value.
 _TABLE_WIDTH = len(TEXT_HIT_COLUMNS) + len(OBJECT_COLUMNS) + 1
 _HIT_COLUMNS = slice(0, len(TEXT_HIT_COLUMNS))
@@ -200,18 +201,17 @@ class _Inputs:
         self, filtered: FilteredPool, analysis: QueryAnalysis, settings: RetrievalSettings, spoken: frozenset[int],
         known: TextPathScoreInputs | None = None,
     ) -> None:
-        candidates = filtered.candidates
-        size = len(candidates)
+        rows = PoolRows.of(filtered.candidates)
+        size = len(rows)
         row_of, made = (known.rows.get, known.objects) if known is not None else ({}.get, ())
-        objects, semantic, vector_found, places = [], [], [], []
-        for obj, hits in candidates:
-            objects.append(obj)
-            vector = hits.get(_VECTOR)
-            semantic.append(_NAN if vector is None else vector.raw_score)
-            vector_found.append(vector is not None)
-            row = row_of(obj.id.int)
-            places.append(-1 if row is None or made[row] is not obj else row)  # made for this very object
-        self.objects: tuple[MemoryObject, ...] = tuple(objects)
+        objects = rows.objects
+        vector_found = list(map(rows.vector.get, rows.keys))
+        semantic = [_NAN if vector is None else vector.raw_score for vector in vector_found]
+        # Each candidate's row of `known`, where it was made for this very object.
+        places = [-1 if (row := row_of(key)) is None or made[row] is not obj else row
+                  for key, obj in zip(rows.keys, objects)]
+        self.objects: tuple[MemoryObject, ...] = objects
+        self.keys: list[int] = rows.keys
         self.semantic = np.array(semantic, dtype=float)
         place = np.array(places, dtype=np.intp)
         kept = place >= 0
@@ -219,15 +219,20 @@ class _Inputs:
         whole = np.empty((size, len(_TIME_COLUMNS)), dtype=np.int64)
         mask = np.zeros(size, dtype=np.int64)
         if known is not None:
-            rows = place[kept]
-            table[kept] = known.table[rows]
-            whole[kept] = known.times[rows]
-            mask[kept] = known.masks[rows]
-        mask |= np.where(np.array(vector_found, dtype=bool), _VECTOR_BIT, 0)
+            known_rows = place[kept]
+            table[kept] = known.table[known_rows]
+            whole[kept] = known.times[known_rows]
+            mask[kept] = known.masks[known_rows]
+        mask |= np.where(np.array([vector is not None for vector in vector_found], dtype=bool), _VECTOR_BIT, 0)
         new = np.flatnonzero(~kept).tolist()
         hit_rows = new if known is not None and filtered.merged_from is known.text_paths else range(size)
         if hit_rows:
-            table[hit_rows, _HIT_COLUMNS], mask[hit_rows] = _hit_columns([candidates[i].hits for i in hit_rows])
+            # A row the text paths did not find has only its vector hit: no text hit values.
+            table[hit_rows, _HIT_COLUMNS] = _NO_TEXT_HITS
+            found, keys = rows.hits, rows.keys
+            texts = [i for i in hit_rows if keys[i] in found]
+            if texts:
+                table[texts, _HIT_COLUMNS], mask[texts] = _hit_columns([rows.hits_at(i) for i in texts])
         if new:
             table[new, _OWN_COLUMNS], whole[new] = _object_columns([objects[i] for i in new], analysis, settings)
         speaker_rows = new if known is not None and known.spoken == spoken else range(size)
@@ -286,7 +291,7 @@ def _pool(
         semantic_relevance=inputs.semantic_relevance, path_mask=inputs.path_mask, path_count=inputs.path_count,
         factors=values,
     )
-    return unordered.take(rank_order(score, inputs.path_count, inputs.objects))
+    return unordered.take(rank_order(score, inputs.path_count, inputs.objects, inputs.keys))
 
 
 @config.when(fusion="rrf")

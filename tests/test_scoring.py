@@ -387,6 +387,9 @@ def test_score_inputs_made_with_the_text_paths_are_read_for_the_very_objects_the
     fresh = frame()
     assert frame(made).equals(fresh) and fresh.loc[str(b.id), "speaker_factor"] == 1.0
     assert fresh.loc[str(c.id), "graph_hops"] == 1.0 and math.isnan(fresh.loc[str(d.id), "lexical_bm25"])
+    # The merge's columns score as the same candidates made one by one.
+    made_one_by_one = dataclasses.replace(pool, candidates=tuple(pool.candidates))
+    assert frame(scored=made_one_by_one).equals(fresh) and frame(made, made_one_by_one).equals(fresh)
 
     def altered(column, value, obj=a, **fields):
         table = made.table.copy()
