@@ -169,11 +169,10 @@ def spoken_by_query_entities(
         return frozenset()
     try:
         graph = store_snapshot.adjacency(request.namespaces)
-        spoken = graph.sources_into(starts, SPOKEN_BY, settings.candidates.graph_min_edge_confidence)
+        return graph.source_keys_into(starts, SPOKEN_BY, settings.candidates.graph_min_edge_confidence)
     except Exception as exc:  # the graph backend failed: no lift, as a failed graph path adds no hits
         logger.warning("speaker lookup failed (%s: %s); no speaker boost", type(exc).__name__, exc)
         return frozenset()
-    return frozenset(oid.int for oid in spoken)
 
 
 def pinned_candidates(

@@ -35,18 +35,24 @@ def test_an_empty_graph_has_no_edges_anywhere():
     assert adjacency.incident_edges(np.array([], dtype=np.int64), 0.0).tolist() == []
 
 
-def test_sources_into_follows_one_edge_type_into_the_targets_only():
+def test_source_keys_into_follows_one_edge_type_into_the_targets_only():
     D = UUID(int=4)
     adjacency = Adjacency([Edge(1, C, A, "SPOKEN_BY", 1.0), Edge(2, B, A, "MENTIONS", 0.9),
                            Edge(3, A, D, "SPOKEN_BY", 1.0), Edge(4, D, A, "SPOKEN_BY", 0.3)])
-    assert adjacency.sources_into([A], "SPOKEN_BY", 0.4) == [C]  # not B (MENTIONS), not D (below 0.4)
-    assert adjacency.sources_into([A], "SPOKEN_BY", 0.0) == [C, D]
-    assert adjacency.sources_into([D], "SPOKEN_BY", 0.0) == [A]  # A points into D, D into A: only A counts
-    assert adjacency.sources_into([UUID(int=9)], "SPOKEN_BY", 0.0) == []
-    first = adjacency.sources_into([A], "SPOKEN_BY", 0.0)
-    first.append(UUID(int=99))  # an answer is the caller's own list: changing it changes no later answer
-    assert adjacency.sources_into([A], "SPOKEN_BY", 0.0) == [C, D]
-    assert adjacency.sources_into([A], "SPOKEN_BY", 0.4) == [C]  # the confidence is part of the question
+    assert adjacency.source_keys_into([A], "SPOKEN_BY", 0.4) == {C.int}  # not B (MENTIONS), not D (below 0.4)
+    assert adjacency.source_keys_into([A], "SPOKEN_BY", 0.0) == {C.int, D.int}
+    assert adjacency.source_keys_into([D], "SPOKEN_BY", 0.0) == {A.int}  # A points into D, D into A: only A counts
+    assert adjacency.source_keys_into([UUID(int=9)], "SPOKEN_BY", 0.0) == frozenset()
+    assert adjacency.source_keys_into([A], "SPOKEN_BY", 0.4) == {C.int}  # the confidence is part of the question
+
+
+def test_source_keys_are_the_ids_integers_over_all_128_bits():
+    speakers = [UUID("f1e2d3c4-b5a6-4978-8695-a4b3c2d1e0f9"), UUID("00000000-0000-4000-8000-000000000001")]
+    turns = [UUID("7fffffff-ffff-4fff-bfff-ffffffffffff"), UUID("80000000-0000-4000-8000-000000000000")]
+    adjacency = Adjacency([Edge(i, turn, speaker, "SPOKEN_BY", 1.0)
+                           for i, (turn, speaker) in enumerate(zip(turns, speakers), start=1)])
+    assert adjacency.source_keys_into(speakers, "SPOKEN_BY", 0.0) == {turn.int for turn in turns}
+    assert adjacency.source_keys_into(speakers[:1], "SPOKEN_BY", 0.0) == {turns[0].int}
 
 
 def _same_arrays(updated: Adjacency, built: Adjacency) -> None:
@@ -106,7 +112,8 @@ def test_an_update_may_bring_an_edge_type_the_graph_did_not_have():
     updated = graph.updated([Edge(2, C, A, "SPOKEN_BY", 1.0)])
     assert updated.edges == Adjacency([Edge(1, A, B, "MENTIONS", 0.9), Edge(2, C, A, "SPOKEN_BY", 1.0)]).edges
     assert updated.edge_type == ("MENTIONS", "SPOKEN_BY") and updated.type_at(1) == "SPOKEN_BY"
-    assert updated.sources_into([A], "SPOKEN_BY", 0.0) == [C] and graph.sources_into([A], "SPOKEN_BY", 0.0) == []
+    assert updated.source_keys_into([A], "SPOKEN_BY", 0.0) == {C.int}
+    assert graph.source_keys_into([A], "SPOKEN_BY", 0.0) == frozenset()
 
 
 def test_used_numbers_number_the_codes_as_unique_does_as_numpy_indices():

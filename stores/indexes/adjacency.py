@@ -78,7 +78,7 @@ class Adjacency:
         self._node_ids = UuidColumn(node_keys) if node_ids is None else node_ids
         self.source, self.target, self.confidence, self.edge_id = source, target, confidence, edge_id
         self._type_codes, self._type_names = type_codes, type_names
-        self._sources: dict[tuple, list[UUID]] = {}  # sources_into's answers: this graph never changes
+        self._sources: dict[tuple, frozenset[int]] = {}  # source_keys_into's answers: this graph never changes
 
     @cached_property
     def edge_type(self) -> tuple[str, ...]:
@@ -191,18 +191,21 @@ class Adjacency:
         found = np.flatnonzero(marked[self.source] | marked[self.target])
         return found[self.confidence[found] >= min_confidence]
 
-    def sources_into(self, targets: Iterable[UUID], edge_type: str, min_confidence: float) -> list[UUID]:
-        """The sources of the `edge_type` edges into `targets` with at least `min_confidence`, by id."""
+    def source_keys_into(self, targets: Iterable[UUID], edge_type: str, min_confidence: float) -> frozenset[int]:
+        """The sources of the `edge_type` edges into `targets` with at least `min_confidence`, as
+        the ids' integers (`UUID.int`), read from the node keys: no UUID is made for them."""
         numbers = self.numbers(targets)
         key = (numbers.tobytes(), edge_type, min_confidence)
-        if key not in self._sources:
+        found = self._sources.get(key)
+        if found is None:
             edges = self.incident_edges(numbers, min_confidence)
             into = np.isin(self.target[edges], numbers) & (self._type_codes[edges] == code_of(self._type_names, edge_type))
-            found = _ascending_once(self.source[edges[into]], len(self.node_keys)).tolist()
+            data = self.node_keys[_ascending_once(self.source[edges[into]], len(self.node_keys))].tobytes()
+            found = frozenset(int.from_bytes(data[at:at + 16], "big") for at in range(0, len(data), 16))
             if len(self._sources) >= 1024:  # a bound, as many distinct questions name many people
                 self._sources.clear()
-            self._sources[key] = [self.node_at(i) for i in found]
-        return list(self._sources[key])
+            self._sources[key] = found
+        return found
 
     def touching(self, nodes: Iterable[UUID], min_confidence: float) -> list[Edge]:
         """Edges with an endpoint in `nodes` and at least `min_confidence`, by edge id, once each."""
