@@ -203,7 +203,9 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
             kept = keep[offset:offset + len(block)]
             hits.extend(map(VectorHit, segment.ids_at(rows[kept]), block[kept].tolist()))
             offset += len(block)
-        hits.sort(key=lambda hit: (-hit.cosine, hit.object_id))
+        found = scores[keep]
+        if not (found[:-1] > found[1:]).all():  # strictly falling scores are in this order already
+            hits.sort(key=lambda hit: (-hit.cosine, hit.object_id))
         return hits[:limit]
 
     # ----- GraphIndex ------------------------------------------------------------------------------

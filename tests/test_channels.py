@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from uuid import uuid4
 
 import pytest
@@ -39,3 +40,8 @@ def test_vector_hits_rank_from_one_and_floor_the_relevance_at_zero():
     hits = vector_hits([VectorHit(ids[0], 0.7), VectorHit(ids[1], -0.1)])
     assert [(h.object_id, h.path, h.rank, h.raw_score, h.score) for h in hits] == [
         (ids[0], PathType.VECTOR, 1, 0.7, 0.7), (ids[1], PathType.VECTOR, 2, -0.1, 0.0)]
+    assert vector_hits([]) == ()
+    # The floor is max(cosine, 0.0): zero keeps its sign, as max keeps its first argument among equals.
+    signed = vector_hits([VectorHit(ids[0], 0.0), VectorHit(ids[1], -0.0)])
+    assert [math.copysign(1.0, h.score) for h in signed] == [math.copysign(1.0, max(c, 0.0)) for c in (0.0, -0.0)]
+    assert all(type(h).__name__ == "ChannelHit" and h.detail == {} for h in signed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from itertools import repeat
 
 from rms_retrieval.nodes.pools import ChannelHit, ChannelResult, PathType
 from rms_retrieval.stores.errors import EmbeddingMismatchError
@@ -27,6 +28,9 @@ def guarded(path: PathType, limit: int, search: Callable[[], ChannelResult]) -> 
 
 def vector_hits(found: list[VectorHit]) -> tuple[ChannelHit, ...]:
     """Vector search results as channel hits: rank from 1, the cosine as raw score, floored at 0 as relevance."""
-    path = PathType.VECTOR  # bound once: an enum member read off its class costs a Python call (3.11)
-    return tuple(ChannelHit(hit.object_id, path, rank, hit.cosine, max(hit.cosine, 0.0))
-                 for rank, hit in enumerate(found, start=1))
+    if not found:
+        return ()
+    ids, cosines = zip(*found)
+    # max(cosine, 0.0), as a comparison: a cosine of -0.0 (or NaN) stays as it is
+    floored = [0.0 if cosine < 0.0 else cosine for cosine in cosines]
+    return tuple(map(ChannelHit, ids, repeat(PathType.VECTOR), range(1, len(found) + 1), cosines, floored))
