@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import warnings
+import weakref
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -22,6 +23,7 @@ from rms_retrieval.stores.models import EpistemicType, NodeType
 from rms_retrieval.stores.visibility import DEFAULT_UNVERIFIED_THRESHOLD
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FINGERPRINTS: dict[int, str] = {}  # RetrievalSettings.fingerprint's, by the id of a live settings object
 
 
 class IgnoredSettingWarning(UserWarning):
@@ -376,7 +378,15 @@ class RetrievalSettings(BaseModel):
         """A short hash of these settings; equal fingerprints retrieve alike. Settings the chosen
         formula never reads do not count, nor do the opt-in policies while they are at their
         defaults, so settings without them keep the fingerprint (and bundles keep the bytes) they
-        had before the policies existed."""
+        had before the policies existed. Made once per settings object (they are frozen; a copy
+        with changes is another object), as every bundle's metadata carries it."""
+        found = _FINGERPRINTS.get(id(self))
+        if found is None:
+            found = _FINGERPRINTS[id(self)] = self._fingerprint()
+            weakref.finalize(self, _FINGERPRINTS.pop, id(self), None)  # an id is reused once its object is gone
+        return found
+
+    def _fingerprint(self) -> str:
         scoring = self.scoring.effective()
         effective = self if scoring is self.scoring else self.model_copy(update={"scoring": scoring})
         dumped = effective.model_dump(mode="json")

@@ -1,3 +1,4 @@
+import gc
 import os
 import subprocess
 import sys
@@ -5,6 +6,7 @@ import warnings
 
 import pytest
 
+from rms_retrieval.nodes import settings as settings_module
 from rms_retrieval.nodes.policy_settings import ReformulationSettings, RerankSettings
 from rms_retrieval.nodes.pools import PathType
 from rms_retrieval.nodes.settings import (
@@ -69,6 +71,18 @@ def test_the_fingerprint_follows_the_values_and_is_the_same_in_every_process():
         for seed in (1, 2, 3)
     }
     assert prints == {RetrievalSettings().fingerprint()}
+
+
+def test_a_fingerprint_is_made_once_per_settings_object_and_a_changed_copy_has_its_own():
+    settings = RetrievalSettings()
+    made = settings.fingerprint()
+    assert settings.fingerprint() is made and made == settings._fingerprint()
+    changed = settings.model_copy(update={"session": settings.session.model_copy(update={"window": 1})})
+    assert changed.fingerprint() == RetrievalSettings(session={"window": 1}).fingerprint() != made
+    held = len(settings_module._FINGERPRINTS)
+    del changed
+    gc.collect()
+    assert len(settings_module._FINGERPRINTS) == held - 1  # an object's fingerprint goes with it
 
 
 def test_settings_round_trip_through_json():
