@@ -205,23 +205,27 @@ def check_scored_pool(pool: ScoredPool) -> None:
         raise ValueError("scored pool scores must be finite numbers; a NaN or infinite score cannot be ranked")
 
 
-_LOW_64 = (1 << 64) - 1
-
-
 def rank_order(score: np.ndarray, path_count: np.ndarray, objects: Sequence[MemoryObject],
                keys: Sequence[int] | None = None) -> np.ndarray:
     """Positions in final order: score descending, then path count descending, then object id.
 
-    Ids compare as their 128-bit integers (`keys`, where the caller has them), two 64-bit halves:
-    the order of their hex strings. Objects in id order already (a merged pool's) keep it among
-    equals: `np.lexsort` is stable.
-    """
-    ints = [obj.id.int for obj in objects] if keys is None else keys
-    if all(map(operator.lt, ints, islice(ints, 1, None))):
-        return np.lexsort((-path_count, -score))
-    high = np.fromiter((i >> 64 for i in ints), dtype=np.uint64, count=len(ints))
-    low = np.fromiter((i & _LOW_64 for i in ints), dtype=np.uint64, count=len(ints))
-    return np.lexsort((low, high, -path_count, -score))
+    Ids compare as their 128-bit integers (`keys`, where the caller has them): the order of their
+    hex strings. A stable sort by score and path count leaves tied rows in the order given, which
+    holds where they were given in id order (a merged pool's); else only the runs of tied rows are
+    put in id order (a pool reordered by session context has a few short ones: a trigger's
+    neighbours inherit one score)."""
+    order = np.lexsort((-path_count, -score))
+    ranked_score, ranked_count = score[order], path_count[order]
+    tied = (ranked_score[1:] == ranked_score[:-1]) & (ranked_count[1:] == ranked_count[:-1])
+    if not tied.any() or (keys is not None and all(map(operator.lt, keys, islice(keys, 1, None)))):
+        return order  # no tie, or rows given in id order, which the stable sort kept among equals
+    key_of = keys.__getitem__ if keys is not None else (lambda row: objects[row].id.int)
+    positions = order.tolist()
+    before = np.r_[False, tied[:-1]]  # the row above is tied to its own row above
+    after = np.r_[tied[1:], False]
+    for start, last in zip(np.flatnonzero(tied & ~before).tolist(), np.flatnonzero(tied & ~after).tolist()):
+        positions[start:last + 2] = sorted(positions[start:last + 2], key=key_of)
+    return np.array(positions, dtype=np.intp)
 
 
 RERANK_COLUMNS = ("rerank_model_score", "rerank_prior_weight", "rerank_blend", "rerank_prior_score", "rerank_rank")

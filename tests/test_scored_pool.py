@@ -83,3 +83,19 @@ def test_the_rank_order_is_score_then_path_count_then_id():
     path_count = np.array([1, 1, 2, 1])
     order = rank_order(score, path_count, objects).tolist()
     assert order[:2] == [1, 2] and order[2:] == [i for i in by_id if i in (0, 3)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_rank_order_equals_a_sort_by_score_path_count_and_id_with_many_ties(seed):
+    rng = np.random.default_rng(seed)
+    objects = [make_object(f"o{seed}-{i}") for i in range(80)]
+    rng.shuffle(objects)
+    score = rng.choice([0.0, -0.0, 0.25, 0.5, 0.75], size=80) if seed % 2 else rng.random(80).round(1)
+    path_count = rng.integers(1, 3, size=80)
+    expected = sorted(range(80), key=lambda i: (-score[i], -path_count[i], objects[i].id.int))
+    assert rank_order(score, path_count, objects).tolist() == expected
+    keys = [obj.id.int for obj in objects]
+    assert rank_order(score, path_count, objects, keys).tolist() == expected
+    distinct = np.arange(80, dtype=float)
+    assert rank_order(distinct, path_count, objects).tolist() == list(range(79, -1, -1))
+
