@@ -242,22 +242,22 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                       key=lambda entity: entity.id)
 
     def known_names(self, namespaces: Iterable[str]) -> dict[str, KnownNames]:
-        """Per namespace, the names of its ENTITY objects as the entity-graph step of an add reads
-        them (some 2,500 in a LongMemEval-S namespace): made on a namespace's first write, kept for
-        the next generation and extended by the entities of the segments a write adds
-        (`ScopeValues`), never changed (`entity_graph` adds to a copy)."""
+        """Per namespace, the names of its ENTITY objects (some 2,500 in a LongMemEval-S namespace) as
+        an add's entity-graph step reads them: made on its first write, then extended by the entities
+        of the segments each write adds (`ScopeValues`); never changed (`entity_graph` adds to a copy)."""
         found = {}
         for namespace in sorted(set(namespaces)):
             scope = (namespace,)
 
-            def build(namespace: str = namespace) -> KnownNames:
-                return KnownNames.of(self.stored_entities([namespace]))
+            def entities(added: tuple[str, ...] | None = None, namespace: str = namespace) -> Iterator[MemoryObject]:
+                # Its live ENTITY objects (of the segments `added`, if given), unsorted: a name index
+                # does not depend on the order its names are added.
+                return (segment.object_at(row) for segment, _, row in self._entity_rows([namespace])
+                        if added is None or segment.entry.key in added)
 
-            def extend(previous: KnownNames, added: tuple[str, ...], namespace: str = namespace) -> KnownNames:
-                return previous.with_entities(segment.object_at(row) for segment, _, row in self._entity_rows([namespace])
-                                              if segment.entry.key in added)
-
-            found[namespace] = self._known_names.get(scope, self._sources(scope, lambda rows: rows.entity_rows), build, extend)
+            found[namespace] = self._known_names.get(
+                scope, self._sources(scope, lambda rows: rows.entity_rows), lambda: KnownNames.of(entities()),
+                lambda previous, added: previous.with_entities(entities(added)))
         return found
 
     def co_mention_counts(self, namespaces: Iterable[str]) -> CoMentionCounts:

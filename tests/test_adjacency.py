@@ -2,7 +2,7 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores.indexes.adjacency import Adjacency, UuidColumn, uuid_keys
+from rms_retrieval.stores.indexes.adjacency import Adjacency, UuidColumn, key_ints, sorted_positions, uuid_keys
 from rms_retrieval.stores.protocols import Edge
 
 A, B, C = UUID(int=1), UUID(int=2), UUID(int=3)
@@ -133,3 +133,18 @@ def test_a_graph_keeps_edge_ids_in_the_signed_type_they_come_in():
     wide = Adjacency.from_codes(np.asarray([3, 9], dtype=np.uint16), keys, ends, ends[::-1], types, ("CO",), confidence)
     assert narrow.edge_id.dtype == np.int16 and wide.edge_id.dtype == np.int64
     assert narrow.edges == wide.edges and [edge.edge_id for edge in narrow.edges] == [3, 9]
+
+
+def test_key_ints_are_the_ids_integers_over_all_128_bits():
+    ids = [UUID(int=0), UUID(int=1), UUID("7fffffff-ffff-4fff-bfff-ffffffffffff"), UUID(int=(1 << 128) - 1)]
+    assert key_ints(uuid_keys(ids)) == [node.int for node in ids] and key_ints(uuid_keys([])) == []
+    assert key_ints(uuid_keys(ids)[::2]) == [ids[0].int, ids[2].int]  # a strided column too
+
+
+def test_sorted_positions_say_where_each_value_is_and_whether_it_is_there():
+    column = np.array([2, 5, 9])
+    at, held = sorted_positions(column, np.array([5, 1, 9, 10, 2, 6]))
+    assert held.tolist() == [True, False, True, False, True, False]
+    assert at[held].tolist() == [1, 2, 0] and (at < len(column)).all()
+    at, held = sorted_positions(np.zeros(0, dtype=np.int64), np.array([3, 4]))
+    assert held.tolist() == [False, False] and at.dtype == np.intp

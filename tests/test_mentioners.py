@@ -66,3 +66,19 @@ def test_pair_edges_give_the_last_stored_edge_of_each_pair(shared_prefix, sorted
     assert pairs.get(UUID(int=3).bytes, ids[0].bytes) is None and pairs.get(ids[0].bytes, UUID(int=3).bytes) is None
     empty = PairEdges(np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype="V16"))
     assert empty.get(ids[0].bytes, ids[1].bytes) is None
+
+
+@pytest.mark.parametrize("shared_prefix", [False, True])  # searched by the first 8 bytes, or by the bytes
+def test_sorted_ids_find_many_ids_at_once_as_one_at_a_time(shared_prefix) -> None:
+    from rms_retrieval.stores.engine.mentioners import SortedIds
+
+    chooser = random.Random(11)
+    held = sorted(UUID(int=((9 << 64) if shared_prefix else (chooser.getrandbits(64) << 64)) + chooser.getrandbits(64))
+                  for _ in range(40))
+    ids = SortedIds(np.frombuffer(b"".join(entity.bytes for entity in held), dtype="V16"))
+    asked = held[::3] + [UUID(int=0), UUID(int=(1 << 128) - 1), UUID(int=(9 << 64) + 1)] + held[1::5]
+    wanted = np.frombuffer(b"".join(entity.bytes for entity in asked), dtype="V16")
+    expected = [held.index(entity) if entity in held else -1 for entity in asked]
+    assert ids.positions(wanted).tolist() == expected == [ids.position(entity.bytes) for entity in asked]
+    assert ids.positions(wanted[::2]).tolist() == expected[::2]  # a strided column too
+    assert SortedIds(np.zeros(0, dtype="V16")).positions(wanted).tolist() == [-1] * len(asked)

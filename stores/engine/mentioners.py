@@ -17,20 +17,35 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
+from rms_retrieval.stores.indexes.adjacency import key_ints, sorted_positions
 
-class _SortedIds:
-    """Distinct ids as a sorted V16 column (16 big-endian bytes each), and the position of one id
-    in it: searched by its first 8 bytes as a number where those tell every id apart (a search of
-    the 16-byte keys compares bytes in numpy's generic way), by the bytes otherwise; each answer kept."""
+
+class SortedIds:
+    """Distinct ids as a sorted V16 column (16 big-endian bytes each), and the positions of ids in
+    it: searched by their first 8 bytes as numbers where those tell every id apart (a search of the
+    16-byte keys compares bytes in numpy's generic way: 1.7 ms for a LongMemEval-S namespace's
+    15,000 mentions), by the bytes otherwise. `positions` searches many at once; `position` one as
+    a scalar (about 4 µs, where `positions` of one takes 11), each answer kept."""
 
     def __init__(self, keys: np.ndarray) -> None:
         self.keys = keys
-        prefixes = keys.view(">u8")[::2].astype(np.uint64) if len(keys) else np.zeros(0, dtype=np.uint64)
+        prefixes = _prefixes(keys)
         self._prefixes = prefixes if np.all(prefixes[1:] > prefixes[:-1]) else None
         self._positions: dict[bytes, int] = {}
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def positions(self, wanted: np.ndarray) -> np.ndarray:
+        """The position of each id of `wanted` (a V16 column) among the ids, -1 where absent."""
+        if not len(self.keys):
+            return np.full(len(wanted), -1, dtype=np.int64)
+        if self._prefixes is None:
+            at, held = sorted_positions(self.keys, wanted)
+        else:  # distinct prefixes: where a prefix sorts is where its id would
+            at = sorted_positions(self._prefixes, _prefixes(wanted))[0]
+            held = self.keys[at] == wanted
+        return np.where(held, at, -1)
 
     def position(self, key: bytes) -> int:
         """The position of the id `key` (16 bytes) among the ids, -1 where it is not one of them."""
@@ -43,6 +58,11 @@ class _SortedIds:
             found = at if at < len(self.keys) and self.keys[at].tobytes() == key else -1
             self._positions[key] = found
         return found
+
+
+def _prefixes(keys: np.ndarray) -> np.ndarray:
+    """The first 8 bytes of each V16 id as a number (big-endian: the numbers sort as the bytes do)."""
+    return np.ascontiguousarray(keys).view(">u8")[::2].astype(np.uint64) if len(keys) else np.zeros(0, dtype=np.uint64)
 
 
 class Mentioners(Mapping[int, frozenset[int]]):
@@ -60,7 +80,7 @@ class Mentioners(Mapping[int, frozenset[int]]):
         self._rows = np.asarray(owners, dtype=np.int64)[order]
         first = np.r_[True, (high[1:] != high[:-1]) | (low[1:] != low[:-1])] if len(order) else np.zeros(0, dtype=bool)
         starts = np.flatnonzero(first)
-        self._ids = _SortedIds(np.ascontiguousarray(targets[order[starts]]).view("V16").ravel())
+        self._ids = SortedIds(np.ascontiguousarray(targets[order[starts]]).view("V16").ravel())
         self._bounds = np.r_[starts, len(order)]
         self._made: dict[int, frozenset[int]] = {}
 
@@ -74,7 +94,7 @@ class Mentioners(Mapping[int, frozenset[int]]):
         return self._made.setdefault(entity, frozenset(self._rows[self._bounds[at]:self._bounds[at + 1]].tolist()))
 
     def __iter__(self) -> Iterator[int]:
-        return (int.from_bytes(key.tobytes(), "big") for key in self._ids.keys)
+        return iter(key_ints(self._ids.keys))
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -95,7 +115,7 @@ class PairEdges:
             codes = renumbered.reshape(-1)[codes]
         pairs = codes[:, 0] * len(end_keys) + codes[:, 1]
         self._order = np.argsort(pairs, kind="stable")
-        self._pairs, self._ids, self._ends = pairs[self._order], np.asarray(ids), _SortedIds(end_keys)
+        self._pairs, self._ids, self._ends = pairs[self._order], np.asarray(ids), SortedIds(end_keys)
 
     def get(self, source: bytes, target: bytes) -> int | None:
         """The id of the last edge stored from `source` to `target` (16 bytes each), None for none."""

@@ -21,7 +21,8 @@ from uuid import UUID
 import numpy as np
 
 from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, EdgeColumns, grouped_by_code, id_keys, joined_ends
-from rms_retrieval.stores.indexes.adjacency import Adjacency, code_of
+from rms_retrieval.stores.indexes.adjacency import Adjacency, code_of, sorted_positions
+from rms_retrieval.stores.engine.mentioners import SortedIds
 from rms_retrieval.stores.engine.segment_parquet import consecutive_run
 from rms_retrieval.stores.engine.segments import NO_ROWS, LoadedSegment
 from rms_retrieval.stores.indexes.entity_graph import (CO_MENTION_BASE, CO_MENTION_STEP, CO_MENTIONS_SATURATED,
@@ -198,16 +199,14 @@ def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray
             hit = table[other[pair_of], rows]
         else:
             probes = other[pair_of] * stride + rows
-            hit = codes[np.minimum(np.searchsorted(codes, probes), len(codes) - 1)] == probes
+            hit = sorted_positions(codes, probes)[1]
         totals[pairs] += np.bincount(pair_of[hit], minlength=len(pairs))
     return totals
 
 
 def _found(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The position of each wanted key in the sorted, distinct `keys`, -1 where absent. Integer keys
-    (codes) are looked up in a table; 16-byte ids are searched by their first 8 bytes as a number
-    where those tell every key apart (searching the bytes themselves took 1.7 ms for a LongMemEval-S
-    namespace's 15,000 mentions), by the bytes otherwise."""
+    (codes) are looked up in a table; 16-byte ids are searched as `SortedIds` searches them."""
     if not len(keys) or not len(wanted):
         return np.full(len(wanted), -1, dtype=np.int64)
     if keys.dtype.kind in "iu":
@@ -215,12 +214,7 @@ def _found(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
         table[keys] = np.arange(len(keys))
         inside = (wanted >= 0) & (wanted < len(table))
         return np.where(inside, table[np.where(inside, wanted, 0)], -1)
-    prefixes = keys.view(">u8")[::2].astype(np.uint64)  # big-endian: numbers sort as the bytes do
-    if np.all(prefixes[1:] > prefixes[:-1]):
-        at = np.minimum(np.searchsorted(prefixes, wanted.view(">u8")[::2].astype(np.uint64)), len(keys) - 1)
-    else:
-        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-    return np.where(keys[at] == wanted, at, -1)
+    return SortedIds(keys).positions(wanted)
 
 
 def _scope_counts(pairs: np.ndarray, sources: np.ndarray, targets: np.ndarray, keys: np.ndarray,

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rms_retrieval.stores.engine.codec import ASSERTION_NORM_COLUMNS, row_values
+from rms_retrieval.stores.indexes.adjacency import key_ints
 from rms_retrieval.stores.models import MemoryObject
 
 _TEXT = pa.string()
@@ -267,8 +268,7 @@ class SegmentColumns:
 
     def id_ints(self, start: int = 0, stop: int | None = None) -> list[int]:
         """The ids of rows `start`..`stop` as the integers `UUID.int` gives."""
-        data = self.ids[start:stop].tobytes()
-        return [int.from_bytes(data[at:at + 16], "big") for at in range(0, len(data), 16)]
+        return key_ints(self.ids[start:stop])
 
     def uuids(self) -> list[UUID]:
         return [UUID(int=value) for value in self.id_ints()]

@@ -107,8 +107,8 @@ class Adjacency:
         size is sorted or copied more than once (each fresh page is a fault on first touch)."""
         size, count = len(self.edge_id), len(upserts)
         gone = np.fromiter({*removed, *(edge.edge_id for edge in upserts)}, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.edge_id, gone), max(size - 1, 0))
-        dropped = at[self.edge_id[at] == gone] if size else at[:0]  # ids are unique and ascending
+        at, held = sorted_positions(self.edge_id, gone)  # ids are unique and ascending
+        dropped = at[held]
         keep = np.ones(size, dtype=bool)
         keep[dropped] = False
         added = sorted(upserts, key=_edge_id)
@@ -123,8 +123,7 @@ class Adjacency:
             alive = degree > 0
         kept_nodes = None if alive.all() else np.flatnonzero(alive)
         base = self.node_keys if kept_nodes is None else self.node_keys[kept_nodes]
-        place = np.minimum(np.searchsorted(base, added_ends), max(len(base) - 1, 0))
-        missing = np.unique(added_ends[base[place] != added_ends] if len(base) else added_ends)
+        missing = np.unique(added_ends[~sorted_positions(base, added_ends)[1]])
         inserted_at = np.searchsorted(base, missing)
         node_keys = np.insert(base, inserted_at, missing) if len(missing) else base  # sorted: nodes stay in UUID order
         rank = np.arange(len(base)) if kept_nodes is None else np.cumsum(alive) - 1
@@ -179,8 +178,8 @@ class Adjacency:
         node_keys = self.node_keys
         if not len(node_keys) or not len(keys):
             return np.arange(0)
-        at = np.minimum(np.searchsorted(node_keys, keys), len(node_keys) - 1)
-        return _ascending_once(at[node_keys[at] == keys], len(node_keys))
+        at, held = sorted_positions(node_keys, keys)
+        return _ascending_once(at[held], len(node_keys))
 
     def incident_edges(self, numbers: np.ndarray, min_confidence: float) -> np.ndarray:
         """Positions (edge-id order) of the edges touching node `numbers` with at least `min_confidence`."""
@@ -200,8 +199,7 @@ class Adjacency:
         if found is None:
             edges = self.incident_edges(numbers, min_confidence)
             into = np.isin(self.target[edges], numbers) & (self._type_codes[edges] == code_of(self._type_names, edge_type))
-            data = self.node_keys[_ascending_once(self.source[edges[into]], len(self.node_keys))].tobytes()
-            found = frozenset(int.from_bytes(data[at:at + 16], "big") for at in range(0, len(data), 16))
+            found = frozenset(key_ints(self.node_keys[_ascending_once(self.source[edges[into]], len(self.node_keys))]))
             if len(self._sources) >= 1024:  # a bound, as many distinct questions name many people
                 self._sources.clear()
             self._sources[key] = found
@@ -220,6 +218,15 @@ def _inserted(column: np.ndarray, positions: np.ndarray, values: np.ndarray) -> 
         if values.min() < limits.min or values.max() > limits.max:
             column = column.astype(np.int64)
     return np.insert(column, positions, values) if len(values) else column
+
+
+def sorted_positions(column: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of `values` is in the ascending `column` (its last position where it would sort
+    past the end), and whether it is there."""
+    if not len(column):
+        return np.zeros(len(values), dtype=np.intp), np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(column, values), len(column) - 1)
+    return at, column[at] == values
 
 
 def code_of(names: tuple[str, ...], name: str) -> int:
@@ -243,6 +250,12 @@ def _edge_id(edge: Edge) -> int:
 def uuid_keys(ids: Sequence[UUID]) -> np.ndarray:
     """The ids as a V16 column of their 16 big-endian bytes, which sort as the UUIDs do."""
     return np.frombuffer(b"".join(node.bytes for node in ids), dtype="V16")
+
+
+def key_ints(keys: np.ndarray) -> list[int]:
+    """Ids given as 16 big-endian bytes each (`uuid_keys`' form) as the integers `UUID.int` gives."""
+    data = np.ascontiguousarray(keys).tobytes()
+    return [int.from_bytes(data[at:at + 16], "big") for at in range(0, len(data), 16)]
 
 
 class UuidColumn:
