@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
 from functools import cached_property, lru_cache
 from typing import NamedTuple
 
@@ -30,9 +29,10 @@ from rms_retrieval.nodes.pools import (OBJECT_COLUMNS, PRIMARY_PATHS, TEXT_HIT_C
 from rms_retrieval.nodes.scored_pool import RERANK_COLUMNS, ScoredPool, ScoreFactors, rank_order
 from rms_retrieval.nodes.settings import RetrievalSettings, WeightedScoring
 from rms_retrieval.nodes.helpers.rounding import rounded
-from rms_retrieval.nodes.helpers.temporal import temporal_affinity
+from rms_retrieval.nodes.helpers.object_inputs import ObjectInputs
+from rms_retrieval.nodes.helpers.temporal import micros
 from rms_retrieval.stores.analysis.speakers import role_of
-from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
+from rms_retrieval.stores.models import MemoryObject
 
 SCORE_DECIMALS = 10
 TIE_BREAK_SCALE = 1e-11
@@ -46,8 +46,6 @@ ADDITIVE_WEIGHTS = ("w_semantic", "w_lexical", "w_graph", "w_recency", "w_salien
 # the weighted formula's w_paths term gives full credit when all three do.
 SCORED_PATHS = len(PRIMARY_PATHS - {PathType.PINNED})
 _PRIMARY_BITS = path_mask(PRIMARY_PATHS)
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
 # Searched in the case-folded text: twice as fast as an IGNORECASE search over long turns.
 _UPDATE_WORDING = re.compile(
     r"\b(now|moved|changed|switched|updated|no longer|anymore|these days|currently|just started|new job)\b"
@@ -57,11 +55,6 @@ _UPDATE_WORDING = re.compile(
 @lru_cache(maxsize=100_000)
 def _update_worded(content: str) -> bool:
     return bool(_UPDATE_WORDING.search(content.casefold()))
-
-
-@lru_cache(maxsize=200_000)  # the same stored times recur in every request
-def _micros(when: datetime) -> int:
-    return (when - _EPOCH) // _MICROSECOND
 
 
 def _days(later: int, earlier: np.ndarray) -> np.ndarray:
@@ -99,15 +92,6 @@ def _pool_relative(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     largest = float(values[rows].max()) if rows.any() else 0.0
     factor[rows] = np.minimum(values[rows] / largest, 1.0) if largest > 0 else 1.0
     return factor
-
-
-def _object_inputs(obj: MemoryObject, weights: Mapping[EpistemicType, float], boosts: Mapping[NodeType, float],
-                   window: tuple[datetime, datetime] | None) -> tuple[tuple[float, ...], tuple[int, ...]]:
-    """`obj`'s score inputs that depend on the object alone (`OBJECT_COLUMNS`), and its times."""
-    stated = obj.stated_time
-    return (obj.salience, obj.confidence, weights[obj.epistemic_type], boosts.get(obj.node_type, 1.0),
-            temporal_affinity(stated, window) if window else 0.0), \
-        (_micros(stated), _micros(obj.updated_at), _micros(obj.event_time or obj.updated_at))
 
 
 # Bound once: reading an enum member off its class costs a Python call each time (3.11).
@@ -181,13 +165,11 @@ def _hit_columns(hits_of: Sequence[Mapping[PathType, ChannelHit]]) -> tuple[np.n
 
 
 def _object_columns(objects: Sequence[MemoryObject], analysis: QueryAnalysis, settings: RetrievalSettings
-                    ) -> tuple[np.ndarray, np.ndarray]:
+                    ) -> ObjectInputs:
     """Each object's `OBJECT_COLUMNS` (a row each), and its `_TIME_COLUMNS` in epoch microseconds."""
-    weights, boosts = settings.scoring.epistemic_weights, settings.scoring.node_type_boosts
-    window = analysis.temporal_window  # whatever the intent (settings.ScoringSettings.temporal_boost)
-    made = [_object_inputs(obj, weights, boosts, window) for obj in objects]
-    return (np.array([own for own, _ in made], dtype=float).reshape(len(made), len(OBJECT_COLUMNS)),
-            np.array([when for _, when in made], dtype=np.int64).reshape(len(made), len(_TIME_COLUMNS)))
+    scoring = settings.scoring
+    # The window whatever the intent (settings.ScoringSettings.temporal_boost).
+    return ObjectInputs.of(objects, scoring.epistemic_weights, scoring.node_type_boosts, analysis.temporal_window)
 
 
 class _Inputs:
@@ -246,7 +228,7 @@ class _Inputs:
             setattr(self, name, whole[:, position])
         self.path_mask = mask
         # Stated after the request's reference time: never the current state at that time (_current_rows).
-        self.after_reference = self.stated_us > _micros(analysis.reference_time)
+        self.after_reference = self.stated_us > micros(analysis.reference_time)
         # A candidate has one hit per path, so its primary paths are its mask's primary bits.
         self.path_count = np.bitwise_count(self.path_mask & _PRIMARY_BITS).astype(np.int64)
         self.semantic_relevance = np.maximum(np.nan_to_num(self.semantic, nan=0.0), 0.0)
@@ -386,9 +368,9 @@ def fused_scores__weighted(
     current_state = query_analysis.current_state and len(inputs)
     if current_state:  # RFC 7: event_time, else updated_at, back from the newest memory stated by then
         known = inputs.current_us[~inputs.after_reference]
-        anchor, clock = (known.max() if len(known) else _micros(request.reference_time)), inputs.current_us
+        anchor, clock = (known.max() if len(known) else micros(request.reference_time)), inputs.current_us
     else:  # RFC 7: updated_at, or with recency_time="event_time" when the memory was stated
-        anchor = _micros(request.reference_time)
+        anchor = micros(request.reference_time)
         clock = inputs.stated_us if w.recency_time == "event_time" else inputs.updated_us
     boost = settings.scoring.temporal_boost
     lexical = np.nan_to_num(inputs.lexical, nan=0.0)  # the input formula 1 reads: no lexical hit is zero relevance

@@ -18,7 +18,6 @@ from rms_retrieval.nodes.merging import merged_candidates__primary
 from rms_retrieval.nodes.pools import (OBJECT_COLUMNS, TEXT_HIT_COLUMNS, ChannelHit, ChannelResult, FilteredPool,
                                        PathType)
 from rms_retrieval.nodes.scoring import _update_worded, fused_scores__rrf, fused_scores__weighted, text_path_score_inputs
-from rms_retrieval.nodes.helpers.temporal import temporal_affinity
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, WeightedScoring
 from tests.factories import BASE_TIME, FakeStore, make_candidate, make_object, make_request
 
@@ -82,12 +81,6 @@ def test_temporal_affinity_reads_the_window_whatever_the_intent():
     assert dated.loc[str(inside.object_id), "temporal_affinity"] == 1.0
     undated = _rrf(inside, outside, analysis=_analysis(QueryIntent.ENTITY_LOOKUP), settings=settings)
     assert undated.index[0] == str(outside.object_id)
-
-
-def test_temporal_affinity_decays_outside_the_window():
-    window = (BASE_TIME, BASE_TIME + timedelta(days=1))
-    assert temporal_affinity(BASE_TIME - timedelta(days=7), window) == pytest.approx(0.36787944, abs=1e-8)
-    assert temporal_affinity(BASE_TIME, None) == 0.0
 
 
 def test_event_time_tie_break_orders_equal_scores_newest_first():

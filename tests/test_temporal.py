@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import dateparser
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -197,3 +199,36 @@ def test_a_window_outside_the_calendar_is_dropped_with_a_reason(query, reference
 def test_a_month_shift_clamps_the_day_of_month():
     (signal,) = parse_temporal_signals("over the past month", datetime(2024, 3, 31, tzinfo=UTC))
     assert signal.start == datetime(2024, 2, 29, tzinfo=UTC)
+
+
+def _scalar_affinity(when: datetime, window: tuple[datetime, datetime]) -> float:
+    """The affinity as datetime arithmetic gives it, one time at a time."""
+    start, end = window
+    if start <= when < end:
+        return 1.0
+    distance = ((start - when) if when < start else (when - end)).total_seconds() / 86400.0
+    return math.exp(-distance / 7.0)
+
+
+def test_temporal_affinity_is_one_inside_the_window_and_decays_a_week_per_e_fold_outside():
+    window = (REFERENCE, REFERENCE + timedelta(days=1))
+    times = [REFERENCE - timedelta(days=7), REFERENCE, REFERENCE + timedelta(hours=23), REFERENCE + timedelta(days=1)]
+    values = temporal.temporal_affinities(np.array([temporal.micros(when) for when in times]), window)
+    assert values.tolist() == [pytest.approx(math.exp(-1.0)), 1.0, 1.0, 1.0]  # the end is exclusive: 0 days after it
+    assert temporal.temporal_affinities(np.array([temporal.micros(REFERENCE)]), None).tolist() == [0.0]
+
+
+@given(st.lists(st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)),
+                max_size=20),
+       st.datetimes(min_value=datetime(1950, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)),
+       st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=4000)))
+@settings(max_examples=200, deadline=None)
+def test_temporal_affinities_are_the_floats_datetime_arithmetic_gives(times, start, length):
+    window = (start, start + length)
+    stated = np.array([temporal.micros(when) for when in times], dtype=np.int64)
+    assert temporal.temporal_affinities(stated, window).tolist() == [_scalar_affinity(when, window) for when in times]
+
+
+def test_micros_counts_from_the_epoch_whatever_the_offset():
+    assert temporal.micros(datetime(1970, 1, 1, 0, 0, 1, 5, tzinfo=UTC)) == 1_000_005
+    assert temporal.micros(datetime(1970, 1, 1, 2, 0, tzinfo=timezone(timedelta(hours=2)))) == 0

@@ -43,6 +43,8 @@ import threading
 from collections.abc import Callable
 from datetime import MAXYEAR, MINYEAR, UTC, date, datetime, timedelta
 
+import numpy as np
+
 from rms_retrieval.nodes.models import TemporalSignal, TemporalType
 
 DATEPARSER_LOCK = threading.Lock()
@@ -389,12 +391,27 @@ def date_words_read_as_names(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def temporal_affinity(when: datetime, window: tuple[datetime, datetime] | None) -> float:
-    """1.0 inside the query's date window, decaying by a week per e-fold outside it."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(when: datetime) -> int:
+    """`when` in microseconds since the epoch: differences and comparisons stay exact, as a
+    datetime's are."""
+    return (when - _EPOCH) // _MICROSECOND
+
+
+def temporal_affinities(stated: np.ndarray, window: tuple[datetime, datetime] | None) -> np.ndarray:
+    """Per stated time (epoch microseconds): 1.0 inside the query's date window, decaying by a week
+    per e-fold outside it; 0.0 everywhere without a window. The days outside are the microseconds
+    over 1e6 over 86400, as `timedelta.total_seconds() / 86400.0` gives them (both exact roundings
+    of the same integers, below 2**53), and each exp is `math.exp`'s."""
     if window is None:
-        return 0.0
-    start, end = window
-    if start <= when < end:
-        return 1.0
-    distance = ((start - when) if when < start else (when - end)).total_seconds() / 86400.0
-    return math.exp(-distance / 7.0)
+        return np.zeros(len(stated))
+    start, end = micros(window[0]), micros(window[1])
+    before, after = stated < start, stated >= end
+    values = np.ones(len(stated))
+    outside = before | after
+    days = np.where(before, start - stated, stated - end)[outside] / 1e6 / 86400.0
+    values[outside] = [math.exp(-value / 7.0) for value in days.tolist()]
+    return values
