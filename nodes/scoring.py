@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from functools import cached_property, lru_cache
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -121,9 +122,12 @@ class _Speakers(NamedTuple):
         roles = frozenset(analysis.speaker_roles).intersection(settings.scoring.pronoun_speakers)
         return cls(spoken, roles, settings.scoring.speaker_boost)
 
-    def value(self, obj: MemoryObject) -> float:
-        lifted = obj.id.int in self.spoken or (self.roles and role_of(obj) in self.roles)
-        return 1.0 + self.boost if lifted else 1.0
+    def values(self, keys: Sequence[int], objects: Sequence[MemoryObject]) -> np.ndarray:
+        """Each object's speaker value (`keys`: their ids' integers): 1 + boost where lifted, else 1."""
+        lifted = np.fromiter(map(self.spoken.__contains__, keys), dtype=bool, count=len(keys))
+        if self.roles:
+            lifted |= np.fromiter((role_of(obj) in self.roles for obj in objects), dtype=bool, count=len(objects))
+        return np.where(lifted, 1.0 + self.boost, 1.0)
 
 
 def text_path_score_inputs(
@@ -142,7 +146,7 @@ def text_path_score_inputs(
     table = np.empty((len(kept), _TABLE_WIDTH))
     table[:, _HIT_COLUMNS], masks = _hit_columns([found.get(key, _NO_HITS) for key, _ in kept])
     table[:, _OWN_COLUMNS], times = _object_columns(objects, query_analysis, settings)
-    table[:, -1] = [speakers.value(obj) for obj in objects]
+    table[:, -1] = speakers.values([key for key, _ in kept], objects)
     return TextPathScoreInputs(
         rows={key: row for row, (key, _) in enumerate(kept)}, objects=tuple(objects), table=table, times=times,
         masks=masks, text_paths=text_path_candidates, spoken=spoken_by_query_entities,
@@ -186,17 +190,18 @@ class _Inputs:
         rows = PoolRows.of(filtered.candidates)
         size = len(rows)
         row_of, made = (known.rows.get, known.objects) if known is not None else ({}.get, ())
-        objects = rows.objects
-        vector_found = list(map(rows.vector.get, rows.keys))
-        semantic = [_NAN if vector is None else vector.raw_score for vector in vector_found]
-        # Each candidate's row of `known`, where it was made for this very object.
-        places = [-1 if (row := row_of(key)) is None or made[row] is not obj else row
-                  for key, obj in zip(rows.keys, objects)]
+        keys, objects = rows.keys, rows.objects
+        # Each column is read key by key in C (dictionary lookups mapped over the keys).
+        cosines = {key: hit.raw_score for key, hit in rows.vector.items()}
         self.objects: tuple[MemoryObject, ...] = objects
-        self.keys: list[int] = rows.keys
-        self.semantic = np.array(semantic, dtype=float)
-        place = np.array(places, dtype=np.intp)
+        self.keys: list[int] = keys
+        self.semantic = np.fromiter(map(cosines.get, keys, repeat(_NAN)), dtype=float, count=size)
+        # Each candidate's row of `known`, where it was made for this very object (the same id()).
+        place = np.fromiter(map(row_of, keys, repeat(-1)), dtype=np.intp, count=size)
         kept = place >= 0
+        if kept.any():
+            made_ids = np.fromiter(map(id, made), dtype=np.uint64, count=len(made))
+            kept &= made_ids[np.where(kept, place, 0)] == np.fromiter(map(id, objects), dtype=np.uint64, count=size)
         table = np.empty((size, _TABLE_WIDTH))
         whole = np.empty((size, len(_TIME_COLUMNS)), dtype=np.int64)
         mask = np.zeros(size, dtype=np.int64)
@@ -205,7 +210,7 @@ class _Inputs:
             table[kept] = known.table[known_rows]
             whole[kept] = known.times[known_rows]
             mask[kept] = known.masks[known_rows]
-        mask |= np.where(np.array([vector is not None for vector in vector_found], dtype=bool), _VECTOR_BIT, 0)
+        mask[np.fromiter(map(rows.vector.__contains__, keys), dtype=bool, count=size)] |= _VECTOR_BIT
         new = np.flatnonzero(~kept).tolist()
         hit_rows = new if known is not None and filtered.merged_from is known.text_paths else range(size)
         if hit_rows:
@@ -220,7 +225,8 @@ class _Inputs:
         speaker_rows = new if known is not None and known.spoken == spoken else range(size)
         if speaker_rows:
             speakers = _Speakers.of(spoken, analysis, settings)
-            table[speaker_rows, -1] = [speakers.value(objects[i]) for i in speaker_rows]
+            table[speaker_rows, -1] = speakers.values(list(map(keys.__getitem__, speaker_rows)),
+                                                      list(map(objects.__getitem__, speaker_rows)))
         for position, name in enumerate((*TEXT_HIT_COLUMNS, *OBJECT_COLUMNS, "speaker_value")):
             setattr(self, name, table[:, position])
         # Times as integer microseconds: differences stay exact, as datetime arithmetic is.

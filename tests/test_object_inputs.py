@@ -47,14 +47,15 @@ def test_a_kept_row_goes_with_its_object_and_serves_the_next_one():
     obj = make_object("short-lived", salience=0.5)
     ObjectInputs.of([obj], WEIGHTS, BOOSTS, None)
     key = id(obj)
-    ref, place = object_inputs._KEPT.slots[key]
+    ref = object_inputs._KEPT.slots[key]
+    place = ref.key[1]
     assert ref() is obj
     del obj, ref
     gc.collect()
     assert key not in object_inputs._KEPT.slots and place in object_inputs._KEPT.freed
     successors = [make_object(f"successor{i}", salience=0.25) for i in range(len(object_inputs._KEPT.freed))]
     assert ObjectInputs.of(successors, WEIGHTS, BOOSTS, None).table[:, 0].tolist() == [0.25] * len(successors)
-    assert place in {object_inputs._KEPT.slots[id(successor)][1] for successor in successors}
+    assert place in {object_inputs._KEPT.slots[id(successor)].key[1] for successor in successors}
 
 
 def test_a_row_kept_for_another_object_at_the_same_address_is_never_read():
@@ -62,10 +63,10 @@ def test_a_row_kept_for_another_object_at_the_same_address_is_never_read():
     ObjectInputs.of([gone], WEIGHTS, BOOSTS, None)
     # As if `here` had been made where `gone` was: its id() finds a row made for another object.
     kept = object_inputs._KEPT
-    place = kept.slots[id(gone)][1]
-    kept.slots[id(here)] = (weakref.KeyedRef(gone, kept._forget, (id(here), place)), place)
+    place = kept.slots[id(gone)].key[1]
+    kept.slots[id(here)] = weakref.KeyedRef(gone, kept._forget, (id(here), place))
     assert ObjectInputs.of([here], WEIGHTS, BOOSTS, None).table[0, 0] == 0.1
-    assert kept.slots[id(here)][0]() is here
+    assert kept.slots[id(here)]() is here
 
 
 def test_rows_hold_as_the_table_grows():

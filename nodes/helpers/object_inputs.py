@@ -41,15 +41,15 @@ def _row(obj: MemoryObject) -> tuple[float, ...]:
 class _Kept:
     """Each object's row, in one table: a request gathers its candidates' rows with one index.
 
-    `slots` gives an object's row by the object's `id()`, beside a reference to the object whose
-    callback, when the object goes, drops the entry (so an `id()` never answers for another
+    `slots` holds, by the object's `id()`, a reference to the object keyed by that id and its row;
+    its callback, when the object goes, drops the entry (so an `id()` never answers for another
     object) and frees the row for a next object. Rows are written, and the table grown, under the
     lock, before an entry names them; the callback takes no lock (it may run inside a locked
     section, when the collector runs there)."""
 
     def __init__(self) -> None:
         self.table = np.empty((1024, _WIDTH))
-        self.slots: dict[int, tuple[weakref.KeyedRef, int]] = {}
+        self.slots: dict[int, weakref.KeyedRef] = {}  # its key: (the id(), the row)
         self.freed: collections.deque[int] = collections.deque()
         self.used = 0
         self._lock = threading.Lock()
@@ -59,8 +59,8 @@ class _Kept:
         found = self.slots.get
         places = []
         for obj in objects:
-            entry = found(id(obj))
-            places.append(entry[1] if entry is not None and entry[0]() is obj else self._add(obj))
+            ref = found(id(obj))
+            places.append(ref.key[1] if ref is not None and ref() is obj else self._add(obj))
         return np.array(places, dtype=np.intp)
 
     def _add(self, obj: MemoryObject) -> int:
@@ -76,13 +76,12 @@ class _Kept:
                 place, self.used = self.used, self.used + 1
             self.table[place] = row
             key = id(obj)
-            self.slots[key] = (weakref.KeyedRef(obj, self._forget, (key, place)), place)
+            self.slots[key] = weakref.KeyedRef(obj, self._forget, (key, place))
         return place
 
     def _forget(self, ref: weakref.KeyedRef) -> None:
         key, place = ref.key
-        entry = self.slots.get(key)
-        if entry is not None and entry[0] is ref:
+        if self.slots.get(key) is ref:
             del self.slots[key]
         self.freed.append(place)
 
