@@ -7,7 +7,8 @@ is made (`text_path_exclusions`), so only the vector path's other objects are de
 
 from __future__ import annotations
 
-from rms_retrieval.nodes.helpers.eligibility import exclusion_reason
+from rms_retrieval.nodes.helpers.eligibility import exclusion_reasons
+from rms_retrieval.nodes.helpers.object_inputs import visible_everywhere
 from rms_retrieval.nodes.models import RetrievalRequest
 from rms_retrieval.nodes.pools import CandidatePool, FilteredPool, PoolRows, TextPathCandidates, TextPathExclusions
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -17,8 +18,9 @@ def text_path_exclusions(
     text_path_candidates: TextPathCandidates, request: RetrievalRequest, settings: RetrievalSettings
 ) -> TextPathExclusions:
     """Each object the text paths found with its exclusion reason (None: kept)."""
-    return TextPathExclusions({obj.id.int: (obj, exclusion_reason(obj, request, settings))
-                               for obj in text_path_candidates.objects.values()})
+    objects = list(text_path_candidates.objects.values())
+    reasons = exclusion_reasons(objects, visible_everywhere(objects), request, settings)
+    return TextPathExclusions({obj.id.int: (obj, reason) for obj, reason in zip(objects, reasons)})
 
 
 def filtered_candidates(
@@ -30,11 +32,16 @@ def filtered_candidates(
     """The candidates that may be scored, the removed ones, and every removed object id with its reason."""
     decided = text_path_exclusions.reasons if text_path_exclusions is not None else {}
     rows = PoolRows.of(merged_candidates.candidates)
+    objects = rows.objects
+    # Decided already where the text paths found this very object; the vector path's others here.
+    found = [entry if entry is not None and entry[0] is obj else None
+             for entry, obj in zip(map(decided.get, rows.keys), objects)]
+    new = [obj for entry, obj in zip(found, objects) if entry is None]
+    made = iter(exclusion_reasons(new, visible_everywhere(new), request, settings))
     kept, removed = [], []
     excluded = {}
-    for row, (key, obj) in enumerate(zip(rows.keys, rows.objects)):
-        found = decided.get(key)  # decided already, for this very object
-        reason = found[1] if found is not None and found[0] is obj else exclusion_reason(obj, request, settings)
+    for row, (entry, obj) in enumerate(zip(found, objects)):
+        reason = next(made) if entry is None else entry[1]
         if reason is None:
             kept.append(row)
         else:

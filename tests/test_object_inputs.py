@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import gc
 import math
+import os
+import signal
 import threading
-import weakref
+import time
 from datetime import timedelta
 
 import numpy as np
 
 from rms_retrieval.nodes.helpers import object_inputs
-from rms_retrieval.nodes.helpers.object_inputs import ObjectInputs
+from rms_retrieval.nodes.helpers.object_inputs import ObjectInputs, visible_everywhere
 from rms_retrieval.nodes.helpers.temporal import micros
 from rms_retrieval.stores.models import EpistemicType, NodeType
 from tests.factories import BASE_TIME, make_object
@@ -43,30 +45,56 @@ def test_no_objects_give_empty_columns():
     assert table.shape == (0, 5) and times.shape == (0, 3) and times.dtype == np.int64
 
 
-def test_a_kept_row_goes_with_its_object_and_serves_the_next_one():
-    obj = make_object("short-lived", salience=0.5)
-    ObjectInputs.of([obj], WEIGHTS, BOOSTS, None)
-    key = id(obj)
-    ref = object_inputs._KEPT.slots[key]
-    place = ref.key[1]
-    assert ref() is obj
-    del obj, ref
-    gc.collect()
-    assert key not in object_inputs._KEPT.slots and place in object_inputs._KEPT.freed
-    successors = [make_object(f"successor{i}", salience=0.25) for i in range(len(object_inputs._KEPT.freed))]
-    assert ObjectInputs.of(successors, WEIGHTS, BOOSTS, None).table[:, 0].tolist() == [0.25] * len(successors)
-    assert place in {object_inputs._KEPT.slots[id(successor)].key[1] for successor in successors}
+def test_a_row_is_kept_for_the_very_object_it_was_read_from():
+    first = make_object("updated", salience=0.5)
+    again = first.model_copy(update={"salience": 0.75})  # the same id: the memory updated, or decoded anew
+    assert ObjectInputs.of([first], WEIGHTS, BOOSTS, None).table[0, 0] == 0.5
+    assert ObjectInputs.of([again, first], WEIGHTS, BOOSTS, None).table[:, 0].tolist() == [0.75, 0.5]
 
 
-def test_a_row_kept_for_another_object_at_the_same_address_is_never_read():
-    gone, here = make_object("gone", salience=0.9), make_object("here", salience=0.1)
-    ObjectInputs.of([gone], WEIGHTS, BOOSTS, None)
-    # As if `here` had been made where `gone` was: its id() finds a row made for another object.
-    kept = object_inputs._KEPT
-    place = kept.slots[id(gone)].key[1]
-    kept.slots[id(here)] = weakref.KeyedRef(gone, kept._forget, (id(here), place))
-    assert ObjectInputs.of([here], WEIGHTS, BOOSTS, None).table[0, 0] == 0.1
-    assert kept.slots[id(here)]() is here
+def test_a_row_placed_for_a_gone_object_at_the_same_address_is_never_read():
+    kept = object_inputs._Kept()
+    gone = make_object("gone", salience=0.9)
+    here = gone.model_copy(update={"salience": 0.1})  # the same memory, updated
+    kept.gathered([gone])
+    # As if `here` had been made where an earlier copy was, after it went: its id() names that row.
+    kept.current.places[id(here)] = kept.current.places[id(gone)]
+    assert kept.gathered([here])[0, 0] == 0.1
+
+
+def test_at_the_limit_the_rows_start_afresh_and_a_gathering_ends_on_its_own():
+    kept = object_inputs._Kept(limit=4)
+    first = kept.current
+    objects = [make_object(f"limit{i}", salience=i / 10) for i in range(10)]
+    assert kept.gathered(objects)[:, 0].tolist() == [i / 10 for i in range(10)]  # past the limit mid-way
+    assert kept.current is not first and not kept.current.objects and len(first.objects) == 10
+    assert kept.gathered(objects[::-1])[:, 0].tolist() == [i / 10 for i in range(10)][::-1]
+    # Rows, not ids, count: one memory decoded or updated again and again fills the table too.
+    churned = object_inputs._Kept(limit=4)
+    first = churned.current
+    for version in range(5):
+        assert churned.gathered([objects[0].model_copy(update={"salience": version / 10})])[0, 0] == version / 10
+    assert churned.current is not first
+
+
+def test_threads_reading_two_versions_of_one_memory_each_read_their_own():
+    old = make_object("versioned", salience=0.25)
+    new = old.model_copy(update={"salience": 0.5, "confidence": 0.5})
+    wrong, start = [], threading.Barrier(4)
+
+    def read(version) -> None:
+        start.wait()
+        for _ in range(2000):
+            row = ObjectInputs.of([version], WEIGHTS, BOOSTS, None).table[0]
+            if (row[0], row[1]) != (version.salience, version.confidence):
+                wrong.append(row)
+
+    threads = [threading.Thread(target=read, args=(version,)) for version in (old, new, old, new)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not wrong
 
 
 def test_rows_hold_as_the_table_grows():
@@ -95,3 +123,29 @@ def test_threads_reading_the_same_objects_read_the_same_rows():
     assert len(results) == 200
     assert all(np.array_equal(table, expected.table) and np.array_equal(times, expected.times)
                for table, times in results)
+
+
+def test_visible_everywhere_reads_the_kept_rows_as_the_rules_decide():
+    objects = [make_object("plain"), make_object("deprecated", epistemic_type=EpistemicType.DEPRECATED),
+               make_object("archived", lifecycle_state="ARCHIVED"),
+               make_object("unverified", epistemic_type="UNVERIFIED"),
+               make_object("bare", "Tomas", node_type="ENTITY", entity_canonical_name="Tomas")]
+    assert visible_everywhere(objects) == [True, False, False, False, False]
+    assert visible_everywhere(objects[:1] * 3) == [True] * 3
+    assert visible_everywhere([]) == []
+
+
+def test_a_child_forked_while_a_row_is_added_adds_its_own():
+    held = object_inputs._KEPT._lock
+    with held:  # as a thread adding a row when another forks
+        child = os.fork()
+        if child == 0:  # the child: a new object's row, then out at once
+            obj = make_object("in-child", salience=0.75)
+            os._exit(0 if ObjectInputs.of([obj], WEIGHTS, BOOSTS, None).table[0, 0] == 0.75 else 1)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:  # stuck on the lock it was forked with
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    assert done[0] == child and os.waitstatus_to_exitcode(done[1]) == 0

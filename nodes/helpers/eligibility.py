@@ -15,6 +15,8 @@ A plain module, not a stage: `filtered_candidates` and session context both appl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rms_retrieval.nodes.models import RetrievalMode, RetrievalRequest
 from rms_retrieval.nodes.settings import FilterSettings, RetrievalSettings
 from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
@@ -56,6 +58,35 @@ def _time_reason(obj: MemoryObject, request: RetrievalRequest) -> str | None:
     if request.event_time_to and when > request.event_time_to:
         return "event_after_event_time_to"
     return None
+
+
+# Thresholds only decide UNVERIFIED memories, which `visible_in_every_mode` never calls visible.
+_ANY_FILTERS = FilterSettings()
+
+
+def visible_in_every_mode(obj: MemoryObject) -> bool:
+    """Whether no retrieval mode's epistemic rule removes `obj`, whatever the namespace thresholds
+    (an UNVERIFIED memory depends on them, so it never is): for such a memory only the namespace
+    and time rules decide (`exclusion_reasons`)."""
+    return obj.epistemic_type is not EpistemicType.UNVERIFIED and all(
+        _epistemic_reason(obj, mode, _ANY_FILTERS) is None for mode in RetrievalMode)
+
+
+def filters_by_time(request: RetrievalRequest) -> bool:
+    """Whether any of the request's time rules (`knowledge_at`, validity, event time) can remove a memory."""
+    return (request.knowledge_at is not None or request.time_from is not None or request.time_to is not None
+            or request.event_time_from is not None or request.event_time_to is not None)
+
+
+def exclusion_reasons(objects: Sequence[MemoryObject], visible: Sequence[bool], request: RetrievalRequest,
+                      settings: RetrievalSettings) -> list[str | None]:
+    """`exclusion_reason` of each object, where `visible` says which are `visible_in_every_mode`:
+    such an object in the request's namespaces is kept at once when the request has no time rule."""
+    if filters_by_time(request):
+        return [exclusion_reason(obj, request, settings) for obj in objects]
+    namespaces = request.namespaces
+    return [None if clear and obj.namespace in namespaces else exclusion_reason(obj, request, settings)
+            for clear, obj in zip(visible, objects)]
 
 
 def exclusion_reason(obj: MemoryObject, request: RetrievalRequest, settings: RetrievalSettings,

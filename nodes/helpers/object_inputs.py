@@ -1,92 +1,110 @@
-"""The score inputs that depend on a stored object alone, as columns of the objects a request scores.
+"""What scoring and filtering read of a stored object alone, as columns of the objects a request reads.
 
-A warm request scores some 430 candidates, nearly all of them objects it scored before (a segment
-keeps the objects it decodes: stores/engine/segments.py). `ObjectInputs.of` reads each object's
-salience, confidence, epistemic type, node type and times once and keeps them beside the object
-in a table (`_Kept`, by the object's identity, the row freed when the object goes), so a request
-gathers its candidates' rows with one index and maps types to weights and times to temporal
-affinities as arrays (`temporal_affinities`).
+A warm request filters and scores some 430 candidates, nearly all of them objects it read before (a
+segment keeps the objects it decodes: stores/engine/segments.py). Each object's salience,
+confidence, epistemic type, node type, times and whether every retrieval mode may see it are read
+once and kept in a table (`_Kept`, by the id, for that very object), so a request gathers its
+candidates' rows with one index: `ObjectInputs.of` maps types to weights and times to temporal
+affinities as arrays (`temporal_affinities`), and `visible_everywhere` tells the filter which
+objects only the namespace and time rules decide.
 """
 
 from __future__ import annotations
 
-import collections
+import os
 import threading
-import weakref
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
 import numpy as np
 
+from rms_retrieval.nodes.helpers.eligibility import visible_in_every_mode
 from rms_retrieval.nodes.helpers.temporal import micros, temporal_affinities
 from rms_retrieval.stores.models import EpistemicType, MemoryObject, NodeType
 
+# Rows kept at most (a table of 4 MB): beyond, the rows start afresh.
+KEPT_ROWS = 65_536
 _EPISTEMIC_CODES = {member: code for code, member in enumerate(EpistemicType)}
 _NODE_TYPE_CODES = {member: code for code, member in enumerate(NodeType)}
 
 
 # A row of `_Kept.table`: salience, confidence, the epistemic type's and the node type's places in
-# their enums, and the stated, updated and current (event, else updated) times in epoch
-# microseconds, which a float64 holds exactly (below 2**53).
-_WIDTH = 7
+# their enums, the stated, updated and current (event, else updated) times in epoch microseconds,
+# which a float64 holds exactly (below 2**53), and 1.0 where the object is `visible_in_every_mode`.
+_WIDTH = 8
+_VISIBLE = 7
 
 
 def _row(obj: MemoryObject) -> tuple[float, ...]:
     stated, updated = micros(obj.stated_time), micros(obj.updated_at)
     return (obj.salience, obj.confidence, _EPISTEMIC_CODES[obj.epistemic_type], _NODE_TYPE_CODES[obj.node_type],
-            stated, updated, updated if obj.event_time is None else micros(obj.event_time))
+            stated, updated, updated if obj.event_time is None else micros(obj.event_time),
+            1.0 if visible_in_every_mode(obj) else 0.0)
 
 
 class _Kept:
     """Each object's row, in one table: a request gathers its candidates' rows with one index.
 
-    `slots` holds, by the object's `id()`, a reference to the object keyed by that id and its row;
-    its callback, when the object goes, drops the entry (so an `id()` never answers for another
-    object) and frees the row for a next object. Rows are written, and the table grown, under the
-    lock, before an entry names them; the callback takes no lock (it may run inside a locked
-    section, when the collector runs there)."""
+    `current.objects` holds, by the id's integer, the object a row was read from, and
+    `current.places` its row by the object's `id()`: no object is made per entry, so the collector's
+    full scans grow by nothing but the objects. A row is read only where the id's object is the very
+    object asked about, which, held there, is alive, so its `id()` names no other (a row is placed
+    before its object is). An id read from another object (the same memory decoded again, or
+    updated) gets a new row. At `limit` rows a fresh `_Rows` starts: a request still gathering
+    from the old one ends on it, whole. Rows are written, and a table grown, under the lock."""
+
+    def __init__(self, limit: int = KEPT_ROWS) -> None:
+        self.limit = limit
+        self.current = _Rows()
+        self._lock = threading.Lock()
+
+    def gathered(self, objects: Sequence[MemoryObject]) -> np.ndarray:
+        """The objects' rows, in order (one row each)."""
+        state = self.current
+        held, placed = state.objects.get, state.places
+        places = []
+        for obj in objects:
+            key = obj.id.int
+            places.append(placed[id(obj)] if held(key) is obj else self._add(state, key, obj))
+        return state.table[np.array(places, dtype=np.intp)]  # after every row is in it
+
+    def _add(self, state: _Rows, key: int, obj: MemoryObject) -> int:
+        row = _row(obj)
+        with self._lock:
+            if state.used >= self.limit and state is self.current:
+                self.current = _Rows()  # the next request starts afresh; this one ends on `state`
+            place = state.used
+            if place == len(state.table):
+                grown = np.empty((2 * place, _WIDTH))
+                grown[:place] = state.table
+                state.table = grown
+            state.table[place] = row
+            state.used = place + 1
+            state.places[id(obj)] = place
+            state.objects[key] = obj
+        return place
+
+
+class _Rows:
+    __slots__ = ("table", "objects", "places", "used")
 
     def __init__(self) -> None:
         self.table = np.empty((1024, _WIDTH))
-        self.slots: dict[int, weakref.KeyedRef] = {}  # its key: (the id(), the row)
-        self.freed: collections.deque[int] = collections.deque()
+        self.objects: dict[int, MemoryObject] = {}
+        self.places: dict[int, int] = {}
         self.used = 0
-        self._lock = threading.Lock()
-
-    def rows(self, objects: Sequence[MemoryObject]) -> np.ndarray:
-        """The objects' rows of `table`, in order."""
-        found = self.slots.get
-        places = []
-        for obj in objects:
-            ref = found(id(obj))
-            places.append(ref.key[1] if ref is not None and ref() is obj else self._add(obj))
-        return np.array(places, dtype=np.intp)
-
-    def _add(self, obj: MemoryObject) -> int:
-        row = _row(obj)
-        with self._lock:
-            try:
-                place = self.freed.popleft()
-            except IndexError:
-                if self.used == len(self.table):
-                    grown = np.empty((2 * len(self.table), _WIDTH))
-                    grown[:self.used] = self.table
-                    self.table = grown
-                place, self.used = self.used, self.used + 1
-            self.table[place] = row
-            key = id(obj)
-            self.slots[key] = weakref.KeyedRef(obj, self._forget, (key, place))
-        return place
-
-    def _forget(self, ref: weakref.KeyedRef) -> None:
-        key, place = ref.key
-        if self.slots.get(key) is ref:
-            del self.slots[key]
-        self.freed.append(place)
 
 
 _KEPT = _Kept()
+
+
+def _unlocked_in_child() -> None:
+    # A fork copies the lock as it was: held, if another thread was adding a row just then.
+    _KEPT._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlocked_in_child)
 
 
 class ObjectInputs(NamedTuple):
@@ -100,13 +118,17 @@ class ObjectInputs(NamedTuple):
     @classmethod
     def of(cls, objects: Sequence[MemoryObject], epistemic_weights: Mapping[EpistemicType, float],
            node_type_boosts: Mapping[NodeType, float], window: tuple[datetime, datetime] | None) -> ObjectInputs:
-        kept = _KEPT.rows(objects)
-        gathered = _KEPT.table[kept]  # the table as it is once every row is in it
-        table = np.empty((len(kept), 5))
+        gathered = _KEPT.gathered(objects)
+        table = np.empty((len(gathered), 5))
         table[:, :2] = gathered[:, :2]
         codes = gathered[:, 2:4].astype(np.intp)
         table[:, 2] = np.array([epistemic_weights[member] for member in EpistemicType])[codes[:, 0]]
         table[:, 3] = np.array([node_type_boosts.get(member, 1.0) for member in NodeType])[codes[:, 1]]
-        times = gathered[:, 4:].astype(np.int64)
+        times = gathered[:, 4:7].astype(np.int64)
         table[:, 4] = temporal_affinities(times[:, 0], window)
         return cls(table, times)
+
+
+def visible_everywhere(objects: Sequence[MemoryObject]) -> list[bool]:
+    """Whether each object is `visible_in_every_mode` (nodes/helpers/eligibility.py), from its kept row."""
+    return (_KEPT.gathered(objects)[:, _VISIBLE] != 0.0).tolist()
