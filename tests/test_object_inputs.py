@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 from datetime import timedelta
 
 import numpy as np
@@ -52,14 +53,38 @@ def test_a_row_is_kept_for_the_very_object_it_was_read_from():
     assert ObjectInputs.of([again, first], WEIGHTS, BOOSTS, None).table[:, 0].tolist() == [0.75, 0.5]
 
 
-def test_a_row_placed_for_a_gone_object_at_the_same_address_is_never_read():
+def test_two_copies_of_one_memory_read_in_turn_keep_their_rows():
     kept = object_inputs._Kept()
-    gone = make_object("gone", salience=0.9)
-    here = gone.model_copy(update={"salience": 0.1})  # the same memory, updated
+    one = make_object("copied", salience=0.5)
+    other = one.model_copy()  # as the same memory read from two stores, or two snapshots
+    for _ in range(10):
+        assert kept.gathered([one, other])[:, 0].tolist() == [0.5, 0.5]
+    assert kept.current.used == 2
+
+
+def test_a_kept_row_goes_with_its_object_and_serves_the_next_one():
+    kept = object_inputs._Kept()
+    obj = make_object("short-lived", salience=0.5)
+    kept.gathered([obj])
+    key = id(obj)
+    place = kept.current.refs[key].key[1]
+    del obj
+    gc.collect()
+    assert key not in kept.current.refs and list(kept.current.freed) == [place]
+    successor = make_object("successor", salience=0.25)
+    assert kept.gathered([successor])[0, 0] == 0.25
+    assert kept.current.refs[id(successor)].key[1] == place and kept.current.used == 1
+
+
+def test_a_row_kept_for_another_object_at_the_same_address_is_never_read():
+    kept = object_inputs._Kept()
+    gone, here = make_object("gone", salience=0.9), make_object("here", salience=0.1)
     kept.gathered([gone])
-    # As if `here` had been made where an earlier copy was, after it went: its id() names that row.
-    kept.current.places[id(here)] = kept.current.places[id(gone)]
+    # As if `here` had been made where `gone` was: its id() finds a row made for another object.
+    place = kept.current.refs[id(gone)].key[1]
+    kept.current.refs[id(here)] = weakref.KeyedRef(gone, kept.current.forget, (id(here), place))
     assert kept.gathered([here])[0, 0] == 0.1
+    assert kept.current.refs[id(here)]() is here
 
 
 def test_at_the_limit_the_rows_start_afresh_and_a_gathering_ends_on_its_own():
@@ -67,14 +92,8 @@ def test_at_the_limit_the_rows_start_afresh_and_a_gathering_ends_on_its_own():
     first = kept.current
     objects = [make_object(f"limit{i}", salience=i / 10) for i in range(10)]
     assert kept.gathered(objects)[:, 0].tolist() == [i / 10 for i in range(10)]  # past the limit mid-way
-    assert kept.current is not first and not kept.current.objects and len(first.objects) == 10
+    assert kept.current is not first and not kept.current.refs and len(first.refs) == 10
     assert kept.gathered(objects[::-1])[:, 0].tolist() == [i / 10 for i in range(10)][::-1]
-    # Rows, not ids, count: one memory decoded or updated again and again fills the table too.
-    churned = object_inputs._Kept(limit=4)
-    first = churned.current
-    for version in range(5):
-        assert churned.gathered([objects[0].model_copy(update={"salience": version / 10})])[0, 0] == version / 10
-    assert churned.current is not first
 
 
 def test_threads_reading_two_versions_of_one_memory_each_read_their_own():

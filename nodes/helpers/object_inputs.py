@@ -3,7 +3,7 @@
 A warm request filters and scores some 430 candidates, nearly all of them objects it read before (a
 segment keeps the objects it decodes: stores/engine/segments.py). Each object's salience,
 confidence, epistemic type, node type, times and whether every retrieval mode may see it are read
-once and kept in a table (`_Kept`, by the id, for that very object), so a request gathers its
+once and kept in a table (`_Kept`, for that very object, while it lives), so a request gathers its
 candidates' rows with one index: `ObjectInputs.of` maps types to weights and times to temporal
 affinities as arrays (`temporal_affinities`), and `visible_everywhere` tells the filter which
 objects only the namespace and time rules decide.
@@ -11,8 +11,10 @@ objects only the namespace and time rules decide.
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
@@ -46,13 +48,13 @@ def _row(obj: MemoryObject) -> tuple[float, ...]:
 class _Kept:
     """Each object's row, in one table: a request gathers its candidates' rows with one index.
 
-    `current.objects` holds, by the id's integer, the object a row was read from, and
-    `current.places` its row by the object's `id()`: no object is made per entry, so the collector's
-    full scans grow by nothing but the objects. A row is read only where the id's object is the very
-    object asked about, which, held there, is alive, so its `id()` names no other (a row is placed
-    before its object is). An id read from another object (the same memory decoded again, or
-    updated) gets a new row. At `limit` rows a fresh `_Rows` starts: a request still gathering
-    from the old one ends on it, whole. Rows are written, and a table grown, under the lock."""
+    `current.refs` holds, by the object's `id()`, a weak reference to it keyed by that id and its
+    row: a row is read only for the very object it was read from, and two copies of one memory
+    (two stores, two snapshots) each keep their own. When an object goes, the reference's callback
+    drops its entry and frees its row, so an `id()` never answers for another object and the table
+    holds what lives. At `limit` rows a fresh `_Rows` starts: a request still gathering from the old
+    one ends on it, whole. Rows are written, and a table grown, under the lock; a callback takes no
+    lock (the collector may run it inside a locked section)."""
 
     def __init__(self, limit: int = KEPT_ROWS) -> None:
         self.limit = limit
@@ -62,38 +64,48 @@ class _Kept:
     def gathered(self, objects: Sequence[MemoryObject]) -> np.ndarray:
         """The objects' rows, in order (one row each)."""
         state = self.current
-        held, placed = state.objects.get, state.places
+        found = state.refs.get
         places = []
         for obj in objects:
-            key = obj.id.int
-            places.append(placed[id(obj)] if held(key) is obj else self._add(state, key, obj))
+            ref = found(id(obj))
+            places.append(ref.key[1] if ref is not None and ref() is obj else self._add(state, obj))
         return state.table[np.array(places, dtype=np.intp)]  # after every row is in it
 
-    def _add(self, state: _Rows, key: int, obj: MemoryObject) -> int:
+    def _add(self, state: _Rows, obj: MemoryObject) -> int:
         row = _row(obj)
         with self._lock:
             if state.used >= self.limit and state is self.current:
                 self.current = _Rows()  # the next request starts afresh; this one ends on `state`
-            place = state.used
-            if place == len(state.table):
-                grown = np.empty((2 * place, _WIDTH))
-                grown[:place] = state.table
-                state.table = grown
+            try:
+                place = state.freed.popleft()
+            except IndexError:
+                place = state.used
+                if place == len(state.table):
+                    grown = np.empty((2 * place, _WIDTH))
+                    grown[:place] = state.table
+                    state.table = grown
+                state.used = place + 1
             state.table[place] = row
-            state.used = place + 1
-            state.places[id(obj)] = place
-            state.objects[key] = obj
+            key = id(obj)
+            state.refs[key] = weakref.KeyedRef(obj, state.forget, (key, place))
         return place
 
 
 class _Rows:
-    __slots__ = ("table", "objects", "places", "used")
+    __slots__ = ("table", "refs", "freed", "used", "forget")
 
     def __init__(self) -> None:
         self.table = np.empty((1024, _WIDTH))
-        self.objects: dict[int, MemoryObject] = {}
-        self.places: dict[int, int] = {}
+        self.refs: dict[int, weakref.KeyedRef] = {}
+        self.freed: collections.deque[int] = collections.deque()
         self.used = 0
+        self.forget = self._forget  # one callback for every reference
+
+    def _forget(self, ref: weakref.KeyedRef) -> None:
+        key, place = ref.key
+        if self.refs.get(key) is ref:
+            del self.refs[key]
+        self.freed.append(place)
 
 
 _KEPT = _Kept()
