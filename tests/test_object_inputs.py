@@ -8,7 +8,6 @@ import os
 import signal
 import threading
 import time
-import weakref
 from datetime import timedelta
 
 import numpy as np
@@ -67,13 +66,13 @@ def test_a_kept_row_goes_with_its_object_and_serves_the_next_one():
     obj = make_object("short-lived", salience=0.5)
     kept.gathered([obj])
     key = id(obj)
-    place = kept.current.refs[key].key[1]
+    place = kept.current.refs[key].place
     del obj
     gc.collect()
     assert key not in kept.current.refs and list(kept.current.freed) == [place]
     successor = make_object("successor", salience=0.25)
     assert kept.gathered([successor])[0, 0] == 0.25
-    assert kept.current.refs[id(successor)].key[1] == place and kept.current.used == 1
+    assert kept.current.refs[id(successor)].place == place and kept.current.used == 1
 
 
 def test_a_row_kept_for_another_object_at_the_same_address_is_never_read():
@@ -81,8 +80,9 @@ def test_a_row_kept_for_another_object_at_the_same_address_is_never_read():
     gone, here = make_object("gone", salience=0.9), make_object("here", salience=0.1)
     kept.gathered([gone])
     # As if `here` had been made where `gone` was: its id() finds a row made for another object.
-    place = kept.current.refs[id(gone)].key[1]
-    kept.current.refs[id(here)] = weakref.KeyedRef(gone, kept.current.forget, (id(here), place))
+    planted = object_inputs._Ref(gone, kept.current.forget)
+    planted.key, planted.place = id(here), kept.current.refs[id(gone)].place
+    kept.current.refs[id(here)] = planted
     assert kept.gathered([here])[0, 0] == 0.1
     assert kept.current.refs[id(here)]() is here
 
@@ -91,9 +91,13 @@ def test_at_the_limit_the_rows_start_afresh_and_a_gathering_ends_on_its_own():
     kept = object_inputs._Kept(limit=4)
     first = kept.current
     objects = [make_object(f"limit{i}", salience=i / 10) for i in range(10)]
-    assert kept.gathered(objects)[:, 0].tolist() == [i / 10 for i in range(10)]  # past the limit mid-way
-    assert kept.current is not first and not kept.current.refs and len(first.refs) == 10
+    assert kept.gathered(objects)[:, 0].tolist() == [i / 10 for i in range(10)]  # one request: past the limit
+    assert kept.current is first and len(first.refs) == 10
+    more = [make_object(f"more{i}", salience=i / 4) for i in range(3)]
+    assert kept.gathered(more)[:, 0].tolist() == [0.0, 0.25, 0.5]  # the next starts a table, and ends on its own
+    assert kept.current is not first and not kept.current.refs and len(first.refs) == 13
     assert kept.gathered(objects[::-1])[:, 0].tolist() == [i / 10 for i in range(10)][::-1]
+    assert len(kept.current.refs) == 10
 
 
 def test_threads_reading_two_versions_of_one_memory_each_read_their_own():

@@ -60,16 +60,17 @@ def _time_reason(obj: MemoryObject, request: RetrievalRequest) -> str | None:
     return None
 
 
-# Thresholds only decide UNVERIFIED memories, which `visible_in_every_mode` never calls visible.
-_ANY_FILTERS = FilterSettings()
+# What some mode drops, and what every mode keeps (stores/visibility.py): `visible_in_every_mode`.
+_DROPPED_SOMEWHERE = frozenset().union(*(rule.dropped_epistemic_types for rule in MODE_VISIBILITY.values()))
+_KEPT_EVERYWHERE = frozenset.intersection(*(rule.kept_lifecycles for rule in MODE_VISIBILITY.values()))
 
 
 def visible_in_every_mode(obj: MemoryObject) -> bool:
-    """Whether no retrieval mode's epistemic rule removes `obj`, whatever the namespace thresholds
-    (an UNVERIFIED memory depends on them, so it never is): for such a memory only the namespace
-    and time rules decide (`exclusion_reasons`)."""
-    return obj.epistemic_type is not EpistemicType.UNVERIFIED and all(
-        _epistemic_reason(obj, mode, _ANY_FILTERS) is None for mode in RetrievalMode)
+    """Whether no retrieval mode's epistemic rule (`_epistemic_reason`) removes `obj`, whatever the
+    namespace thresholds (an UNVERIFIED memory depends on them, so it never is): for such a memory
+    only the namespace and time rules decide (`exclusion_reasons`)."""
+    return (obj.epistemic_type is not EpistemicType.UNVERIFIED and obj.epistemic_type not in _DROPPED_SOMEWHERE
+            and obj.lifecycle_state in _KEPT_EVERYWHERE and not obj.is_bare_entity)
 
 
 def filters_by_time(request: RetrievalRequest) -> bool:

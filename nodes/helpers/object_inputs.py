@@ -48,7 +48,7 @@ def _row(obj: MemoryObject) -> tuple[float, ...]:
 class _Kept:
     """Each object's row, in one table: a request gathers its candidates' rows with one index.
 
-    `current.refs` holds, by the object's `id()`, a weak reference to it keyed by that id and its
+    `current.refs` holds, by the object's `id()`, a weak reference to it that names that id and its
     row: a row is read only for the very object it was read from, and two copies of one memory
     (two stores, two snapshots) each keep their own. When an object goes, the reference's callback
     drops its entry and frees its row, so an `id()` never answers for another object and the table
@@ -66,29 +66,52 @@ class _Kept:
         state = self.current
         found = state.refs.get
         places = []
-        for obj in objects:
+        new = []  # the positions of objects without a row
+        for position, obj in enumerate(objects):
             ref = found(id(obj))
-            places.append(ref.key[1] if ref is not None and ref() is obj else self._add(state, obj))
+            if ref is not None and ref() is obj:
+                places.append(ref.place)
+            else:
+                places.append(-1)
+                new.append(position)
+        if new:
+            added = self._add(state, [objects[position] for position in new])
+            for position, place in zip(new, added):
+                places[position] = place
         return state.table[np.array(places, dtype=np.intp)]  # after every row is in it
 
-    def _add(self, state: _Rows, obj: MemoryObject) -> int:
-        row = _row(obj)
+    def _add(self, state: _Rows, objects: Sequence[MemoryObject]) -> list[int]:
+        """Rows for `objects` (one each: a repeated object gets one row per place it holds)."""
+        rows = np.array([_row(obj) for obj in objects], dtype=float).reshape(len(objects), _WIDTH)
         with self._lock:
             if state.used >= self.limit and state is self.current:
                 self.current = _Rows()  # the next request starts afresh; this one ends on `state`
-            try:
-                place = state.freed.popleft()
-            except IndexError:
-                place = state.used
-                if place == len(state.table):
-                    grown = np.empty((2 * place, _WIDTH))
-                    grown[:place] = state.table
-                    state.table = grown
-                state.used = place + 1
-            state.table[place] = row
-            key = id(obj)
-            state.refs[key] = weakref.KeyedRef(obj, state.forget, (key, place))
-        return place
+            places = []
+            freed = state.freed  # only this lock's holder takes from it
+            for obj in objects:
+                if freed:
+                    place = freed.popleft()
+                else:
+                    place = state.used
+                    state.used = place + 1
+                places.append(place)
+            if state.used > len(state.table):
+                grown = np.empty((max(2 * len(state.table), state.used), _WIDTH))
+                grown[:len(state.table)] = state.table
+                state.table = grown
+            state.table[places] = rows
+            forget, refs = state.forget, state.refs
+            for obj, place in zip(objects, places):
+                ref = _Ref(obj, forget)
+                ref.key, ref.place = id(obj), place
+                refs[ref.key] = ref
+        return places
+
+
+class _Ref(weakref.ref):
+    """A weak reference to an object with a row: the object's `id()` and its row."""
+
+    __slots__ = ("key", "place")
 
 
 class _Rows:
@@ -96,16 +119,15 @@ class _Rows:
 
     def __init__(self) -> None:
         self.table = np.empty((1024, _WIDTH))
-        self.refs: dict[int, weakref.KeyedRef] = {}
+        self.refs: dict[int, _Ref] = {}
         self.freed: collections.deque[int] = collections.deque()
         self.used = 0
         self.forget = self._forget  # one callback for every reference
 
-    def _forget(self, ref: weakref.KeyedRef) -> None:
-        key, place = ref.key
-        if self.refs.get(key) is ref:
-            del self.refs[key]
-        self.freed.append(place)
+    def _forget(self, ref: _Ref) -> None:
+        if self.refs.get(ref.key) is ref:
+            del self.refs[ref.key]
+        self.freed.append(ref.place)
 
 
 _KEPT = _Kept()
