@@ -61,6 +61,13 @@ def test_two_copies_of_one_memory_read_in_turn_keep_their_rows():
     assert kept.current.used == 2
 
 
+def test_an_object_asked_for_twice_at_once_gets_one_row():
+    kept = object_inputs._Kept()
+    obj = make_object("twice", salience=0.5)
+    assert kept.gathered([obj, obj, obj])[:, 0].tolist() == [0.5, 0.5, 0.5]
+    assert kept.current.used == 1
+
+
 def test_a_kept_row_goes_with_its_object_and_serves_the_next_one():
     kept = object_inputs._Kept()
     obj = make_object("short-lived", salience=0.5)

@@ -81,30 +81,34 @@ class _Kept:
         return state.table[np.array(places, dtype=np.intp)]  # after every row is in it
 
     def _add(self, state: _Rows, objects: Sequence[MemoryObject]) -> list[int]:
-        """Rows for `objects` (one each: a repeated object gets one row per place it holds)."""
-        rows = np.array([_row(obj) for obj in objects], dtype=float).reshape(len(objects), _WIDTH)
+        """The rows of `objects`, made for those that have none (an object asked for twice, here or
+        by another thread at once, gets one row)."""
+        rows = [_row(obj) for obj in objects]
         with self._lock:
             if state.used >= self.limit and state is self.current:
                 self.current = _Rows()  # the next request starts afresh; this one ends on `state`
-            places = []
-            freed = state.freed  # only this lock's holder takes from it
-            for obj in objects:
-                if freed:
-                    place = freed.popleft()
-                else:
-                    place = state.used
-                    state.used = place + 1
-                places.append(place)
+            places, written, values = [], [], []
+            refs, freed, forget = state.refs, state.freed, state.forget  # only the lock's holder takes from freed
+            for obj, row in zip(objects, rows):
+                key = id(obj)
+                ref = refs.get(key)
+                if ref is None or ref() is not obj:
+                    if freed:
+                        place = freed.popleft()
+                    else:
+                        place, state.used = state.used, state.used + 1
+                    ref = _Ref(obj, forget)
+                    ref.key, ref.place = key, place
+                    refs[key] = ref
+                    written.append(place)
+                    values.append(row)
+                places.append(ref.place)
             if state.used > len(state.table):
                 grown = np.empty((max(2 * len(state.table), state.used), _WIDTH))
                 grown[:len(state.table)] = state.table
                 state.table = grown
-            state.table[places] = rows
-            forget, refs = state.forget, state.refs
-            for obj, place in zip(objects, places):
-                ref = _Ref(obj, forget)
-                ref.key, ref.place = id(obj), place
-                refs[ref.key] = ref
+            if written:
+                state.table[written] = np.array(values, dtype=float).reshape(len(values), _WIDTH)
         return places
 
 
