@@ -1,8 +1,13 @@
-from uuid import UUID
+import copy
+import pickle
+from uuid import UUID, SafeUUID
 
 import numpy as np
+from hypothesis import given, strategies as st
 
-from rms_retrieval.stores.indexes.adjacency import Adjacency, UuidColumn, key_ints, sorted_positions, uuid_keys
+from rms_retrieval.stores.indexes.adjacency import (
+    Adjacency, UuidColumn, key_ints, sorted_positions, uuid_keys, uuid_of, uuid_of_bytes,
+)
 from rms_retrieval.stores.protocols import Edge
 
 A, B, C = UUID(int=1), UUID(int=2), UUID(int=3)
@@ -139,6 +144,17 @@ def test_key_ints_are_the_ids_integers_over_all_128_bits():
     ids = [UUID(int=0), UUID(int=1), UUID("7fffffff-ffff-4fff-bfff-ffffffffffff"), UUID(int=(1 << 128) - 1)]
     assert key_ints(uuid_keys(ids)) == [node.int for node in ids] and key_ints(uuid_keys([])) == []
     assert key_ints(uuid_keys(ids)[::2]) == [ids[0].int, ids[2].int]  # a strided column too
+
+
+@given(st.integers(min_value=0, max_value=(1 << 128) - 1))
+def test_uuid_of_makes_the_uuid_the_constructor_makes(value):
+    made, built = uuid_of(value), UUID(int=value)
+    assert type(made) is UUID and made == built and hash(made) == hash(built)
+    assert (str(made), repr(made), made.bytes, made.version, made.is_safe) == \
+        (str(built), repr(built), built.bytes, built.version, SafeUUID.unknown)
+    assert uuid_of_bytes(built.bytes) == built and pickle.loads(pickle.dumps(made)) == built
+    assert copy.deepcopy(made) == built and {made: 1}[built] == 1 and not made < built
+    assert not hasattr(made, "__dict__")  # slots only, as the constructor's
 
 
 def test_sorted_positions_say_where_each_value_is_and_whether_it_is_there():

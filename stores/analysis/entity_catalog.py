@@ -14,14 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from uuid import UUID
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rms_retrieval.stores.analysis.entities import first_name_word
-from rms_retrieval.stores.indexes.adjacency import uuid_keys
+from rms_retrieval.stores.indexes.adjacency import uuid_keys, uuid_of_bytes
 from rms_retrieval.stores.indexes.entity_graph import names_of
 from rms_retrieval.stores.protocols import EntityRef
 
@@ -127,7 +126,7 @@ class EntityCatalog(Sequence):
     def _ref(self, row: int) -> EntityRef:
         ref = self._made.get(row)
         if ref is None:
-            ref = self._made[row] = EntityRef(UUID(bytes=self._keys[row].tobytes()), self._namespaces[self._codes[row]],
+            ref = self._made[row] = EntityRef(uuid_of_bytes(self._keys[row].tobytes()), self._namespaces[self._codes[row]],
                                               self._canonicals[row].as_py(), self._aliases[row].as_py())
         return ref
 

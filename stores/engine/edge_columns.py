@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.engine.mentioners import Mentioners, PairEdges
-from rms_retrieval.stores.indexes.adjacency import code_of, used_numbers
+from rms_retrieval.stores.indexes.adjacency import code_of, used_numbers, uuid_of_bytes
 from rms_retrieval.stores.protocols import Edge
 
 MENTIONS = "MENTIONS"
@@ -308,7 +308,7 @@ class EdgeColumns:
         once (an entity is the end of many edges), which halves the cost of a namespace's first
         graph."""
         ends, inverse = np.unique(id_keys(self.ends_at(positions)), return_inverse=True)
-        ids = [UUID(bytes=end.tobytes()) for end in ends]
+        ids = [uuid_of_bytes(end.tobytes()) for end in ends]
         numbers = inverse.reshape(-1, 2)
         types = self.type_names
         return [Edge(edge_id, ids[source], ids[target], types[type_code], confidence)

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rms_retrieval.stores.engine.codec import ASSERTION_NORM_COLUMNS, row_values
-from rms_retrieval.stores.indexes.adjacency import key_ints
+from rms_retrieval.stores.indexes.adjacency import key_ints, uuid_of
 from rms_retrieval.stores.models import MemoryObject
 
 _TEXT = pa.string()
@@ -271,7 +271,7 @@ class SegmentColumns:
         return key_ints(self.ids[start:stop])
 
     def uuids(self) -> list[UUID]:
-        return [UUID(int=value) for value in self.id_ints()]
+        return list(map(uuid_of, self.id_ints()))
 
     def namespace_list(self) -> list[str]:
         names = self.namespaces

@@ -22,7 +22,7 @@ from uuid import UUID
 
 import numpy as np
 
-from rms_retrieval.stores.indexes.adjacency import uuid_keys
+from rms_retrieval.stores.indexes.adjacency import uuid_keys, uuid_of
 from rms_retrieval.stores.indexes.postings import TermPostings, query_terms
 from rms_retrieval.stores.protocols import PLAIN_FIELDS, FieldWeights
 
@@ -126,7 +126,7 @@ class _SegmentPostings:
     def object_id(self, row: int, high: int, low: int) -> UUID:
         """The id of segment row `row` (its halves `high`, `low`): the segment's own UUID object
         where it hands them out (`id_at`), so a search makes no new one for a row it has named."""
-        return UUID(int=(high << 64) | low) if self._id_at is None else self._id_at(row)
+        return uuid_of((high << 64) | low) if self._id_at is None else self._id_at(row)
 
     @cached_property
     def name_tfs(self) -> np.ndarray | None:
