@@ -9,6 +9,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from hypothesis import given, strategies as st
 
 from rms_retrieval.dataflows.frames import scored_frame
 from rms_retrieval.nodes.models import QueryAnalysis, QueryIntent, TemporalSignal, TemporalType
@@ -17,7 +18,7 @@ from rms_retrieval.nodes.filtering import filtered_candidates, text_path_exclusi
 from rms_retrieval.nodes.merging import merged_candidates__primary
 from rms_retrieval.nodes.pools import (OBJECT_COLUMNS, TEXT_HIT_COLUMNS, ChannelHit, ChannelResult, FilteredPool,
                                        PathType)
-from rms_retrieval.nodes.scoring import _update_worded, fused_scores__rrf, fused_scores__weighted, text_path_score_inputs
+from rms_retrieval.nodes.scoring import UPDATE_WORDS, _update_worded, fused_scores__rrf, fused_scores__weighted, text_path_score_inputs
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, WeightedScoring
 from tests.factories import BASE_TIME, FakeStore, make_candidate, make_object, make_request
 
@@ -337,6 +338,18 @@ def test_while_shifted_update_wording_doubles_recency_and_the_decay_is_at_least_
 def test_update_wording_is_found_whatever_its_case_and_only_as_whole_words():
     assert _update_worded("I MOVED to Leeds") and _update_worded("Now I work at home") and _update_worded("No Longer there")
     assert not _update_worded("Snow fell; she knows the unchanged route") and not _update_worded("")
+
+
+_PIECES = st.sampled_from([*UPDATE_WORDS, "NOW", "Moved.", "snow", "knows", "unchanged", "no", "longer", "nowhere",
+                           "currentlyX", "_now", "ß", "İ", " ", "\n", ",", "-"])
+
+
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=4)), max_size=12))
+def test_update_wording_is_the_whole_word_search_of_the_case_folded_text(pieces):
+    text = "".join(pieces)
+    _update_worded.cache_clear()
+    expected = re.search(r"\b(" + "|".join(UPDATE_WORDS) + r")\b", text.casefold()) is not None
+    assert _update_worded(text) is expected
 
 
 @pytest.mark.parametrize("formula", [_rrf, _weighted])
