@@ -18,7 +18,9 @@ from rms_retrieval.nodes.filtering import filtered_candidates, text_path_exclusi
 from rms_retrieval.nodes.merging import merged_candidates__primary
 from rms_retrieval.nodes.pools import (OBJECT_COLUMNS, TEXT_HIT_COLUMNS, ChannelHit, ChannelResult, FilteredPool,
                                        PathType)
-from rms_retrieval.nodes.scoring import UPDATE_WORDS, _update_worded, fused_scores__rrf, fused_scores__weighted, text_path_score_inputs
+from rms_retrieval.nodes.scoring import (
+    UPDATE_WORDS, _update_worded, fused_scores__rrf, fused_scores__weighted, text_path_score_inputs,
+)
 from rms_retrieval.nodes.settings import RankFusionScoring, RetrievalSettings, ScoringSettings, WeightedScoring
 from tests.factories import BASE_TIME, FakeStore, make_candidate, make_object, make_request
 

@@ -126,8 +126,9 @@ class EntityCatalog(Sequence):
     def _ref(self, row: int) -> EntityRef:
         ref = self._made.get(row)
         if ref is None:
-            ref = self._made[row] = EntityRef(uuid_of_bytes(self._keys[row].tobytes()), self._namespaces[self._codes[row]],
-                                              self._canonicals[row].as_py(), self._aliases[row].as_py())
+            ref = self._made[row] = EntityRef(uuid_of_bytes(self._keys[row].tobytes()),
+                                              self._namespaces[self._codes[row]], self._canonicals[row].as_py(),
+                                              self._aliases[row].as_py())
         return ref
 
     def refs_for(self, words: Iterable[str]) -> list[EntityRef]:
