@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 import numpy as np
 
@@ -38,6 +38,17 @@ def test_each_row_is_read_off_its_object():
         [micros(undated.created_at), micros(undated.updated_at), micros(undated.updated_at)],
     ]
     assert ObjectInputs.of([dated], WEIGHTS, BOOSTS, None).table[:, 4].tolist() == [0.0]
+
+
+def test_objects_sharing_times_or_naming_one_instant_at_other_offsets_read_the_same_microseconds():
+    east = timezone(timedelta(hours=2))
+    shared = make_object("shared", days=-1)
+    same = make_object("same", event_time=shared.event_time.astimezone(east), updated_at=shared.updated_at)
+    undated = make_object("undated", event_time=None, created_at=shared.event_time.astimezone(east),
+                          updated_at=BASE_TIME + timedelta(microseconds=1))
+    _, times = ObjectInputs.of([shared, same, undated], WEIGHTS, BOOSTS, None)
+    instant, later = micros(shared.event_time), micros(BASE_TIME) + 1
+    assert times.tolist() == [[instant, instant, instant], [instant, instant, instant], [instant, later, later]]
 
 
 def test_no_objects_give_empty_columns():

@@ -12,6 +12,8 @@ objects only the namespace and time rules decide.
 from __future__ import annotations
 
 import collections
+import itertools
+import operator
 import os
 import threading
 import weakref
@@ -38,11 +40,28 @@ _WIDTH = 8
 _VISIBLE = 7
 
 
-def _row(obj: MemoryObject) -> tuple[float, ...]:
-    stated, updated = micros(obj.stated_time), micros(obj.updated_at)
-    return (obj.salience, obj.confidence, _EPISTEMIC_CODES[obj.epistemic_type], _NODE_TYPE_CODES[obj.node_type],
-            stated, updated, updated if obj.event_time is None else micros(obj.event_time),
-            1.0 if visible_in_every_mode(obj) else 0.0)
+# What a row reads of an object, in one call: its `stated_time` is its event time, else its creation.
+_FIELDS = operator.attrgetter("salience", "confidence", "epistemic_type", "node_type", "event_time", "created_at",
+                              "updated_at")
+
+
+def _rows(objects: Sequence[MemoryObject]) -> list[tuple[float, ...]]:
+    """Each object's row. Each distinct time is turned into microseconds once (a session's turns
+    share their times): equal datetimes are one instant, whatever their offsets."""
+    known: dict[datetime, int] = {}
+    rows = []
+    for obj in objects:
+        salience, confidence, epistemic, node_type, event, created, updated = _FIELDS(obj)
+        stated = event or created
+        stated_us = known.get(stated)
+        if stated_us is None:
+            stated_us = known[stated] = micros(stated)
+        updated_us = known.get(updated)
+        if updated_us is None:
+            updated_us = known[updated] = micros(updated)
+        rows.append((salience, confidence, _EPISTEMIC_CODES[epistemic], _NODE_TYPE_CODES[node_type], stated_us,
+                     updated_us, updated_us if event is None else stated_us, 1.0 if visible_in_every_mode(obj) else 0.0))
+    return rows
 
 
 class _Kept:
@@ -83,7 +102,7 @@ class _Kept:
     def _add(self, state: _Rows, objects: Sequence[MemoryObject]) -> list[int]:
         """The rows of `objects`, made for those that have none (an object asked for twice, here or
         by another thread at once, gets one row)."""
-        rows = [_row(obj) for obj in objects]
+        rows = _rows(objects)
         with self._lock:
             if state.used >= self.limit and state is self.current:
                 self.current = _Rows()  # the next request starts afresh; this one ends on `state`
@@ -108,7 +127,8 @@ class _Kept:
                 grown[:len(state.table)] = state.table
                 state.table = grown
             if written:
-                state.table[written] = np.array(values, dtype=float).reshape(len(values), _WIDTH)
+                state.table[written] = np.fromiter(itertools.chain.from_iterable(values), dtype=float,
+                                                   count=len(values) * _WIDTH).reshape(len(values), _WIDTH)
         return places
 
 
