@@ -348,11 +348,18 @@ class LoadedSegment:
                           f"the rest with `rms check --store {self.directory.parent.parent} --repair`, or restore "
                           "the store from a backup")
 
+    @cached_property
+    def _named(self) -> np.ndarray:
+        """Per row, whether it has an entity name: most rows (turns) have none, which this tells
+        without making an Arrow scalar."""
+        return self._columns.entity_names.is_valid().to_numpy(zero_copy_only=False)
+
     def object_at(self, position: int) -> MemoryObject:
         memory = self._decoded.get(position)
         if memory is None:
+            name = self._columns.entity_names[position].as_py() if self._named[position] else None
             memory = memory_object(self._columns.records.at(position), self.id_at(position), self.namespace_at(position),
-                                   self._columns.entity_names[position].as_py())
+                                   name)
             if len(self._decoded) >= _DECODED_CACHE_LIMIT:
                 self._decoded.clear()
             self._decoded[position] = memory
