@@ -34,7 +34,7 @@ from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, Cla
                                             RetrievalLog, ScanSelection, SessionNeighbour, SnapshotSource, VectorHit,
                                             VectorIndex)
 from rms_retrieval.stores.engine.scope_cache import (NamespaceRows, Scope, ScopeValues, extended_adjacency, merged_keys,
-                                                     namespace_rows)
+                                                     namespace_rows, row_sources)
 from rms_retrieval.stores.engine.scope_graph import CoMentionCounts, EdgeBlock, scope_graph
 from rms_retrieval.stores.engine.segments import LoadedSegment
 from rms_retrieval.stores.engine.store_sql import ParquetRecords
@@ -61,6 +61,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         handed = previous._namespace_rows if previous is not None else {}
         self._namespace_rows: dict[str, NamespaceRows] = {key: handed[key] for key in live if key in handed}
         merged = {} if previous is None else merged_keys(previous.segments, self.segments)
+        live = [*live, *(segment.entry.id for segment in self.segments)]  # by id too, as row_sources names some
         self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, live, merged)
         self._catalogs = ScopeValues[EntityCatalog](None if previous is None else previous._catalogs, live, merged)
         self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, live, merged)
@@ -281,7 +282,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                                            for segment, rows in self._split(key) for namespace in key
                                            if rows.entity_rows.get(namespace)])
 
-        return self._catalogs.get(key, self._sources(key, lambda rows: rows.entity_rows), build)  # read-only, shared
+        return self._catalogs.get(key, row_sources(self._split(key), key, "entity_rows"), build)
 
     def adjacency(self, namespaces: Sequence[str]) -> Adjacency:
         """The graph of one namespace scope; edges never cross namespaces, and a later segment's
@@ -353,7 +354,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                       for namespace in key for row in rows.pinned_rows.get(namespace, ())]
             return sorted(pinned, key=lambda memory: memory.id)
 
-        return list(self._pinned.get(key, self._sources(key, lambda rows: rows.pinned_rows), build))
+        return list(self._pinned.get(key, row_sources(self._split(key), key, "pinned_rows"), build))
 
     def session_neighbours(self, triggers: Sequence[UUID], window: int, namespaces: Sequence[str]) -> list[SessionNeighbour]:
         """Objects within `window` places of each trigger in its own session, by trigger, offset, id.

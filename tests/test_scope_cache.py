@@ -46,7 +46,7 @@ def test_the_split_groups_rows_as_a_row_by_row_grouping_would(tmp_path, encoder)
     with MemoryStore.open(tmp_path / "store", encoder) as store:
         store.add([_memory(number, f"Caroline met Melanie {number}", namespace, salience=1.0 if number % 3 else 0.5)
                    for number, namespace in enumerate(["c", "a", "b", "a", "c", "b", "a"], start=1)])
-        store.delete("a", [UUID(int=2), UUID(int=7)])
+        store.delete("a", [UUID(int=2), UUID(int=7), entity_id("a", "Caroline", UUID(int=2))])
         store.delete("b", [UUID(int=3)])
         segments = store.snapshot().segments
     for segment in segments:
@@ -58,7 +58,12 @@ def test_the_split_groups_rows_as_a_row_by_row_grouping_would(tmp_path, encoder)
                 expected.setdefault(segment.namespace_of_row[row], []).append(row)
             assert list(found) == list(expected)  # namespaces in order of their first row
             assert {name: list(group) for name, group in found.items()} == expected
-    assert any(rows.dead_rows for rows in map(namespace_rows, segments))
+        kinds = {name: {kind for row in dead for kind, holds in (
+            ("entity_rows", segment.object_at(row).node_type is NodeType.ENTITY),
+            ("pinned_rows", segment.object_at(row).is_pinned)) if holds} for name, dead in rows.dead_rows.items()}
+        assert rows.dead_kinds == kinds
+    assert {kind for rows in map(namespace_rows, segments) for kinds in rows.dead_kinds.values() for kind in kinds} \
+        == {"entity_rows", "pinned_rows"}
 
 
 def test_a_write_rebuilds_only_the_scopes_it_touched(tmp_path, encoder):
@@ -172,3 +177,26 @@ def test_a_merge_keeps_every_scope_value_and_a_reader_that_missed_a_delete_build
             assert rebuilt is not old and list(rebuilt.edges) == _graph_edges(store)
         with MemoryStore.open(path, encoder, read_only=True) as fresh:
             assert list(rebuilt.edges) == list(fresh.snapshot().adjacency(["a"]).edges)
+
+
+def test_deleting_other_rows_keeps_a_scopes_catalog_and_pins_and_deleting_one_of_theirs_rebuilds_them(tmp_path, encoder):
+    with MemoryStore.open(tmp_path / "store", encoder) as store:
+        store.add([_memory(1, "Caroline met Melanie", "a"), _memory(2, "a pinned note", "a", salience=1.0),
+                   _memory(3, "Melanie sang", "a"), _memory(4, "another pinned note", "a", salience=1.0)])
+        catalog, pinned = store.snapshot().entity_catalog(["a"]), store.snapshot().pinned_objects(["a"])
+        assert [memory.id for memory in pinned] == [UUID(int=2), UUID(int=4)]
+        store.delete("a", [UUID(int=3)])  # a turn: neither an entity nor pinned
+        after = store.snapshot()
+        assert after.entity_catalog(["a"]) is catalog
+        assert [id(memory) for memory in after.pinned_objects(["a"])] == [id(memory) for memory in pinned]
+        store.delete("a", [UUID(int=2)])  # a pinned note
+        assert store.snapshot().pinned_objects(["a"]) == [pinned[1]] and store.snapshot().entity_catalog(["a"]) is catalog
+        caroline = entity_id("a", "Caroline", UUID(int=1))
+        assert caroline in {ref.object_id for ref in catalog}
+        store.delete("a", [caroline])
+        rebuilt = store.snapshot().entity_catalog(["a"])
+        assert rebuilt is not catalog and caroline not in {ref.object_id for ref in rebuilt}
+        written = store.snapshot()
+        with MemoryStore.open(tmp_path / "store", encoder, read_only=True) as fresh:
+            assert fresh.snapshot().entity_catalog(["a"]) == written.entity_catalog(["a"])
+            assert fresh.snapshot().pinned_objects(["a"]) == written.pinned_objects(["a"]) == [pinned[1]]

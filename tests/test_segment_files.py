@@ -210,6 +210,8 @@ def test_an_open_reads_ids_sessions_and_records_only_as_they_are_asked_for(tmp_p
     entry = replace(written.entry, deletions=write_deletions(tmp_path, "g1-x", 2, [2]))
     later = segment.with_deletions(entry)
     assert later.live_row("live", UUID(int=2)) is None and later.holds("live", UUID(int=2))
+    assert later.object_at(4) is segment.object_at(4)  # what was decoded is not decoded again
+    assert later.object_at(1) is segment.object_at(1) == rows[0]  # nor what either decodes next
     assert later.sessions.get(("live", "default", "default", "s")) == [(0, 1), (2, 3), (3, 4)]
     assert segment.sessions.get(("live", "default", "default", "s")) == [(0, 1), (1, 2), (2, 3), (3, 4)]
 

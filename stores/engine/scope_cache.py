@@ -20,9 +20,12 @@ from typing import Generic, TypeVar
 from uuid import UUID
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
+from rms_retrieval.stores.models import NodeType
 from rms_retrieval.stores.protocols import Edge
 from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, grouped_by_code
 from rms_retrieval.stores.engine.segments import LoadedSegment
@@ -37,12 +40,14 @@ MAX_EXTENDED_PAIRS = 20_000
 @dataclass(frozen=True)
 class NamespaceRows:
     """One segment's edges with a live owner (in stored order), entity rows, pinned rows and
-    deleted rows (ascending), by namespace."""
+    deleted rows (ascending), by namespace; `dead_kinds`: per namespace, which of "entity_rows" and
+    "pinned_rows" its deleted rows held."""
 
     edges: Mapping[str, tuple[Edge, ...]]
     entity_rows: Mapping[str, tuple[int, ...]]
     pinned_rows: Mapping[str, tuple[int, ...]]
     dead_rows: Mapping[str, tuple[int, ...]]
+    dead_kinds: Mapping[str, frozenset[str]]
 
 
 def _by_namespace(segment: LoadedSegment, rows: Sequence[int]) -> Mapping[str, tuple[int, ...]]:
@@ -56,12 +61,22 @@ def _by_namespace(segment: LoadedSegment, rows: Sequence[int]) -> Mapping[str, t
 
 def namespace_rows(segment: LoadedSegment) -> NamespaceRows:
     """Split `segment`'s edges, entity rows, pinned rows and deleted rows by namespace (edges never cross one)."""
+    dead = _by_namespace(segment, sorted(segment.dead_rows))
     return NamespaceRows(
         edges=segment.live_edges_by_namespace(),
         entity_rows=_by_namespace(segment, segment.entity_rows),
         pinned_rows=_by_namespace(segment, segment.pinned_rows),
-        dead_rows=_by_namespace(segment, sorted(segment.dead_rows)),
+        dead_rows=dead,
+        dead_kinds=MappingProxyType({name: _kinds(segment, list(rows)) for name, rows in dead.items()}),
     )
+
+
+def _kinds(segment: LoadedSegment, rows: list[int]) -> frozenset[str]:
+    """Which of "entity_rows" and "pinned_rows" some of `rows` of `segment` are."""
+    types = segment.columns.node_types.take(pa.array(rows, type=pa.int64())).dictionary_decode()
+    held = {"entity_rows": pc.any(pc.equal(types, NodeType.ENTITY.value)).as_py(),
+            "pinned_rows": bool(segment.columns.pinned[rows].any())}
+    return frozenset(kind for kind, found in held.items() if found)
 
 
 class ScopeValues(Generic[Value]):
@@ -103,6 +118,21 @@ class ScopeValues(Generic[Value]):
 
     def __len__(self) -> int:
         return len(self._values)
+
+
+def row_sources(split: Sequence[tuple[LoadedSegment, NamespaceRows]], scope: Scope, kind: str) -> tuple[str, ...]:
+    """The sources of a value read from one kind of row of `scope` (`kind`: "entity_rows",
+    "pinned_rows"): each segment of `split` holding such a row in the scope, by its id while none of
+    its deleted rows in the scope was of that kind (a deleted turn leaves the scope's entities as
+    they were), else by its key, which names its deletion file. A live segment's id stays live
+    (`ScopeValues`' `live` holds ids and keys), so a value outlives deletions of other rows."""
+    sources = []
+    for segment, rows in split:
+        if any(kind in rows.dead_kinds.get(name, ()) for name in scope):
+            sources.append(segment.entry.key)
+        elif any(name in getattr(rows, kind) for name in scope):
+            sources.append(segment.entry.id)
+    return tuple(sources)
 
 
 def _renamed(sources: tuple[str, ...], merged: Mapping[str, str]) -> tuple[str, ...]:

@@ -106,8 +106,8 @@ class LoadedSegment:
         self._build(store, index_arrays, columns, decoded)
 
     def with_deletions(self, entry: SegmentEntry) -> LoadedSegment:
-        """This segment read with `entry`'s deletion file (the same segment id): rows, vectors and
-        postings are shared, the lookups rebuilt without the dead rows."""
+        """This segment read with `entry`'s deletion file (the same segment id): rows, vectors, postings
+        and the objects decoded so far are shared, the lookups rebuilt without the dead rows."""
         if entry.id != self.entry.id:
             raise StoreError(f"segment {self.entry.id} cannot take the deletions of {entry.id}; this is a bug, report it")
         if entry == self.entry:
@@ -117,7 +117,8 @@ class LoadedSegment:
         segment._build(self.directory.parent.parent, self._index, self._columns,
                        self.__dict__.get("edges"))  # edges decoded already are shared, not decoded again
         segment._row_index = self._row_index  # over every row, dead or not
-        for shared in ("ids", "namespace_of_row"):
+        segment._decoded = self._decoded  # the same records at the same rows
+        for shared in ("ids", "namespace_of_row", "_named"):
             if shared in self.__dict__:
                 segment.__dict__[shared] = self.__dict__[shared]
         segment._checked = self._checked  # the rows' checked table; readers leave the dead rows out
@@ -350,8 +351,7 @@ class LoadedSegment:
 
     @cached_property
     def _named(self) -> np.ndarray:
-        """Per row, whether it has an entity name: most rows (turns) have none, which this tells
-        without making an Arrow scalar."""
+        """Per row, whether it has an entity name (most turns have none: no Arrow scalar made)."""
         return self._columns.entity_names.is_valid().to_numpy(zero_copy_only=False)
 
     def object_at(self, position: int) -> MemoryObject:
