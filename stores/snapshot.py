@@ -33,8 +33,8 @@ from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, Cla
                                             GraphIndex, LexicalHit, LexicalIndex, ObjectStore, QuantityRow, RecordReader,
                                             RetrievalLog, ScanSelection, SessionNeighbour, SnapshotSource, VectorHit,
                                             VectorIndex)
-from rms_retrieval.stores.engine.scope_cache import (NamespaceRows, Scope, ScopeValues, extended_adjacency, merged_keys,
-                                                     namespace_rows, row_sources)
+from rms_retrieval.stores.engine.scope_cache import (NamespaceRows, Scope, ScopeValues, extended_adjacency, handed_splits,
+                                                     merged_keys, namespace_rows, row_sources)
 from rms_retrieval.stores.engine.scope_graph import CoMentionCounts, EdgeBlock, scope_graph
 from rms_retrieval.stores.engine.segments import LoadedSegment
 from rms_retrieval.stores.engine.store_sql import ParquetRecords
@@ -56,12 +56,11 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         self._lock = threading.Lock()
         self._bm25: Bm25Index | None = None
         self._bm25_base = None if previous is None else previous._handed_bm25()
-        live = [segment.entry.key for segment in self.segments]
         self.dead_ids: frozenset[tuple[str, UUID]] = self._dead_ids()
-        handed = previous._namespace_rows if previous is not None else {}
-        self._namespace_rows: dict[str, NamespaceRows] = {key: handed[key] for key in live if key in handed}
+        self._namespace_rows: dict[str, NamespaceRows] = {} if previous is None else \
+            handed_splits(previous.segments, previous._namespace_rows, self.segments)
         merged = {} if previous is None else merged_keys(previous.segments, self.segments)
-        live = [*live, *(segment.entry.id for segment in self.segments)]  # by id too, as row_sources names some
+        live = [key for segment in self.segments for key in (segment.entry.key, segment.entry.id)]  # row_sources: ids
         self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, live, merged)
         self._catalogs = ScopeValues[EntityCatalog](None if previous is None else previous._catalogs, live, merged)
         self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, live, merged)

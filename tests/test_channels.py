@@ -10,7 +10,7 @@ import pytest
 
 from rms_retrieval.nodes.helpers.channels import guarded, vector_hits
 from rms_retrieval.nodes.pools import ChannelResult, PathType
-from rms_retrieval.stores.errors import EmbeddingMismatchError
+from rms_retrieval.stores.errors import EmbeddingMismatchError, StoreError
 from rms_retrieval.stores.protocols import VectorHit
 
 
@@ -31,6 +31,12 @@ def test_a_model_mismatch_raised_on_purpose_goes_through_and_a_good_search_is_re
 
     with pytest.raises(EmbeddingMismatchError):
         guarded(PathType.VECTOR, 10, strict)
+
+    def damaged() -> ChannelResult:
+        raise StoreError("segments/g1/index.npz is damaged; set it aside with `rms check --repair`")
+
+    with pytest.raises(StoreError, match="damaged"):  # a damaged store is repaired, not searched around
+        guarded(PathType.LEXICAL, 10, damaged)
     found = ChannelResult(path=PathType.VECTOR, limit=10)
     assert guarded(PathType.VECTOR, 10, lambda: found) is found
 

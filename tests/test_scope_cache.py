@@ -200,3 +200,30 @@ def test_deleting_other_rows_keeps_a_scopes_catalog_and_pins_and_deleting_one_of
         with MemoryStore.open(tmp_path / "store", encoder, read_only=True) as fresh:
             assert fresh.snapshot().entity_catalog(["a"]) == written.entity_catalog(["a"])
             assert fresh.snapshot().pinned_objects(["a"]) == written.pinned_objects(["a"]) == [pinned[1]]
+
+
+def test_a_segment_read_with_a_new_deletion_file_is_split_from_its_earlier_split_as_it_would_be_whole(tmp_path, encoder):
+    with MemoryStore.open(tmp_path / "store", encoder) as store:
+        store.add([_memory(number, f"Caroline met Melanie {number}", namespace, salience=1.0 if number % 3 else 0.5)
+                   for number, namespace in enumerate(["c", "a", "b", "a", "c", "b", "a", "c"], start=1)])
+        store.delete("a", [UUID(int=2)])
+        shared = 0
+        for deleted in (("a", [UUID(int=7), entity_id("a", "Caroline", UUID(int=2))]), ("c", [UUID(int=1), UUID(int=8)]),
+                        ("b", [UUID(int=3), UUID(int=6)])):
+            before = store.snapshot()
+            before.adjacency(["a", "b", "c"])  # every segment split
+            store.delete(*deleted)
+            after = store.snapshot()
+            derived_keys = set(after._namespace_rows) - set(before._namespace_rows)  # split from an earlier split
+            assert derived_keys
+            for segment in (segment for segment in after.segments if segment.entry.key in derived_keys):
+                derived, whole = after._namespace_rows[segment.entry.key], namespace_rows(segment)
+                for field in ("entity_rows", "pinned_rows", "dead_rows", "dead_kinds"):
+                    assert list(getattr(derived, field).items()) == list(getattr(whole, field).items()), field
+                assert {name: derived.edges.positions(name).tolist() for name in derived.edges} == \
+                    {name: whole.edges.positions(name).tolist() for name in whole.edges}
+                earlier = next(rows for key, rows in before._namespace_rows.items() if key.split("/")[0] == segment.entry.id)
+                untouched = [name for name in earlier.entity_rows if name != deleted[0]]
+                assert all(derived.entity_rows[name] is earlier.entity_rows[name] for name in untouched)
+                shared += len(untouched)
+        assert shared  # what no deletion touched is kept, not split again

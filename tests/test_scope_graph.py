@@ -207,10 +207,15 @@ def test_the_three_ways_of_counting_co_mentions_agree_across_many_rows() -> None
     said = set(mentioned)
     expected = [sum(1 for row in range(300) if not dead[row] and (row, entities[a]) in said and (row, entities[b]) in said)
                 for a, b in zip(sources.tolist(), targets.tolist())]
+    few = [pair for pair, count in enumerate(expected) if count][::97][:5] + [next(p for p, c in enumerate(expected) if not c)]
+    # a few pairs asked of many mentions: only the entities they name are read
+    assert 2 * len(few) < len(segments[0].rows)
     for dense_cells, by_bits in ((None, True), (None, False), (0, None)):
         counted = co_mention_counts(sources, targets, keys, segments, dense_cells=dense_cells, by_bits=by_bits)
         assert counted.tolist() == expected
-    assert max(expected) > 1
+        asked = co_mention_counts(sources[few], targets[few], keys, segments, dense_cells=dense_cells, by_bits=by_bits)
+        assert asked.tolist() == [expected[pair] for pair in few]
+    assert max(expected) > 1 and len(few) == 6
 
 
 def test_found_gives_each_key_s_position_by_table_by_prefix_and_by_bytes() -> None:
@@ -226,25 +231,29 @@ def test_found_gives_each_key_s_position_by_table_by_prefix_and_by_bytes() -> No
     assert _found(distinct[:0], distinct).tolist() == [-1, -1, -1] and _found(distinct, distinct[:0]).tolist() == []
 
 
-def test_a_pair_its_segment_counted_as_saturated_is_counted_again_once_rows_die() -> None:
-    first, second = UUID(int=1), UUID(int=2)
+def test_a_pair_its_segment_counted_as_saturated_is_counted_again_once_rows_mentioning_it_die() -> None:
+    first, second, third = UUID(int=1), UUID(int=2), UUID(int=3)
     edges = [StoredEdge(Edge(10 + 2 * row + side, UUID(int=100 + row), entity, MENTIONS, 0.9), "a", row)
              for row in range(8) for side, entity in enumerate((first, second))]
+    edges += [StoredEdge(Edge(40 + row, UUID(int=100 + row), third, MENTIONS, 0.9), "a", row) for row in (8, 9)]
     edges.append(StoredEdge(Edge(99, first, second, CO_MENTIONED, 0.45), "a", -1))
     arrays = stored_edge_arrays(edges)
-    arrays.update(confidence_arrays(counted_confidences(EdgeColumns(arrays), 8)), **{COUNTED_ARRAY: np.ones(1, dtype=np.uint8)})
+    arrays.update(confidence_arrays(counted_confidences(EdgeColumns(arrays), 10)), **{COUNTED_ARRAY: np.ones(1, dtype=np.uint8)})
     columns = EdgeColumns(arrays)
     assert columns.confidences_at(np.asarray([len(edges) - 1])).tolist() == [0.95]  # eight rows: the most
 
-    def weight(dead):
+    def weight(dead_rows):
+        dead = None if dead_rows is None else np.isin(np.arange(10), dead_rows)
         groups = columns.live_by_namespace(dead)
         graph = scope_graph([EdgeBlock("a", columns, groups.positions("a"))], frozenset(),
-                            {"a": [SegmentMentions(columns, "a", dead, 8)]})
+                            {"a": [SegmentMentions(columns, "a", dead, 10)]})
         return [edge.confidence for edge in graph.edges if edge.edge_type == CO_MENTIONED]
 
     assert weight(None) == [0.95]
-    assert weight(np.array([True, True, True, False, False, False, False, False])) == [co_mention_confidence(5)]
-    assert weight(np.array([True] * 8)) == []  # no live row mentions the pair
+    assert weight([8, 9]) == [0.95]  # the dead rows mention neither end: the stored count stands
+    assert weight([0, 1, 2, 9]) == [co_mention_confidence(5)]
+    assert weight([0, 1]) == [co_mention_confidence(6)] == [0.95]  # six live rows still weigh the most
+    assert weight(list(range(8))) == []  # no live row mentions the pair
 
 
 def test_a_graph_whose_every_edge_stays_numbers_its_nodes_by_the_ends_as_they_are() -> None:

@@ -8,18 +8,19 @@ from collections.abc import Callable
 from itertools import repeat
 
 from rms_retrieval.nodes.pools import ChannelHit, ChannelResult, PathType
-from rms_retrieval.stores.errors import EmbeddingMismatchError
+from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.protocols import VectorHit
 
 logger = logging.getLogger(__name__)
 
 
 def guarded(path: PathType, limit: int, search: Callable[[], ChannelResult]) -> ChannelResult:
-    """`search()`, or an empty `path` result naming the backend error it raised; a model mismatch
-    raised on purpose (`on_embedding_mismatch="error"`) goes through."""
+    """`search()`, or an empty `path` result naming the backend error it raised. A store's own error
+    goes through: a damaged file (its message names the file and the repair), or a model mismatch
+    raised on purpose (`on_embedding_mismatch="error"`)."""
     try:
         return search()
-    except EmbeddingMismatchError:
+    except StoreError:
         raise
     except Exception as error:  # a failing backend must not take the other paths down (RFC 4.2)
         logger.warning("%s candidate path failed: %s", path, error)

@@ -14,7 +14,6 @@ their edges, and the weights of the entity pairs their rows mention.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 from uuid import UUID
@@ -27,7 +26,7 @@ from rms_retrieval.stores.indexes.adjacency import Adjacency
 from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 from rms_retrieval.stores.models import NodeType
 from rms_retrieval.stores.protocols import Edge
-from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, grouped_by_code
+from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, LiveEdgeGroups, grouped_by_code
 from rms_retrieval.stores.engine.segments import LoadedSegment
 
 Scope = tuple[str, ...]
@@ -37,17 +36,24 @@ Value = TypeVar("Value")
 MAX_EXTENDED_PAIRS = 20_000
 
 
-@dataclass(frozen=True)
 class NamespaceRows:
-    """One segment's edges with a live owner (in stored order), entity rows, pinned rows and
-    deleted rows (ascending), by namespace; `dead_kinds`: per namespace, which of "entity_rows" and
-    "pinned_rows" its deleted rows held."""
+    """One segment's edges with a live owner (in stored order; split when first read), entity rows,
+    pinned rows and deleted rows (ascending), by namespace; `dead_kinds`: per namespace, which of
+    "entity_rows" and "pinned_rows" its deleted rows held."""
 
-    edges: Mapping[str, tuple[Edge, ...]]
-    entity_rows: Mapping[str, tuple[int, ...]]
-    pinned_rows: Mapping[str, tuple[int, ...]]
-    dead_rows: Mapping[str, tuple[int, ...]]
-    dead_kinds: Mapping[str, frozenset[str]]
+    __slots__ = ("entity_rows", "pinned_rows", "dead_rows", "dead_kinds", "_segment", "_edges")
+
+    def __init__(self, segment: LoadedSegment, entity_rows: Mapping[str, tuple[int, ...]],
+                 pinned_rows: Mapping[str, tuple[int, ...]], dead_rows: Mapping[str, tuple[int, ...]],
+                 dead_kinds: Mapping[str, frozenset[str]]) -> None:
+        self.entity_rows, self.pinned_rows, self.dead_rows, self.dead_kinds = entity_rows, pinned_rows, dead_rows, dead_kinds
+        self._segment, self._edges = segment, None
+
+    @property
+    def edges(self) -> LiveEdgeGroups:
+        if self._edges is None:  # racing reads split alike
+            self._edges = self._segment.live_edges_by_namespace()
+        return self._edges
 
 
 def _by_namespace(segment: LoadedSegment, rows: Sequence[int]) -> Mapping[str, tuple[int, ...]]:
@@ -59,16 +65,52 @@ def _by_namespace(segment: LoadedSegment, rows: Sequence[int]) -> Mapping[str, t
     return MappingProxyType({names[code]: tuple(group.tolist()) for code, group in in_order})
 
 
-def namespace_rows(segment: LoadedSegment) -> NamespaceRows:
-    """Split `segment`'s edges, entity rows, pinned rows and deleted rows by namespace (edges never cross one)."""
-    dead = _by_namespace(segment, sorted(segment.dead_rows))
-    return NamespaceRows(
-        edges=segment.live_edges_by_namespace(),
-        entity_rows=_by_namespace(segment, segment.entity_rows),
-        pinned_rows=_by_namespace(segment, segment.pinned_rows),
-        dead_rows=dead,
-        dead_kinds=MappingProxyType({name: _kinds(segment, list(rows)) for name, rows in dead.items()}),
-    )
+def namespace_rows(segment: LoadedSegment, earlier: NamespaceRows | None = None) -> NamespaceRows:
+    """Split `segment`'s edges, entity rows, pinned rows and deleted rows by namespace (edges never
+    cross one); from `earlier`, the split of the same segment before some more of its rows were
+    deleted, where given: only the namespaces of the rows deleted since are split again."""
+    if earlier is None:
+        dead = _by_namespace(segment, sorted(segment.dead_rows))
+        return NamespaceRows(segment, _by_namespace(segment, segment.entity_rows),
+                             _by_namespace(segment, segment.pinned_rows), dead,
+                             MappingProxyType({name: _kinds(segment, list(rows)) for name, rows in dead.items()}))
+    before = {row for rows in earlier.dead_rows.values() for row in rows}
+    died = _by_namespace(segment, sorted(set(segment.dead_rows) - before))
+    gone = frozenset(row for rows in died.values() for row in rows)
+    entity, pinned, dead = dict(earlier.entity_rows), dict(earlier.pinned_rows), dict(earlier.dead_rows)
+    kinds = dict(earlier.dead_kinds)
+    for name, rows in died.items():
+        for kept in (entity, pinned):
+            if name in kept:
+                kept[name] = tuple(row for row in kept[name] if row not in gone)
+        dead[name] = tuple(sorted((*dead.get(name, ()), *rows)))
+        kinds[name] = _kinds(segment, list(dead[name]))
+    dead = _first_row_order(dead)
+    return NamespaceRows(segment, _first_row_order(entity), _first_row_order(pinned), dead,
+                         MappingProxyType({name: kinds[name] for name in dead}))
+
+
+def _first_row_order(groups: Mapping[str, tuple[int, ...]]) -> Mapping[str, tuple[int, ...]]:
+    """The non-empty groups, in order of their first row (as `_by_namespace` gives them)."""
+    return MappingProxyType(dict(sorted(((name, rows) for name, rows in groups.items() if rows),
+                                        key=lambda item: item[1][0])))
+
+
+def handed_splits(previous: Sequence[LoadedSegment], handed: Mapping[str, NamespaceRows],
+                  segments: Sequence[LoadedSegment]) -> dict[str, NamespaceRows]:
+    """The splits a new generation of `segments` starts with, by segment key: those `handed` on
+    from the `previous` generation, and for a segment read with a new deletion file, its split made
+    from the earlier one (`namespace_rows`' `earlier`): a question right after an update or a
+    delete splits no segment whole again."""
+    earlier = {segment.entry.id: handed[segment.entry.key] for segment in previous if segment.entry.key in handed}
+    kept = {}
+    for segment in segments:
+        key = segment.entry.key
+        if key in handed:
+            kept[key] = handed[key]
+        elif segment.entry.id in earlier:
+            kept[key] = namespace_rows(segment, earlier[segment.entry.id])
+    return kept
 
 
 def _kinds(segment: LoadedSegment, rows: list[int]) -> frozenset[str]:

@@ -77,7 +77,11 @@ class Mentions:
 def mentions_of(columns: EdgeColumns, namespace: str, dead: np.ndarray | None, row_count: int,
                 deleted: bool = False) -> Mentions:
     """The live rows' MENTIONS edges of `namespace` in one segment (`deleted`: the dead rows' instead)."""
-    entities, rows = columns.mention_ends(namespace)
+    return _chosen_mentions(*columns.mention_ends(namespace), dead, row_count, deleted)
+
+
+def _chosen_mentions(entities: np.ndarray, rows: np.ndarray, dead: np.ndarray | None, row_count: int,
+                     deleted: bool) -> Mentions:
     if dead is not None and len(rows):
         chosen = dead[rows] if deleted else ~dead[rows]
         entities, rows = entities[chosen], rows[chosen]
@@ -99,12 +103,17 @@ class SegmentMentions:
 
     @cached_property
     def live(self) -> Mentions:
-        return mentions_of(self.columns, self.namespace, self.dead, self.row_count)
+        return _chosen_mentions(*self._ends, self.dead, self.row_count, False)
 
     @cached_property
     def deleted(self) -> Mentions:
         """The dead rows' MENTIONS: what a stored count, made before they died, holds too many."""
-        return mentions_of(self.columns, self.namespace, self.dead, self.row_count, deleted=True)
+        return _chosen_mentions(*self._ends, self.dead, self.row_count, True)
+
+    @cached_property
+    def _ends(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every MENTIONS edge's entity and row (read once for the live and the dead rows)."""
+        return self.columns.mention_ends(self.namespace)
 
 
 def stored_co_mentions(columns: EdgeColumns, row_count: int) -> np.ndarray:
@@ -162,11 +171,18 @@ def co_mention_counts(sources: np.ndarray, targets: np.ndarray, keys: np.ndarray
     dense_cells = DENSE_CELLS if dense_cells is None else dense_cells
     totals = np.zeros(len(sources), dtype=np.int64)
     ordered = np.flatnonzero(sources < targets)
+    paired = None  # where few pairs are asked of many mentions: the entities they name
+    if 2 * len(ordered) < sum(len(mentions.rows) for mentions in segments):
+        named = np.concatenate([sources[ordered], targets[ordered]])
+        paired = np.zeros(len(keys), dtype=bool)
+        paired[named[named < len(keys)]] = True
     for mentions in segments:
         if not len(mentions.rows) or not len(ordered):
             continue
         entity_codes = _found(keys, mentions.entities)  # an entity no edge of the scope touches pairs with none
         known = entity_codes >= 0
+        if paired is not None:  # an entity no asked pair names counts for none
+            known[known] = paired[entity_codes[known]]
         entity_keys, entity_of = np.unique(entity_codes[known], return_inverse=True)
         if not len(entity_keys):
             continue
@@ -222,23 +238,28 @@ def _scope_counts(pairs: np.ndarray, sources: np.ndarray, targets: np.ndarray, k
                   segments: Sequence[SegmentMentions]) -> np.ndarray:
     """The live objects mentioning both ends of each edge of `pairs`, summed over `segments`: for
     an edge whose own segment counted its rows (`stored`, `_own_counts`), that count less the
-    segment's dead rows' share; for the rest, counted from each segment's live MENTIONS. A count
-    of CO_MENTIONS_SATURATED or more weighs as CO_MENTIONS_SATURATED does, so one is taken as it
-    is where no row of its segment is dead, and counted where one is. `block_of`: each edge's
-    block, None where there is one block."""
+    segment's dead rows' share; for the rest, counted from each segment's live MENTIONS. A stored
+    count of CO_MENTIONS_SATURATED stands for that many rows or more, and weighs as they do: it
+    stands where no dead row of its segment mentions both ends, and the live rows are counted
+    where one does. `block_of`: each edge's block, None where there is one block."""
     totals = np.zeros(len(pairs), dtype=np.int64)
     sources, targets, stored = sources[pairs], targets[pairs], stored[pairs]
     block_of = np.zeros(len(pairs), dtype=np.int64) if block_of is None else block_of[pairs]
     for segment in segments:
-        usable = (stored >= 0) & ((stored < CO_MENTIONS_SATURATED) | (segment.dead is None))
-        own = usable & np.isin(block_of, [number for number, block in enumerate(blocks) if block.columns is segment.columns])
-        if not own.all():
-            other = ~own
-            totals[other] += co_mention_counts(sources[other], targets[other], keys, [segment.live])
+        own = (stored >= 0) & np.isin(block_of, [number for number, block in enumerate(blocks) if block.columns is segment.columns])
+        counted = np.zeros(len(pairs), dtype=bool)
         if own.any():
-            totals[own] += stored[own]
+            mine = np.flatnonzero(own)
+            counts = stored[mine]
             if segment.dead is not None:
-                totals[own] -= co_mention_counts(sources[own], targets[own], keys, [segment.deleted])
+                gone = co_mention_counts(sources[mine], targets[mine], keys, [segment.deleted])
+                stands = (counts < CO_MENTIONS_SATURATED) | (gone == 0)  # else its live rows are counted below
+                mine, counts = mine[stands], (counts - gone)[stands]
+            totals[mine] += counts
+            counted[mine] = True
+        if not counted.all():
+            other = ~counted
+            totals[other] += co_mention_counts(sources[other], targets[other], keys, [segment.live])
     return totals
 
 
