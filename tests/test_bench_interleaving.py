@@ -69,3 +69,33 @@ def test_the_timed_queries_run_with_the_warm_process_frozen_and_their_full_colle
 def test_the_collections_line_counts_the_full_collections_and_names_the_longest():
     assert collections_line([]) == "full collections while timed: 0"
     assert collections_line([3.0, 12.25, 7.5]) == "full collections while timed: 3, longest 12.2 ms"
+
+
+def test_the_after_update_arm_updates_one_of_the_namespaces_first_turns_before_each_query(tmp_path):
+    from uuid import UUID
+
+    from rms_retrieval.dataflows.bench.interleaving import AfterUpdateArm
+    from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.models import MemoryObject
+    from tests.factories import FakeEncoder
+
+    when = datetime(2023, 1, 1, tzinfo=timezone.utc)
+    with MemoryStore.open(tmp_path / "store", encoder=FakeEncoder()) as store:
+        store.add([MemoryObject(id=UUID(int=number), namespace="a", content=f"turn {number} about tea", created_at=when)
+                   for number in range(1, 4)])
+        arm = AfterUpdateArm(store, FakeEncoder())
+        question = BenchQuery("what about tea?", ("a",), when)
+
+        def saliences() -> dict[int, float]:
+            return {memory.id.int: memory.salience
+                    for memory in store.snapshot().get_objects([UUID(int=number) for number in range(1, 4)], ["a"]).values()}
+
+        seen = [saliences()]
+        for _ in range(4):
+            arm.prepare(question)
+            seen.append(saliences())
+            assert arm(question).items
+        assert arm.updates == 4 and store.snapshot().count_objects(["a"]) == 3
+        changed = [next(key for key in now if now[key] != then[key]) for then, now in zip(seen, seen[1:])]
+        assert changed == [2, 3, 1, 2]  # the first turns by id, in turn
+        assert len({now[key] for now, key in zip(seen[1:], changed)}) == 4  # each update a salience of its own

@@ -36,13 +36,14 @@ def test_a_run_reports_every_arm_with_ratios_and_the_node_table(store, tmp_path)
 
     with MemoryStore.open(tmp_path / "live", encoder=FakeEncoder()) as live:
         live.add(locomo_objects(_dataset()), progress=False)
-        before = live.snapshot().count_objects()
+        before, generation = live.snapshot().count_objects(), live.snapshot().generation
         report = run_latency(store, _dataset(), FakeEncoder(), questions=3, node_queries=2, after_write_store=live)
         assert live.snapshot().count_objects() == before + 3  # one write before each timed question
+        assert live.snapshot().generation >= generation + 6  # and one update: a new version, as many objects
     arms = set(report["arms_ms"])
     assert {"pipeline", "pipeline_logged", "pipeline_threads", "floor", "peer_k30", "peer_k200", "no_graph",
-            "no_session_context", "round3_off", "pipeline_after_write"} <= arms
-    assert set(report["after_write_over_quiet"]) == {"p50", "p99"}
+            "no_session_context", "round3_off", "pipeline_after_write", "pipeline_after_update"} <= arms
+    assert set(report["after_write_over_quiet"]) == set(report["after_update_over_quiet"]) == {"p50", "p99"}
     assert report["p50_over_floor"]["floor"] == 1.0 and report["p50_over_peer_k200"]["peer_k200"] == 1.0
     assert "fused_scores" in report["node_times_ms"] and report["notes"] == []
     lines = latency_bench.summary_lines(report)
@@ -73,7 +74,9 @@ def test_the_command_times_questions_after_writes_on_a_copy_and_leaves_the_store
                                           .read_text())["samples"]))
     assert main(["bench", "latency", "--data", str(demo), "--store", str(demo_copy), "--questions", "2",
                  "--node-queries", "1", "--no-peers"]) == 0
-    assert "a question right after a one-turn write over the same on a quiet store: p50" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "a question right after a one-turn write over the same on a quiet store: p50" in out
+    assert "a question right after a one-turn update over the same on a quiet store: p50" in out
     with MemoryStore.open(demo_copy, create=False, read_only=True) as store:
         assert store.snapshot().state_fingerprint() == before
 

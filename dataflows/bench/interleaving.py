@@ -64,6 +64,35 @@ class AfterWriteArm:
         return self._run(query)
 
 
+class AfterUpdateArm:
+    """`pipeline` on `store` (writable), each query right after an update of one turn of its
+    namespace (its salience changed: a new version of the turn, the old row deleted), one of the
+    namespace's first UPDATED_TURNS turns in turn; the update is `prepare`, untimed."""
+
+    UPDATED_TURNS = 64
+
+    def __init__(self, store: Any, encoder: QueryEncoder) -> None:
+        self._run = pipeline_arm(store, encoder, RetrievalSettings())
+        self._store = store
+        self._turns: dict[str, list[Any]] = {}
+        self.updates = 0
+
+    def prepare(self, query: BenchQuery) -> None:
+        from rms_retrieval.stores.protocols import ScanSelection
+
+        namespace = query.namespaces[0]
+        if namespace not in self._turns:
+            page = self._store.snapshot().scan_page(
+                ScanSelection(namespace, None, ("TURN",), ("ACTIVE",), None, self.UPDATED_TURNS))
+            self._turns[namespace] = [memory.id for memory in page]
+        turns = self._turns[namespace]
+        self.updates += 1  # a salience no earlier update of this run gave
+        self._store.update(namespace, turns[self.updates % len(turns)], {"salience": 0.2 + (self.updates % 600) / 1000})
+
+    def __call__(self, query: BenchQuery) -> Any:
+        return self._run(query)
+
+
 def warming_queries(queries: Sequence[BenchQuery], first: int = 3) -> list[BenchQuery]:
     """The first `first` queries and the first query of every other namespace."""
     chosen = list(queries[:first])
