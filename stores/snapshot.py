@@ -59,7 +59,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         self.dead_ids: frozenset[tuple[str, UUID]] = self._dead_ids()
         self._namespace_rows: dict[str, NamespaceRows] = {} if previous is None else \
             handed_splits(previous.segments, previous._namespace_rows, self.segments)
-        merged = {} if previous is None else merged_keys(previous.segments, self.segments)
+        merged = None if previous is None else merged_keys(previous.segments, self.segments)
         live = [key for segment in self.segments for key in (segment.entry.key, segment.entry.id)]  # row_sources: ids
         self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, live, merged)
         self._catalogs = ScopeValues[EntityCatalog](None if previous is None else previous._catalogs, live, merged)

@@ -8,6 +8,7 @@ from uuid import UUID
 from rms_retrieval.stores.indexes.entity_graph import entity_id
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import MemoryObject, NodeType
+from rms_retrieval.stores.protocols import ScanSelection
 from rms_retrieval.stores.engine.scope_cache import ScopeValues, namespace_rows
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
@@ -132,11 +133,10 @@ def test_a_graph_extended_by_a_write_is_the_graph_a_fresh_reader_builds(tmp_path
                 extended += 1
                 assert list(grown.edges) == built
         assert extended >= 3  # writes that merged nothing were extended, not rebuilt
-        store.delete("a", [UUID(int=2)])  # a deleted row: the graph is built again, never extended
         deleted = store.snapshot()
-        counts = deleted.co_mention_counts(["a"])
-        assert extended_adjacency(deleted.adjacency(["a"]), deleted._split(("a",)), set(), ("a",),
-                                  {"a": counts.counter("a")}) is None
+        store.delete("a", [UUID(int=2)])  # a segment read with a new deletion file: the graph is built again
+        earlier, later = (found._sources(("a",), lambda rows: rows.edges) for found in (deleted, store.snapshot()))
+        assert later[:len(earlier)] != earlier  # not a graph of the same segments and more: never extended
         store.compact()
         store.add([_memory(50, "Alice met Kiri after the compaction.", "a")])
         with MemoryStore.open(path, encoder, read_only=True) as fresh:
@@ -227,3 +227,72 @@ def test_a_segment_read_with_a_new_deletion_file_is_split_from_its_earlier_split
                 assert all(derived.entity_rows[name] is earlier.entity_rows[name] for name in untouched)
                 shared += len(untouched)
         assert shared  # what no deletion touched is kept, not split again
+
+
+def test_writes_after_updates_and_deletes_extend_the_graph_to_the_graph_a_fresh_reader_builds(tmp_path, encoder,
+                                                                                             monkeypatch):
+    import random
+
+    from rms_retrieval.stores import snapshot as snapshot_module
+
+    extended = []
+    extend = snapshot_module.extended_adjacency
+
+    def counted(*args, **kwargs):
+        found = extend(*args, **kwargs)
+        extended.append(found is not None and any(rows.dead_rows for _, rows in args[1]))
+        return found
+
+    monkeypatch.setattr(snapshot_module, "extended_adjacency", counted)
+    names = ["Alice", "Bruno", "Chen", "Dara", "Elif", "Farid"]
+    chooser = random.Random(3)
+    path, number = tmp_path / "store", 0
+    with MemoryStore.open(path, encoder) as store:
+        store.add([_memory(number := number + 1, " met ".join(names) + ".", "a")])
+        for step in range(24):
+            store.snapshot().adjacency(["a"])  # the graph the next write extends, if it can
+            live = [memory.id for memory in store.snapshot().scan_page(
+                ScanSelection("a", None, ("TURN",), ("ACTIVE",), None, 100))]
+            action = step % 4
+            if action == 1 and live:  # a turn says other names now
+                store.update("a", chooser.choice(live), {"content": " and ".join(chooser.sample(names, 3)) + "."})
+            elif action == 3 and len(live) > 1:
+                store.delete("a", [chooser.choice(live)])
+            elif step in (8, 16):  # an entity deleted, then named again: made anew with its id
+                store.delete("a", [entity_id("a", "Farid", UUID(int=1))])
+                store.snapshot().adjacency(["a"])
+                store.add([_memory(number := number + 1, "Farid and Alice again.", "a")])
+            elif step == 12:  # a turn added and changed before any question
+                store.add([_memory(number := number + 1, "Chen met Dara.", "a")])
+                store.update("a", UUID(int=number), {"content": "Chen met Elif."})
+            else:
+                store.add([_memory(number := number + 1, " met ".join(chooser.sample(names, 3)) + ".", "a")])
+            with MemoryStore.open(path, encoder, read_only=True) as fresh:
+                assert _graph_edges(store) == _graph_edges(fresh), step
+    assert sum(extended) >= 3  # writes after a delete in the scope were extended, not rebuilt
+
+
+def test_a_value_built_before_a_write_is_not_kept_for_a_merge_that_holds_the_write(tmp_path, encoder):
+    from rms_retrieval.stores.engine.merging import MERGE_FACTOR, MergeLock
+
+    names = ["Alice", "Bruno", "Chen", "Dara", "Elif", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kiri"]
+    path = tmp_path / "store"
+    with MemoryStore.open(path, encoder) as store:
+        with MergeLock(path):  # the merge waits for the last write
+            for number in range(MERGE_FACTOR):
+                if number == MERGE_FACTOR - 1:
+                    earlier = store.snapshot().adjacency(["a"])  # built before the last write, asked nothing after
+                store.add([_memory(number + 1, f"{names[number]} met {names[number + 1]} and Alice.", "a")])
+        store.wait_for_merges()
+        assert len(store.snapshot().segments) < MERGE_FACTOR  # the writes merged, the last one with them
+        with MemoryStore.open(path, encoder, read_only=True) as fresh:
+            assert _graph_edges(store) == _graph_edges(fresh) != list(earlier.edges)
+        merged = len(store.snapshot().segments)
+        with MergeLock(path):
+            for number in range(MERGE_FACTOR - 1):
+                store.add([_memory(50 + number, f"{names[number]} met Kiri.", "a")])
+            graph = store.snapshot().adjacency(["a"])
+            store.add([_memory(99, "Dara went home.", "b")])  # another namespace's write, merged with them
+        store.wait_for_merges()
+        assert len(store.snapshot().segments) == merged + 1
+        assert store.snapshot().adjacency(["a"]) is graph  # kept, as built from the merged segment

@@ -5,15 +5,17 @@ and pinned rows of that scope's namespaces only, so a segment's rows are split b
 (`NamespaceRows`, kept for as long as the segment is live) and a scope never scans another
 tenant's rows. A write adds a segment to a few namespaces; a new generation keeps every scope value
 whose source segments are unchanged (`ScopeValues`), or were merged into one segment that holds
-exactly their live rows (`merged_keys`), so a query after a write rebuilds only the scopes the
-write touched, at the cost of that scope and not of the store. A graph the write only added to (no
-deleted row in the scope) is updated by the write's segments instead (`extended_adjacency`):
+exactly their live rows (`merged_keys`) while the value was built from every one of them that
+holds the scope, so a query after a write rebuilds only the scopes the write touched, at the cost
+of that scope and not of the store. A graph the write only added to (no segment of the scope read
+with a new deletion file) is updated by the write's segments instead (`extended_adjacency`):
 their edges, and the weights of the entity pairs their rows mention.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 from uuid import UUID
@@ -127,16 +129,19 @@ class ScopeValues(Generic[Value]):
     scope give equal values, so the last to be stored wins harmlessly."""
 
     def __init__(self, previous: ScopeValues[Value] | None = None, live: Collection[str] = (),
-                 merged: Mapping[str, str] | None = None) -> None:
-        """`merged` maps the keys of segments a merge replaced to the merged segment's key (when it
-        holds exactly their live rows, `merged_keys`): a value built from them is kept, as built
-        from the merged segment."""
+                 merged: Merges | None = None) -> None:
+        """`merged`: the segments merges replaced, each merged segment holding exactly its sources'
+        live rows (`merged_keys`). A value built from every source of a merge that holds its
+        scope's namespaces is kept, as built from the merged segment; one built before a source
+        that holds them was written is not (the merged segment holds that source's rows too)."""
         kept = {} if previous is None else previous._values
         alive = frozenset(live)
         self._values: dict[Scope, tuple[tuple[str, ...], Value]] = {}
         for scope, (sources, value) in kept.items():
-            if merged:
-                sources = _renamed(sources, merged)
+            if merged and merged.renamed:
+                if not merged.covers(scope, sources):
+                    continue
+                sources = _renamed(sources, merged.renamed)
             if alive.issuperset(sources):
                 self._values[scope] = (sources, value)
 
@@ -187,20 +192,40 @@ def _renamed(sources: tuple[str, ...], merged: Mapping[str, str]) -> tuple[str, 
     return tuple(renamed)
 
 
-def merged_keys(previous: Collection[LoadedSegment], segments: Collection[LoadedSegment]) -> dict[str, str]:
-    """Source key -> merged key, for each segment of `segments` that a merge made from segments
-    of `previous` and that holds exactly their live rows: as many deleted rows as they had
-    together (deletions only grow, so the same ones). A merged segment answers every scope as its
-    sources did, so a value built from them still holds."""
+@dataclass(frozen=True)
+class Merges:
+    """`renamed`: source key -> merged key; `holding`: each source key's namespaces (of its rows
+    or its edges)."""
+
+    renamed: Mapping[str, str]
+    holding: Mapping[str, frozenset[str]]
+
+    def covers(self, scope: Scope, sources: tuple[str, ...]) -> bool:
+        """Whether `sources` holds every source, of each merge one of them went into, that holds
+        a namespace of `scope`."""
+        merged_into = {self.renamed[key] for key in sources if key in self.renamed}
+        return all(key in sources for key, into in self.renamed.items()
+                   if into in merged_into and not self.holding[key].isdisjoint(scope))
+
+
+def merged_keys(previous: Collection[LoadedSegment], segments: Collection[LoadedSegment]) -> Merges:
+    """Each segment of `segments` that a merge made from segments of `previous` and that holds
+    exactly their live rows: as many deleted rows as they had together (deletions only grow, so
+    the same ones). A merged segment answers every scope as its sources did, so a value built from
+    them still holds."""
     before = {segment.entry.id: segment for segment in previous}
-    merged: dict[str, str] = {}
+    renamed: dict[str, str] = {}
+    holding: dict[str, frozenset[str]] = {}
     for segment in segments:
         sources = segment.entry.sources
         if not sources or segment.entry.id in before or not all(source in before for source in sources):
             continue
         if sum(len(before[source].dead_rows) for source in sources) == len(segment.dead_rows):
-            merged.update({before[source].entry.key: segment.entry.key for source in sources})
-    return merged
+            for source in sources:
+                renamed[before[source].entry.key] = segment.entry.key
+                holding[before[source].entry.key] = frozenset(before[source].namespace_slices) | frozenset(
+                    before[source].edge_namespaces)
+    return Merges(renamed, holding)
 
 
 def extended_adjacency(previous: Adjacency, split: list[tuple[LoadedSegment, NamespaceRows]], added: Collection[str],
@@ -208,11 +233,18 @@ def extended_adjacency(previous: Adjacency, split: list[tuple[LoadedSegment, Nam
     """`previous`, the graph of `scope` over the segments of `split` before those in `added`,
     extended by the edges of `added` (a later edge replaces one with its id), with the weight of
     every entity pair a row of `added` mentions counted again (`counters`, per namespace), as the
-    full build would give it. None where that cannot be exact: a deleted row in the scope (an
-    edge or a count may have gone), or more than MAX_EXTENDED_PAIRS pairs to weigh."""
-    if any(name in rows.dead_rows for _, rows in split for name in scope):
-        return None
+    full build would give it. The rows deleted in the earlier segments are the previous graph's
+    own (a segment read with a new deletion file is a new source, and the graph is built); an added
+    segment's dead rows own none of its live edges and count in no pair, and no earlier edge ends
+    at an object first added after them. None where the extension cannot be exact: an added row of
+    an id a deleted row holds (a spotted name named again makes its entity anew, with its id: its
+    earlier edges come back), or more than MAX_EXTENDED_PAIRS pairs to weigh."""
     new = [(segment, rows) for segment, rows in split if segment.entry.key in added]
+    deleted = {(name, segment.id_at(row)) for segment, rows in split if segment.entry.key not in added
+               for name in scope for row in rows.dead_rows.get(name, ())}
+    if deleted and any((name, segment.id_at(row)) in deleted for segment, _ in new for name in scope
+                       for row in range(*segment.namespace_slices.get(name, (0, 0)))):
+        return None
     pairs: set[tuple[str, UUID, UUID]] = set()
     edges: dict[int, Edge] = {}  # added or re-weighted
     removed: set[int] = set()
