@@ -292,7 +292,10 @@ def test_a_value_built_before_a_write_is_not_kept_for_a_merge_that_holds_the_wri
             for number in range(MERGE_FACTOR - 1):
                 store.add([_memory(50 + number, f"{names[number]} met Kiri.", "a")])
             graph = store.snapshot().adjacency(["a"])
-            store.add([_memory(99, "Dara went home.", "b")])  # another namespace's write, merged with them
+            store.add([_memory(98, "the kettle was descaled today.", "a"),  # names no one: no edge, no entity
+                       _memory(99, "Dara went home.", "b")])  # another namespace's write, merged with them
         store.wait_for_merges()
         assert len(store.snapshot().segments) == merged + 1
         assert store.snapshot().adjacency(["a"]) is graph  # kept, as built from the merged segment
+        with MemoryStore.open(path, encoder, read_only=True) as fresh:
+            assert _graph_edges(store) == _graph_edges(fresh)

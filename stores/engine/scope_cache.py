@@ -194,8 +194,8 @@ def _renamed(sources: tuple[str, ...], merged: Mapping[str, str]) -> tuple[str, 
 
 @dataclass(frozen=True)
 class Merges:
-    """`renamed`: source key -> merged key; `holding`: each source key's namespaces (of its rows
-    or its edges)."""
+    """`renamed`: source key -> merged key; `holding`: the namespaces each source holds anything
+    of that a scope value is built from (edges, entity, pinned or deleted rows)."""
 
     renamed: Mapping[str, str]
     holding: Mapping[str, frozenset[str]]
@@ -206,6 +206,14 @@ class Merges:
         merged_into = {self.renamed[key] for key in sources if key in self.renamed}
         return all(key in sources for key, into in self.renamed.items()
                    if into in merged_into and not self.holding[key].isdisjoint(scope))
+
+
+def _value_namespaces(segment: LoadedSegment) -> frozenset[str]:
+    """The namespaces `segment` holds edges, entity rows, pinned rows or deleted rows of: what a
+    scope value reads (a plain turn that names no one adds to none of them)."""
+    rows = np.asarray([*segment.entity_rows, *segment.pinned_rows, *segment.dead_rows], dtype=np.int64)
+    codes = np.unique(np.asarray(segment.columns.namespace_codes)[rows])
+    return frozenset(segment.edge_namespaces) | frozenset(segment.columns.namespaces[code] for code in codes.tolist())
 
 
 def merged_keys(previous: Collection[LoadedSegment], segments: Collection[LoadedSegment]) -> Merges:
@@ -223,8 +231,7 @@ def merged_keys(previous: Collection[LoadedSegment], segments: Collection[Loaded
         if sum(len(before[source].dead_rows) for source in sources) == len(segment.dead_rows):
             for source in sources:
                 renamed[before[source].entry.key] = segment.entry.key
-                holding[before[source].entry.key] = frozenset(before[source].namespace_slices) | frozenset(
-                    before[source].edge_namespaces)
+                holding[before[source].entry.key] = _value_namespaces(before[source])
     return Merges(renamed, holding)
 
 
