@@ -42,8 +42,10 @@ def test_a_run_reports_every_arm_with_ratios_and_the_node_table(store, tmp_path)
         assert live.snapshot().generation >= generation + 6  # and one update: a new version, as many objects
     arms = set(report["arms_ms"])
     assert {"pipeline", "pipeline_logged", "pipeline_threads", "floor", "peer_k30", "peer_k200", "no_graph",
-            "no_session_context", "round3_off", "pipeline_after_write", "pipeline_after_update"} <= arms
+            "no_session_context", "round3_off", "pipeline_after_write"} <= arms
     assert set(report["after_write_over_quiet"]) == set(report["after_update_over_quiet"]) == {"p50", "p99"}
+    assert set(report["after_update_ms"]) == {"quiet", "after_update"}  # a block of its own, after the others
+    assert report["after_update_ms"]["after_update"]["n"] == 3
     assert report["p50_over_floor"]["floor"] == 1.0 and report["p50_over_peer_k200"]["peer_k200"] == 1.0
     assert "fused_scores" in report["node_times_ms"] and report["notes"] == []
     lines = latency_bench.summary_lines(report)

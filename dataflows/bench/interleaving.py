@@ -93,6 +93,14 @@ class AfterUpdateArm:
         return self._run(query)
 
 
+def after_update_block(quiet: Callable[[BenchQuery], Any], store: Any, encoder: QueryEncoder,
+                       queries: Sequence[BenchQuery]) -> dict[str, list[float]]:
+    """The quiet arm and `AfterUpdateArm` on `store`, interleaved over `queries`, in a block of
+    their own after the others: an update decodes the edges of the segment it changes, and what it
+    leaves for the collector would lengthen the full collections timed in the other arms."""
+    return interleaved({"quiet": quiet, "after_update": AfterUpdateArm(store, encoder)}, queries, seed=1).seconds
+
+
 def warming_queries(queries: Sequence[BenchQuery], first: int = 3) -> list[BenchQuery]:
     """The first `first` queries and the first query of every other namespace."""
     chosen = list(queries[:first])

@@ -40,7 +40,7 @@ import argparse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rms_retrieval.dataflows.bench.interleaving import (BUNDLE, AfterUpdateArm, AfterWriteArm, collections_line,
+from rms_retrieval.dataflows.bench.interleaving import (BUNDLE, AfterWriteArm, after_update_block, collections_line,
                                                        frozen_collector, interleaved, pipeline_arm, warming_queries)
 from rms_retrieval.dataflows.bench.first_query import first_query_line, first_query_report
 from rms_retrieval.dataflows.bench.lme_latency import LME_SAMPLES
@@ -146,7 +146,6 @@ def run_latency(
     }
     if after_write_store is not None:
         arms["pipeline_after_write"] = AfterWriteArm(after_write_store, encoder)
-        arms["pipeline_after_update"] = AfterUpdateArm(after_write_store, encoder)
     notes = []
     if peers:
         try:
@@ -159,10 +158,14 @@ def run_latency(
                               "full_collections_ms": timings.full_collections_ms}
     floor = table["floor"]["p50"]
     report["p50_over_floor"] = {name: row["p50"] / floor for name, row in table.items()}
-    for change in ("write", "update"):
-        if f"pipeline_after_{change}" in table:
-            report[f"after_{change}_over_quiet"] = {
-                level: table[f"pipeline_after_{change}"][level] / table["pipeline"][level] for level in ("p50", "p99")}
+    if "pipeline_after_write" in table:
+        report["after_write_over_quiet"] = {
+            level: table["pipeline_after_write"][level] / table["pipeline"][level] for level in ("p50", "p99")}
+        block = {name: latency_percentiles(values) for name, values in
+                 after_update_block(arms["pipeline"], after_write_store, encoder, queries).items()}
+        report["after_update_ms"] = block
+        report["after_update_over_quiet"] = {
+            level: block["after_update"][level] / block["quiet"][level] for level in ("p50", "p99")}
     if "peer_k200" in table:
         report["p50_over_peer_k200"] = {name: row["p50"] / table["peer_k200"]["p50"] for name, row in table.items()}
     with frozen_collector():  # as the arms were timed
@@ -187,6 +190,10 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             ratio = report[f"after_{change}_over_quiet"]
             lines.append(f"a question right after a one-turn {change} over the same on a quiet store: p50 "
                          f"{ratio['p50']:.2f}x, p99 {ratio['p99']:.2f}x (target 1.2x)")
+    if "after_update_ms" in report:
+        block = report["after_update_ms"]
+        lines.append(f"(the update block, after the others: quiet p50 {block['quiet']['p50']:.1f} ms, "
+                     f"after an update {block['after_update']['p50']:.1f} ms)")
     lines.extend(report["notes"])
     lines.append(f"{'node':<28} {'mean ms':>8} {'p50':>8} {'p99':>8}")
     for name, row in report["node_times_ms"].items():
@@ -204,7 +211,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--node-queries", type=int, default=50, help="questions for the per-node table (default 50)")
     parser.add_argument("--no-peers", action="store_true", help="skip the LangChain peer arms")
     parser.add_argument("--no-after-write", action="store_true",
-                        help="skip the after-write and after-update arms (they write to a temporary copy of --store)")
+                        help="skip the after-write arm and the update block (they write to a temporary copy of --store)")
     parser.add_argument("--lme-data", help="also time LongMemEval-S: its folder (dataflows/bench/lme_latency.py)")
     parser.add_argument("--lme-store", help="the LongMemEval-S store `rms bench lme` built (with --lme-data)")
     parser.add_argument("--lme-per-type", type=int, default=4, help="LongMemEval-S questions of each type (default 4)")
