@@ -101,6 +101,19 @@ def after_update_block(quiet: Callable[[BenchQuery], Any], store: Any, encoder: 
     return interleaved({"quiet": quiet, "after_update": AfterUpdateArm(store, encoder)}, queries, seed=1).seconds
 
 
+def after_change_lines(report: Mapping[str, Any], key: str, question: str, target: str) -> list[str]:
+    """The printed ratios of a question right after a one-turn write and after an update, where the
+    report holds them (`key` with "{change}", e.g. "after_{change}_over_quiet"; `question` the
+    line's words before the ratios, with "{change}")."""
+    lines = []
+    for change in ("write", "update"):
+        ratio = report.get(key.format(change=change))
+        if ratio is not None:
+            lines.append(f"{question.format(change=change)}: p50 {ratio['p50']:.2f}x, p99 {ratio['p99']:.2f}x "
+                         f"(target {target})")
+    return lines
+
+
 def warming_queries(queries: Sequence[BenchQuery], first: int = 3) -> list[BenchQuery]:
     """The first `first` queries and the first query of every other namespace."""
     chosen = list(queries[:first])

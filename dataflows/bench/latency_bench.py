@@ -40,8 +40,9 @@ import argparse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rms_retrieval.dataflows.bench.interleaving import (BUNDLE, AfterWriteArm, after_update_block, collections_line,
-                                                       frozen_collector, interleaved, pipeline_arm, warming_queries)
+from rms_retrieval.dataflows.bench.interleaving import (BUNDLE, AfterWriteArm, after_change_lines, after_update_block,
+                                                       collections_line, frozen_collector, interleaved, pipeline_arm,
+                                                       warming_queries)
 from rms_retrieval.dataflows.bench.first_query import first_query_line, first_query_report
 from rms_retrieval.dataflows.bench.lme_latency import LME_SAMPLES
 from rms_retrieval.dataflows.bench.locomo_bench import benchmark_questions, evenly_spaced
@@ -185,11 +186,8 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     pipeline = report["arms_ms"]["pipeline"]
     lines.append(f"pipeline p99 over its p50: {pipeline['p99'] / pipeline['p50']:.2f}x (target 2x); "
                  + collections_line(report["full_collections_ms"]))
-    for change in ("write", "update"):
-        if f"after_{change}_over_quiet" in report:
-            ratio = report[f"after_{change}_over_quiet"]
-            lines.append(f"a question right after a one-turn {change} over the same on a quiet store: p50 "
-                         f"{ratio['p50']:.2f}x, p99 {ratio['p99']:.2f}x (target 1.2x)")
+    lines.extend(after_change_lines(report, "after_{change}_over_quiet",
+                                    "a question right after a one-turn {change} over the same on a quiet store", "1.2x"))
     if "after_update_ms" in report:
         block = report["after_update_ms"]
         lines.append(f"(the update block, after the others: quiet p50 {block['quiet']['p50']:.1f} ms, "

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from rms_retrieval.dataflows.bench.first_query import first_query_line
-from rms_retrieval.dataflows.bench.interleaving import (AfterWriteArm, after_update_block, collections_line, interleaved,
-                                                       pipeline_arm)
+from rms_retrieval.dataflows.bench.interleaving import (AfterWriteArm, after_change_lines, after_update_block,
+                                                       collections_line, interleaved, pipeline_arm)
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
 from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -97,11 +97,8 @@ def lme_summary_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"{name:<20} {row['p50']:>8.1f} {row['p95']:>8.1f} {row['p99']:>8.1f}")
     lines.append(collections_line(report["full_collections_ms"]))
     lines.append(f"LongMemEval-S p50 over LoCoMo's in the same block: {report['lme_over_locomo_p50']:.2f}x (target 1.5x)")
-    for change in ("write", "update"):
-        if f"lme_after_{change}_over_quiet" in report:
-            ratio = report[f"lme_after_{change}_over_quiet"]
-            lines.append(f"LongMemEval-S, a question right after a one-turn {change} over the same warm: p50 "
-                         f"{ratio['p50']:.2f}x, p99 {ratio['p99']:.2f}x (target 2x)")
+    lines.extend(after_change_lines(report, "lme_after_{change}_over_quiet",
+                                    "LongMemEval-S, a question right after a one-turn {change} over the same warm", "2x"))
     if "first_query" in report:
         lines.append(first_query_line("LongMemEval-S", report["first_query"]))
     return lines
