@@ -190,3 +190,19 @@ def test_a_child_forked_while_a_row_is_added_adds_its_own():
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
     assert done[0] == child and os.waitstatus_to_exitcode(done[1]) == 0
+
+
+def test_a_reference_is_published_only_once_its_row_is_written():
+    kept = object_inputs._Kept()
+    published = []
+
+    class Watching(dict):  # a reader finds a row through its reference, without the lock
+        def __setitem__(self, key, ref):
+            memory = ref()
+            published.append(tuple(kept.current.table[ref.place][:2]) == (memory.salience, memory.confidence))
+            super().__setitem__(key, ref)
+
+    kept.current.refs = Watching()
+    objects = [make_object(f"watched{number}", salience=0.1 + number / 10, confidence=0.37) for number in range(5)]
+    kept.gathered([*objects, objects[0]])
+    assert published == [True] * 5

@@ -101,34 +101,41 @@ class _Kept:
 
     def _add(self, state: _Rows, objects: Sequence[MemoryObject]) -> list[int]:
         """The rows of `objects`, made for those that have none (an object asked for twice, here or
-        by another thread at once, gets one row)."""
+        by another thread at once, gets one row). A row is in the table before its reference is
+        published: a reader takes no lock, and a reference it finds always names a written row."""
         rows = _rows(objects)
         with self._lock:
             if state.used >= self.limit and state is self.current:
                 self.current = _Rows()  # the next request starts afresh; this one ends on `state`
-            places, written, values = [], [], []
-            refs, freed, forget = state.refs, state.freed, state.forget  # only the lock's holder takes from freed
+            places, fresh, claimed = [], [], {}
+            refs, freed = state.refs, state.freed  # only the lock's holder takes from freed
             for obj, row in zip(objects, rows):
                 key = id(obj)
                 ref = refs.get(key)
-                if ref is None or ref() is not obj:
+                if ref is not None and ref() is obj:
+                    places.append(ref.place)
+                elif key in claimed:  # asked for twice in this call
+                    places.append(claimed[key])
+                else:
                     if freed:
                         place = freed.popleft()
                     else:
                         place, state.used = state.used, state.used + 1
-                    ref = _Ref(obj, forget)
-                    ref.key, ref.place = key, place
-                    refs[key] = ref
-                    written.append(place)
-                    values.append(row)
-                places.append(ref.place)
+                    claimed[key] = place
+                    fresh.append((obj, place, row))
+                    places.append(place)
             if state.used > len(state.table):
                 grown = np.empty((max(2 * len(state.table), state.used), _WIDTH))
                 grown[:len(state.table)] = state.table
                 state.table = grown
-            if written:
-                state.table[written] = np.fromiter(itertools.chain.from_iterable(values), dtype=float,
-                                                   count=len(values) * _WIDTH).reshape(len(values), _WIDTH)
+            if fresh:
+                state.table[[place for _, place, _ in fresh]] = np.fromiter(
+                    itertools.chain.from_iterable(row for _, _, row in fresh), dtype=float,
+                    count=len(fresh) * _WIDTH).reshape(len(fresh), _WIDTH)
+            for obj, place, _ in fresh:  # published once its row is written
+                ref = _Ref(obj, state.forget)
+                ref.key, ref.place = id(obj), place
+                refs[ref.key] = ref
         return places
 
 
