@@ -60,11 +60,12 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         self._namespace_rows: dict[str, NamespaceRows] = {} if previous is None else \
             handed_splits(previous.segments, previous._namespace_rows, self.segments)
         merged = None if previous is None else merged_keys(previous.segments, self.segments)
-        live = [key for segment in self.segments for key in (segment.entry.key, segment.entry.id)]  # row_sources: ids
-        self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, live, merged)
-        self._catalogs = ScopeValues[EntityCatalog](None if previous is None else previous._catalogs, live, merged)
-        self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, live, merged)
-        self._known_names = ScopeValues[KnownNames](None if previous is None else previous._known_names, live, merged)
+        keys = [segment.entry.key for segment in self.segments]
+        ids = [*keys, *(segment.entry.id for segment in self.segments)]  # row_sources names a segment by its id too
+        self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, keys, merged)
+        self._catalogs = ScopeValues[EntityCatalog](None if previous is None else previous._catalogs, ids, merged)
+        self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, ids, merged)
+        self._known_names = ScopeValues[KnownNames](None if previous is None else previous._known_names, keys, merged)
         self._rows_table: pa.Table | None = None
 
     def _dead_ids(self) -> frozenset[tuple[str, UUID]]:
@@ -225,8 +226,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         return split
 
     def _sources(self, scope: Scope, kind: Callable[[NamespaceRows], Mapping[str, tuple]]) -> tuple[str, ...]:
-        """The keys of the live segments holding rows of `kind` or deleted rows in `scope`, in segment
-        order (a deletion anywhere in the scope can remove an edge stored in another segment)."""
+        """Keys of the segments holding `kind` rows or deleted rows in `scope`, in order (a deletion may remove any edge)."""
         return tuple(segment.entry.key for segment, rows in self._split(scope)
                      if any(name in kind(rows) or name in rows.dead_rows for name in scope))
 

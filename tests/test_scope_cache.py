@@ -185,8 +185,10 @@ def test_deleting_other_rows_keeps_a_scopes_catalog_and_pins_and_deleting_one_of
                    _memory(3, "Melanie sang", "a"), _memory(4, "another pinned note", "a", salience=1.0)])
         catalog, pinned = store.snapshot().entity_catalog(["a"]), store.snapshot().pinned_objects(["a"])
         assert [memory.id for memory in pinned] == [UUID(int=2), UUID(int=4)]
+        store.snapshot().adjacency(["a"])
         store.delete("a", [UUID(int=3)])  # a turn: neither an entity nor pinned
         after = store.snapshot()
+        assert ("a",) not in after._adjacency._values  # its segment read with a new deletion file: never asked again
         assert after.entity_catalog(["a"]) is catalog
         assert [id(memory) for memory in after.pinned_objects(["a"])] == [id(memory) for memory in pinned]
         store.delete("a", [UUID(int=2)])  # a pinned note
