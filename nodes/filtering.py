@@ -19,7 +19,7 @@ def text_path_exclusions(
 ) -> TextPathExclusions:
     """Each object the text paths found with its exclusion reason (None: kept)."""
     objects = list(text_path_candidates.objects.values())
-    reasons = exclusion_reasons(objects, visible_everywhere(objects), request, settings)
+    reasons = exclusion_reasons(objects, visible_everywhere, request, settings)
     return TextPathExclusions({obj.id.int: (obj, reason) for obj, reason in zip(objects, reasons)})
 
 
@@ -37,7 +37,7 @@ def filtered_candidates(
     found = [entry if entry is not None and entry[0] is obj else None
              for entry, obj in zip(map(decided.get, rows.keys), objects)]
     new = [obj for entry, obj in zip(found, objects) if entry is None]
-    made = iter(exclusion_reasons(new, visible_everywhere(new), request, settings))
+    made = iter(exclusion_reasons(new, visible_everywhere, request, settings))
     kept, removed = [], []
     excluded = {}
     for row, (entry, obj) in enumerate(zip(found, objects)):

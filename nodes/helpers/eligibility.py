@@ -15,7 +15,7 @@ A plain module, not a stage: `filtered_candidates` and session context both appl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rms_retrieval.nodes.models import RetrievalMode, RetrievalRequest
 from rms_retrieval.nodes.settings import FilterSettings, RetrievalSettings
@@ -79,15 +79,16 @@ def filters_by_time(request: RetrievalRequest) -> bool:
             or request.event_time_from is not None or request.event_time_to is not None)
 
 
-def exclusion_reasons(objects: Sequence[MemoryObject], visible: Sequence[bool], request: RetrievalRequest,
-                      settings: RetrievalSettings) -> list[str | None]:
-    """`exclusion_reason` of each object, where `visible` says which are `visible_in_every_mode`:
-    such an object in the request's namespaces is kept at once when the request has no time rule."""
+def exclusion_reasons(objects: Sequence[MemoryObject], visible: Callable[[Sequence[MemoryObject]], Sequence[bool]],
+                      request: RetrievalRequest, settings: RetrievalSettings) -> list[str | None]:
+    """`exclusion_reason` of each object, where `visible` tells which of them are
+    `visible_in_every_mode` (asked only when the request has no time rule): such an object in the
+    request's namespaces is kept at once then."""
     if filters_by_time(request):
         return [exclusion_reason(obj, request, settings) for obj in objects]
     namespaces = request.namespaces
     return [None if clear and obj.namespace in namespaces else exclusion_reason(obj, request, settings)
-            for clear, obj in zip(visible, objects)]
+            for clear, obj in zip(visible(objects), objects)]
 
 
 def exclusion_reason(obj: MemoryObject, request: RetrievalRequest, settings: RetrievalSettings,
