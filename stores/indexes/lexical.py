@@ -141,19 +141,6 @@ class _SegmentPostings:
             return np.zeros(postings.num_rows, dtype=np.int32)
         return np.bincount(postings.rows, weights=name_tfs, minlength=postings.num_rows).astype(np.int32)
 
-    @cached_property
-    def _local(self) -> np.ndarray:
-        """Each row's place among the segment's live rows of its namespace (-1 for a dead row)."""
-        codes = self._codes.astype(np.int64)
-        if self._alive is not None:
-            codes[~self._alive] = -1
-        order = np.argsort(codes, kind="stable")
-        ordered = codes[order]
-        local = np.empty(len(codes), dtype=np.int64)
-        local[order] = np.arange(len(codes)) - np.searchsorted(ordered, ordered)
-        local[codes < 0] = -1
-        return local
-
     def part(self, code: int) -> _Part:
         """The part of the namespace whose code is `code`."""
         member = self._codes == code
@@ -179,13 +166,12 @@ class _SegmentPostings:
             return None
         rows = postings.rows[start:end]
         positions = slice(start, end)
-        if part.members is not None:
-            chosen = np.flatnonzero(self._local[rows] >= 0) if self._alive is not None else np.arange(len(rows))
-            chosen = chosen[self._codes[rows[chosen]] == self._codes[part.first]]
+        if part.members is not None:  # the part's rows among them, each at its place in the part
+            local = np.searchsorted(part.members, rows)
+            chosen = np.flatnonzero(part.members[np.minimum(local, len(part.members) - 1)] == rows)
             if not len(chosen):
                 return None
-            rows, positions = rows[chosen], start + chosen
-            local = self._local[rows]
+            rows, positions, local = rows[chosen], start + chosen, local[chosen]
         else:
             local = rows - part.first
         return _Hit(local, postings.tfs[positions], postings.lengths[rows], self, rows, positions)
