@@ -70,3 +70,27 @@ def test_a_few_rows_are_gathered_row_by_row_as_arrow_gathers_many(monkeypatch, c
 
     by_arrow, by_rows = gathered(0), gathered(count)
     assert by_rows == by_arrow and by_rows[0]  # the same sessions, turns and order
+
+
+@pytest.mark.parametrize("count", [12, 60])  # gathered row by row, and by Arrow
+def test_sessions_with_more_rows_deleted_are_what_gathering_them_again_gives(count):
+    rng = np.random.default_rng(count + 1)
+    rows = [MemoryObject(id=UUID(int=number + 1), namespace="live", content=f"turn {number}",
+                         owner=["ann", "bo"][int(rng.integers(2))], session_id=f"s{int(rng.integers(4))}",
+                         session_seq=int(rng.integers(100)), created_at=datetime(2024, 1, 1, tzinfo=timezone.utc))
+            for number in range(count)]
+    rows.append(OTHER.model_copy(update={"namespace": "other"}))
+    columns = segment_columns(objects_table(rows))
+    slices = {"live": (0, count), "other": (count, count + 1)}
+    dead = rng.random(count + 1) < 0.1
+    earlier = SegmentSessions(columns, slices, dead)
+    assert list(earlier)  # gathered: what the derived sessions filter
+    first_rows = {key: earlier[key][0][1] for key in earlier}
+    later = dead.copy()
+    later[list(first_rows.values())[:2]] = True  # the first turn of two sessions: they start later now
+    later[[row for key, turns in earlier.items() for _, row in turns if key[3] == "s3"]] = True  # a session emptied
+    derived, whole = earlier.with_dead(later), SegmentSessions(columns, slices, later)
+    assert list(derived) == list(whole) and {key: derived[key] for key in derived} == {key: whole[key] for key in whole}
+    assert not any(key[3] == "s3" for key in derived) and any(key[3] == "s3" for key in earlier)
+    untouched = earlier.with_dead(dead)
+    assert untouched._of("live") is earlier._of("live")  # no row deleted since: the same arrays

@@ -105,23 +105,52 @@ def _few_gathered(columns: SegmentColumns, namespace: str, rows: np.ndarray, dea
     return runs, np.asarray(seqs, dtype=np.int64), np.asarray(ordered, dtype=np.int64)
 
 
+# A namespace's sessions in one segment: each session's run of the two arrays, the sessions in
+# the order they start; each run's seqs and rows (in row order).
+Gathered = tuple[dict[SessionKey, tuple[int, int]], np.ndarray, np.ndarray]
+
+
+def _without_dead(gathered: Gathered, dead: np.ndarray | None) -> Gathered:
+    """`gathered` less the rows `dead` marks: each run shrunk, an emptied one dropped, the
+    sessions in the order they now start (as gathering them again gives them)."""
+    runs, seqs, rows = gathered
+    if dead is None or not dead[rows].any():
+        return gathered
+    kept = ~dead[rows]
+    before = np.r_[0, np.cumsum(kept)]  # kept rows before each position
+    bounds = {key: (int(before[start]), int(before[end])) for key, (start, end) in runs.items()}
+    rows, seqs = rows[kept], seqs[kept]
+    live = sorted((key for key, (start, end) in bounds.items() if end > start), key=lambda key: int(rows[bounds[key][0]]))
+    return {key: bounds[key] for key in live}, seqs, rows
+
+
 class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
     """(session_seq, row) of each session's live rows in one segment, in row order, by session key.
     A namespace's sessions are gathered the first time one of them is asked for, as two arrays
     (its sessions' rows one session after another, and their positions) and each session's run of
     them; a session's list is made when it is asked for."""
 
-    def __init__(self, columns: SegmentColumns, slices: Mapping[str, tuple[int, int]], dead: np.ndarray | None) -> None:
+    def __init__(self, columns: SegmentColumns, slices: Mapping[str, tuple[int, int]], dead: np.ndarray | None,
+                 earlier: Mapping[str, Gathered] | None = None) -> None:
+        """`earlier`: namespaces gathered with fewer rows deleted, each filtered when first asked for."""
         self._columns, self._slices, self._dead = columns, slices, dead
-        self._by_namespace: dict[str, tuple[dict[SessionKey, tuple[int, int]], np.ndarray, np.ndarray]] = {}
+        self._by_namespace: dict[str, Gathered] = {}
+        self._earlier = earlier or {}
 
-    def _of(self, namespace: str) -> tuple[dict[SessionKey, tuple[int, int]], np.ndarray, np.ndarray]:
+    def with_dead(self, dead: np.ndarray | None) -> SegmentSessions:
+        """These sessions with more rows deleted (`dead`, per row): what is gathered so far is
+        filtered when asked for, not gathered again (a question right after an update)."""
+        return SegmentSessions(self._columns, self._slices, dead, dict(self._by_namespace))
+
+    def _of(self, namespace: str) -> Gathered:
         found = self._by_namespace.get(namespace)
         if found is None:
-            found = self._by_namespace[namespace] = self._gathered(namespace)  # racing builds are equal
+            earlier = self._earlier.get(namespace)
+            found = self._gathered(namespace) if earlier is None else _without_dead(earlier, self._dead)
+            self._by_namespace[namespace] = found  # racing builds are equal
         return found
 
-    def _gathered(self, namespace: str) -> tuple[dict[SessionKey, tuple[int, int]], np.ndarray, np.ndarray]:
+    def _gathered(self, namespace: str) -> Gathered:
         rows = _namespace_rows(self._columns, self._slices, namespace)
         columns = self._columns
         if len(rows) <= FEW_ROWS:

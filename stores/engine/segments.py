@@ -118,9 +118,8 @@ class LoadedSegment:
                        self.__dict__.get("edges"))  # edges decoded already are shared, not decoded again
         segment._row_index = self._row_index  # over every row, dead or not
         segment._decoded = self._decoded  # the same records at the same rows
-        for shared in ("ids", "namespace_of_row", "_named"):
-            if shared in self.__dict__:
-                segment.__dict__[shared] = self.__dict__[shared]
+        segment.__dict__.update({name: self.__dict__[name] for name in ("ids", "namespace_of_row", "_named") if name in self.__dict__})
+        segment.sessions = self.sessions.with_dead(segment.dead)  # what is gathered so far, filtered
         segment._checked = self._checked  # the rows' checked table; readers leave the dead rows out
         segment._edge_index = self._edge_index  # over every row, dead or not: shared by every reading
         return segment
