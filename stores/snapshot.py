@@ -14,7 +14,7 @@ and deletion file), so a write, a delete or a merge costs the segments it touche
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -33,9 +33,10 @@ from rms_retrieval.stores.protocols import (PLAIN_FIELDS, AssertionGroupRow, Cla
                                             GraphIndex, LexicalHit, LexicalIndex, ObjectStore, QuantityRow, RecordReader,
                                             RetrievalLog, ScanSelection, SessionNeighbour, SnapshotSource, VectorHit,
                                             VectorIndex)
-from rms_retrieval.stores.engine.scope_cache import (NamespaceRows, Scope, ScopeValues, extended_adjacency, handed_splits,
-                                                     merged_keys, namespace_rows, row_sources)
-from rms_retrieval.stores.engine.scope_graph import CoMentionCounts, EdgeBlock, scope_graph
+from rms_retrieval.stores.engine.graph_extension import ScopeGraph, built_graph, extended_adjacency
+from rms_retrieval.stores.engine.scope_cache import (NamespaceRows, Scope, ScopeValues, appended, handed_splits, merged_keys,
+                                                     namespace_rows, row_sources)
+from rms_retrieval.stores.engine.scope_graph import CoMentionCounts
 from rms_retrieval.stores.engine.segments import LoadedSegment
 from rms_retrieval.stores.engine.store_sql import ParquetRecords
 from rms_retrieval.stores.indexes.vector_index import exact_top_k
@@ -62,7 +63,8 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         merged = None if previous is None else merged_keys(previous.segments, self.segments)
         keys = [segment.entry.key for segment in self.segments]
         ids = [*keys, *(segment.entry.id for segment in self.segments)]  # row_sources names a segment by its id too
-        self._adjacency = ScopeValues[Adjacency](None if previous is None else previous._adjacency, keys, merged)
+        self._adjacency = ScopeValues[ScopeGraph](None if previous is None else previous._adjacency,
+                                                  [segment.entry.id for segment in self.segments], merged, by_segment=True)
         self._catalogs = ScopeValues[EntityCatalog](None if previous is None else previous._catalogs, ids, merged)
         self._pinned = ScopeValues[list[MemoryObject]](None if previous is None else previous._pinned, ids, merged)
         self._known_names = ScopeValues[KnownNames](None if previous is None else previous._known_names, keys, merged)
@@ -225,7 +227,7 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
             split.append((segment, rows))
         return split
 
-    def _sources(self, scope: Scope, kind: Callable[[NamespaceRows], Mapping[str, tuple]]) -> tuple[str, ...]:
+    def _sources(self, scope: Scope, kind: Callable[[NamespaceRows], Collection[str]]) -> tuple[str, ...]:
         """Keys of the segments holding `kind` rows or deleted rows in `scope`, in order (a deletion may remove any edge)."""
         return tuple(segment.entry.key for segment, rows in self._split(scope)
                      if any(name in kind(rows) or name in rows.dead_rows for name in scope))
@@ -255,9 +257,12 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                 return (segment.object_at(row) for segment, _, row in self._entity_rows([namespace])
                         if added is None or segment.entry.key in added)
 
-            found[namespace] = self._known_names.get(
-                scope, self._sources(scope, lambda rows: rows.entity_rows), lambda: KnownNames.of(entities()),
-                lambda previous, added: previous.with_entities(entities(added)))
+            sources = self._sources(scope, lambda rows: rows.entity_rows)
+
+            def extend(previous: KnownNames, before: tuple[str, ...], sources: tuple[str, ...] = sources) -> KnownNames | None:
+                return None if (added := appended(before, sources)) is None else previous.with_entities(entities(added))
+
+            found[namespace] = self._known_names.get(scope, sources, lambda: KnownNames.of(entities()), extend)
         return found
 
     def co_mention_counts(self, namespaces: Iterable[str]) -> CoMentionCounts:
@@ -291,18 +296,14 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         mentioning both its entities (none: left out), as if the deleted ones were never stored."""
         key = tuple(sorted(set(namespaces)))
 
-        def build() -> Adjacency:
-            blocks = [EdgeBlock(namespace, rows.edges.columns, rows.edges.where(namespace))
-                      for _, rows in self._split(key) for namespace in key if namespace in rows.edges]
-            counts = self.co_mention_counts(key)
-            return scope_graph(blocks, self.dead_ids, {namespace: counts.mentions(namespace) for namespace in key})
+        def build() -> ScopeGraph:
+            return built_graph(self._split(key), key, self.co_mention_counts(key), self.dead_ids)
 
-        def extend(previous: Adjacency, added: tuple[str, ...]) -> Adjacency | None:
-            counts = self.co_mention_counts(key)
-            return extended_adjacency(previous, self._split(key), frozenset(added), key,
-                                      {namespace: counts.counter(namespace) for namespace in key})
+        def extend(previous: ScopeGraph, before: tuple[str, ...]) -> ScopeGraph | None:
+            return extended_adjacency(previous, before, self._split(key), key, self.co_mention_counts(key), self.dead_ids)
 
-        return self._adjacency.get(key, self._sources(key, lambda rows: rows.edges), build, extend)
+        # A segment with no deleted row in the scope holds its edges there live: the edges need no split to be told.
+        return self._adjacency.get(key, self._sources(key, lambda rows: rows.edge_namespaces), build, extend).adjacency
 
     # ----- ObjectStore -----------------------------------------------------------------------------
 

@@ -164,3 +164,27 @@ def test_sorted_positions_say_where_each_value_is_and_whether_it_is_there():
     assert at[held].tolist() == [1, 2, 0] and (at < len(column)).all()
     at, held = sorted_positions(np.zeros(0, dtype=np.int64), np.array([3, 4]))
     assert held.tolist() == [False, False] and at.dtype == np.intp
+
+
+def test_an_update_that_only_reweighs_edges_shares_the_graphs_arrays_and_is_the_graph_of_its_edges():
+    rng = np.random.default_rng(9)
+    nodes = [UUID(int=int(value)) for value in rng.integers(1, 2**62, 30)]
+    kinds = ["MENTIONS", "CO_MENTIONED", "SPOKEN_BY"]
+    edges = {edge_id: Edge(edge_id, nodes[int(rng.integers(30))], nodes[int(rng.integers(30))], kinds[edge_id % 3],
+                           float(rng.random())) for edge_id in range(1, 120)}
+    graph = Adjacency(list(edges.values()))
+    chosen = [edges[int(edge_id)] for edge_id in rng.choice(np.arange(1, 120), 10, replace=False)]
+    reweighed = [Edge(edge.edge_id, edge.source, edge.target, edge.edge_type, 0.25) for edge in chosen]
+    updated = graph.updated(reweighed, {500, 501})  # ids the graph lacks: nothing goes
+    _same_arrays(updated, Adjacency(list({**edges, **{edge.edge_id: edge for edge in reweighed}}.values())))
+    assert updated.source is graph.source and updated.node_keys is graph.node_keys and updated.confidence is not graph.confidence
+    first = chosen[0]
+    for changed in (Edge(first.edge_id, first.target if first.source != first.target else nodes[0], first.target,
+                         first.edge_type, 0.5),  # other ends
+                    Edge(first.edge_id, first.source, first.target, kinds[(first.edge_id + 1) % 3], 0.5)):  # another type
+        rebuilt = graph.updated([changed, *reweighed[1:]])
+        _same_arrays(rebuilt, Adjacency(list({**edges, **{edge.edge_id: edge for edge in [changed, *reweighed[1:]]}}.values())))
+    gone = graph.updated(reweighed[1:], {first.edge_id})  # an edge taken out: not in place
+    kept = {**edges, **{edge.edge_id: edge for edge in reweighed[1:]}}
+    kept.pop(first.edge_id)
+    _same_arrays(gone, Adjacency(list(kept.values())))

@@ -82,3 +82,31 @@ def test_sorted_ids_find_many_ids_at_once_as_one_at_a_time(shared_prefix) -> Non
     assert ids.positions(wanted).tolist() == expected == [ids.position(entity.bytes) for entity in asked]
     assert ids.positions(wanted[::2]).tolist() == expected[::2]  # a strided column too
     assert SortedIds(np.zeros(0, dtype="V16")).positions(wanted).tolist() == [-1] * len(asked)
+
+
+@pytest.mark.parametrize("shared_prefix", [False, True])
+def test_pair_edges_find_many_pairs_at_once_as_one_at_a_time(shared_prefix) -> None:
+    from rms_retrieval.stores.engine.mentioners import PairEdges
+
+    chooser = random.Random(8)
+    ids = sorted((UUID(int=((9 << 64) if shared_prefix else (chooser.getrandbits(64) << 64)) + chooser.getrandbits(64))
+                  for _ in range(10)), key=lambda entity: entity.int)
+    ends = [(chooser.randrange(10), chooser.randrange(10)) for _ in range(60)]
+    keys = np.frombuffer(b"".join(entity.bytes for entity in ids), dtype="V16")
+    pairs = PairEdges(np.asarray(ends), np.arange(190, 250, dtype=np.uint8), keys)  # ids in the smallest type
+    asked = [(first, second) for first in [*ids, UUID(int=3)] for second in [*ids, UUID(int=3)]]
+    sources = np.frombuffer(b"".join(first.bytes for first, _ in asked), dtype="V16")
+    targets = np.frombuffer(b"".join(second.bytes for _, second in asked), dtype="V16")
+    expected = [pairs.get(first.bytes, second.bytes) for first, second in asked]
+    assert pairs.get_each(sources, targets).tolist() == [-1 if found is None else found for found in expected]
+    assert any(found is None for found in expected) and any(found is not None for found in expected)
+    empty = PairEdges(np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype="V16"))
+    assert empty.get_each(sources[:3], targets[:3]).tolist() == [-1, -1, -1]
+
+
+def test_mentioners_ends_are_the_edges_they_were_made_from() -> None:
+    chooser = random.Random(4)
+    entities = [UUID(int=chooser.getrandbits(128)) for _ in range(15)]
+    edges = [(chooser.choice(entities), chooser.randrange(40)) for _ in range(100)]
+    targets, rows = Mentioners(_targets([entity for entity, _ in edges]), np.asarray([row for _, row in edges])).ends()
+    assert sorted((UUID(bytes=target.tobytes()), row) for target, row in zip(targets, rows.tolist())) == sorted(edges)

@@ -274,3 +274,27 @@ def test_a_graph_whose_every_edge_stays_numbers_its_nodes_by_the_ends_as_they_ar
                               else Edge(stored.edge.edge_id, stored.edge.source, stored.edge.target, CO_MENTIONED,
                                         co_mention_confidence(1)) for stored in edges])
         assert graph.edges == expected.edges and graph.nodes == expected.nodes == tuple(sorted({*turns, a, b, c}))
+
+
+def test_co_mention_counts_of_many_pairs_at_once_are_each_pairs_count(tmp_path, encoder) -> None:
+    from datetime import datetime, timezone
+
+    from rms_retrieval.stores.memory_store import MemoryStore
+    from rms_retrieval.stores.models import MemoryObject
+
+    names = ["Alice", "Bruno", "Chen", "Dara", "Elif"]
+    chooser = random.Random(6)
+    with MemoryStore.open(tmp_path / "store", encoder) as store:
+        for write in range(4):  # several segments, some rows deleted
+            store.add([MemoryObject(id=UUID(int=10 * write + turn + 1), namespace="a", created_at=datetime(2024, 1, 1, tzinfo=timezone.utc),
+                                    content=" met ".join(chooser.sample(names, 3)) + ".") for turn in range(5)])
+        store.add([MemoryObject(id=UUID(int=99), namespace="a", content="Greta went home.",
+                                created_at=datetime(2024, 1, 1, tzinfo=timezone.utc))])  # Greta with no one
+        store.delete("a", [UUID(int=2), UUID(int=13)])
+        snapshot = store.snapshot()
+        counts = snapshot.co_mention_counts(["a"])
+        entities = sorted((entity.id for entity in snapshot.stored_entities(["a"])), key=lambda entity: entity.int)
+        pairs = [(first, second) for first in entities for second in entities if first.int < second.int]
+        found = counts.counts("a", uuid_keys([first for first, _ in pairs]), uuid_keys([second for _, second in pairs]))
+        assert found.tolist() == [counts.count(("a", first, second)) for first, second in pairs]
+        assert len(snapshot.segments) > 1 and 0 < sum(found.tolist()) and 0 in found.tolist()

@@ -349,26 +349,29 @@ class EdgeColumns:
             return self._mentioners.setdefault(namespace, found)
 
     def mention_ends(self, namespace: str) -> tuple[np.ndarray, np.ndarray]:
-        """The targets (rows of 16 id bytes) and owner rows of `namespace`'s MENTIONS edges that
-        have an owner, dead rows included."""
+        """The targets (rows of 16 id bytes) and owner rows of `namespace`'s owned MENTIONS edges, dead rows included."""
         mask = self._of(namespace, MENTIONS) & (self.rows >= 0)
         return self.ends_at(mask)[:, 16:], self.rows[mask]
 
     def co_mentioned_id(self, namespace: str, source: UUID, target: UUID) -> int | None:
-        """The id of the CO_MENTIONED edge from `source` to `target` in `namespace` stored here (the
-        last stored, as a later edge replaces one with its id), from a lookup of that namespace's
-        CO_MENTIONED edges made on first use."""
+        """The id of the CO_MENTIONED edge from `source` to `target` in `namespace` stored here (the last stored,
+        as a later edge replaces one with its id), from a lookup of that namespace's edges made on first use."""
+        return self._pair_edges(namespace).get(source.bytes, target.bytes)
+
+    def co_mentioned_ids(self, namespace: str, sources: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """`co_mentioned_id` of each pair of two V16 columns of ids, -1 for none."""
+        return self._pair_edges(namespace).get_each(sources, targets)
+
+    def _pair_edges(self, namespace: str) -> PairEdges:
         found = self._co_mentioned.get(namespace)
         if found is None:
             mask = self._of(namespace, CO_MENTIONED)
-            if self._end_ids is None:  # each edge's two ids as bytes (segments written before end codes)
-                keys, codes = np.unique(id_keys(self._ends[mask]), return_inverse=True)
-            else:
-                keys, codes = id_keys(self._end_ids), self._ends[mask]
+            keys, codes = (np.unique(id_keys(self._ends[mask]), return_inverse=True) if self._end_ids is None  # older:
+                           else (id_keys(self._end_ids), self._ends[mask]))  # each edge's ids as bytes, not codes
             found = PairEdges(codes, self.ids[mask], keys)
             with self._lock:
                 found = self._co_mentioned.setdefault(namespace, found)
-        return found.get(source.bytes, target.bytes)
+        return found
 
 
 def _run_starts(codes: np.ndarray) -> np.ndarray:

@@ -57,6 +57,11 @@ class SegmentEntry:
         return body
 
 
+def segment_of_key(key: str) -> str:
+    """The segment id of a cache key (`SegmentEntry.key`), whatever deletion file it names."""
+    return key.split("/", 1)[0]
+
+
 @dataclass(frozen=True, slots=True)
 class Deletions:
     """A segment's deletion file (`deleted-g<generation>.npy` in its directory): the sorted row

@@ -1,12 +1,13 @@
 """Which rows of a segment mention each entity of a namespace, and which CO_MENTIONED edge joins
 a pair of its entities, looked up one entity or one pair at a time.
 
-A write re-weighs the entity pairs its new rows mention, and the graph it extends counts the rows
-mentioning both entities of each pair (`CoMentionCounts.counter`). A LongMemEval-S namespace holds
+A write re-weighs the entity pairs its new rows mention, counting the rows mentioning both
+entities of each pair (`CoMentionCounts.counter`), and a graph brought up to date counts the pairs
+whose count moved from the same sorted arrays, all at once (`CoMentionCounts.counts`). A LongMemEval-S namespace holds
 thousands of MENTIONS edges in one segment: a mapping of every entity to its rows would cost about
 10 ms of Python work per namespace for the few pairs a one-turn write asks about, so `Mentioners`
 sorts the edges' targets once, as numbers, and makes the rows of an entity when it is asked for.
-A write, and the graph it extends, also look up the edge of each pair they re-weigh (`PairEdges`):
+A write, and a graph brought up to date, also look up the edge of each pair they re-weigh (`PairEdges`):
 a namespace's 70,000 CO_MENTIONED edges as sorted integers (the ends' codes in the segment), made
 in 2-6 ms, where a dictionary by the ends' bytes takes 20-40 ms.
 """
@@ -93,6 +94,12 @@ class Mentioners(Mapping[int, frozenset[int]]):
             raise KeyError(entity)
         return self._made.setdefault(entity, frozenset(self._rows[self._bounds[at]:self._bounds[at + 1]].tolist()))
 
+    def ends(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every edge's target (rows of 16 id bytes) and owner row, by target: what `mention_ends`
+        gives, in another order, from the arrays sorted once."""
+        targets = np.repeat(self._ids.keys, np.diff(self._bounds))
+        return np.frombuffer(targets.tobytes(), dtype=np.uint8).reshape(-1, 16), self._rows
+
     def __iter__(self) -> Iterator[int]:
         return iter(key_ints(self._ids.keys))
 
@@ -116,6 +123,16 @@ class PairEdges:
         pairs = codes[:, 0] * len(end_keys) + codes[:, 1]
         self._order = np.argsort(pairs, kind="stable")
         self._pairs, self._ids, self._ends = pairs[self._order], np.asarray(ids), SortedIds(end_keys)
+
+    def get_each(self, sources: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """`get` of each (source, target) pair of two V16 columns at once, -1 for none."""
+        first, second = self._ends.positions(sources), self._ends.positions(targets)
+        pairs = first * len(self._ends) + second
+        stop = np.searchsorted(self._pairs, pairs, side="right")
+        found = (first >= 0) & (second >= 0) & (stop > 0)
+        found[found] = self._pairs[stop[found] - 1] == pairs[found]
+        ids = self._ids[self._order[np.maximum(stop, 1) - 1]].astype(np.int64) if len(self._order) else -1
+        return np.where(found, ids, -1)
 
     def get(self, source: bytes, target: bytes) -> int | None:
         """The id of the last edge stored from `source` to `target` (16 bytes each), None for none."""

@@ -7,9 +7,10 @@ tenant's rows. A write adds a segment to a few namespaces; a new generation keep
 whose source segments are unchanged (`ScopeValues`), or were merged into one segment that holds
 exactly their live rows (`merged_keys`) while the value was built from every one of them that
 holds the scope, so a query after a write rebuilds only the scopes the write touched, at the cost
-of that scope and not of the store. A graph the write only added to (no segment of the scope read
-with a new deletion file) is updated by the write's segments instead (`extended_adjacency`):
-their edges, and the weights of the entity pairs their rows mention.
+of that scope and not of the store. A scope's graph is kept while its segments live, whatever
+deletion file they are read with, and brought up to date by what changed since it was built
+(stores/engine/graph_extension.py); the entity names of a scope grow with the segments a write
+adds (`appended`).
 """
 
 from __future__ import annotations
@@ -18,24 +19,18 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
-from uuid import UUID
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rms_retrieval.stores.indexes.adjacency import Adjacency
-from rms_retrieval.stores.indexes.entity_graph import co_mention_confidence
 from rms_retrieval.stores.models import NodeType
-from rms_retrieval.stores.protocols import Edge
-from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, LiveEdgeGroups, grouped_by_code
+from rms_retrieval.stores.engine.edge_columns import LiveEdgeGroups, grouped_by_code
+from rms_retrieval.stores.engine.manifest import segment_of_key
 from rms_retrieval.stores.engine.segments import LoadedSegment
 
 Scope = tuple[str, ...]
 Value = TypeVar("Value")
-# At most this many entity pairs are weighed again to extend a graph by a write's segments; a
-# larger write (a bulk add of long turns) rebuilds the graph instead.
-MAX_EXTENDED_PAIRS = 20_000
 
 
 class NamespaceRows:
@@ -50,6 +45,11 @@ class NamespaceRows:
                  dead_kinds: Mapping[str, frozenset[str]]) -> None:
         self.entity_rows, self.pinned_rows, self.dead_rows, self.dead_kinds = entity_rows, pinned_rows, dead_rows, dead_kinds
         self._segment, self._edges = segment, None
+
+    @property
+    def edge_namespaces(self) -> frozenset[str]:
+        """The namespaces the segment holds edges of, live or not."""
+        return self._segment.edge_namespaces
 
     @property
     def edges(self) -> LiveEdgeGroups:
@@ -124,16 +124,18 @@ def _kinds(segment: LoadedSegment, rows: list[int]) -> frozenset[str]:
 
 
 class ScopeValues(Generic[Value]):
-    """Values by namespace scope, each with the ids of the segments it was built from; handed to
+    """Values by namespace scope, each with the keys of the segments it was built from; handed to
     the next generation, which keeps those whose segments are all still live. Racing builds of one
     scope give equal values, so the last to be stored wins harmlessly."""
 
     def __init__(self, previous: ScopeValues[Value] | None = None, live: Collection[str] = (),
-                 merged: Merges | None = None) -> None:
+                 merged: Merges | None = None, by_segment: bool = False) -> None:
         """`merged`: the segments merges replaced, each merged segment holding exactly its sources'
         live rows (`merged_keys`). A value built from every source of a merge that holds its
         scope's namespaces is kept, as built from the merged segment; one built before a source
-        that holds them was written is not (the merged segment holds that source's rows too)."""
+        that holds them was written is not (the merged segment holds that source's rows too).
+        `by_segment`: a value is kept while its sources' segments are live (`live` holds their
+        ids), whatever deletion file they are read with now: its `extend` brings it up to date."""
         kept = {} if previous is None else previous._values
         alive = frozenset(live)
         self._values: dict[Scope, tuple[tuple[str, ...], Value]] = {}
@@ -142,22 +144,18 @@ class ScopeValues(Generic[Value]):
                 if not merged.covers(scope, sources):
                     continue
                 sources = _renamed(sources, merged.renamed)
-            if alive.issuperset(sources):
+            if alive.issuperset(map(segment_of_key, sources) if by_segment else sources):
                 self._values[scope] = (sources, value)
 
     def get(self, scope: Scope, sources: tuple[str, ...], build: Callable[[], Value],
             extend: Callable[[Value, tuple[str, ...]], Value | None] | None = None) -> Value:
         """The value of `scope` built from the segments `sources` (in order), built now if unknown.
-        With `extend`, a value built from a prefix of `sources` (what a write that merged and
-        deleted nothing leaves) is extended by the segments that follow it; `extend` returns None
-        where it cannot, and the value is built."""
+        With `extend`, a value built from other sources is handed to it with those sources; it
+        returns the value brought up to `sources`, or None where it cannot, and the value is built."""
         found = self._values.get(scope)
         if found is not None and found[0] == sources:
             return found[1]
-        value = None
-        if extend is not None and found is not None and len(found[0]) < len(sources) \
-                and sources[:len(found[0])] == found[0]:
-            value = extend(found[1], sources[len(found[0]):])
+        value = None if extend is None or found is None else extend(found[1], found[0])
         if value is None:
             value = build()
         self._values[scope] = (sources, value)
@@ -165,6 +163,12 @@ class ScopeValues(Generic[Value]):
 
     def __len__(self) -> int:
         return len(self._values)
+
+
+def appended(before: tuple[str, ...], sources: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The segments `sources` holds after those of `before`, where `before` is how it starts (what
+    a write that merged and deleted nothing leaves), else None."""
+    return sources[len(before):] if len(before) <= len(sources) and sources[:len(before)] == before else None
 
 
 def row_sources(split: Sequence[tuple[LoadedSegment, NamespaceRows]], scope: Scope, kind: str) -> tuple[str, ...]:
@@ -233,49 +237,3 @@ def merged_keys(previous: Collection[LoadedSegment], segments: Collection[Loaded
                 renamed[before[source].entry.key] = segment.entry.key
                 holding[before[source].entry.key] = _value_namespaces(before[source])
     return Merges(renamed, holding)
-
-
-def extended_adjacency(previous: Adjacency, split: list[tuple[LoadedSegment, NamespaceRows]], added: Collection[str],
-                       scope: Scope, counters: Mapping[str, Callable[[UUID, UUID], int]]) -> Adjacency | None:
-    """`previous`, the graph of `scope` over the segments of `split` before those in `added`,
-    extended by the edges of `added` (a later edge replaces one with its id), with the weight of
-    every entity pair a row of `added` mentions counted again (`counters`, per namespace), as the
-    full build would give it. The rows deleted in the earlier segments are the previous graph's
-    own (a segment read with a new deletion file is a new source, and the graph is built); an added
-    segment's dead rows own none of its live edges and count in no pair, and no earlier edge ends
-    at an object first added after them. None where the extension cannot be exact: an added row of
-    an id a deleted row holds (a spotted name named again makes its entity anew, with its id: its
-    earlier edges come back), or more than MAX_EXTENDED_PAIRS pairs to weigh."""
-    new = [(segment, rows) for segment, rows in split if segment.entry.key in added]
-    deleted = {(name, segment.id_at(row)) for segment, rows in split if segment.entry.key not in added
-               for name in scope for row in rows.dead_rows.get(name, ())}
-    if deleted and any((name, segment.id_at(row)) in deleted for segment, _ in new for name in scope
-                       for row in range(*segment.namespace_slices.get(name, (0, 0)))):
-        return None
-    pairs: set[tuple[str, UUID, UUID]] = set()
-    edges: dict[int, Edge] = {}  # added or re-weighted
-    removed: set[int] = set()
-    for segment, rows in new:
-        for namespace in scope:
-            for edge in rows.edges.get(namespace, ()):
-                edges[edge.edge_id] = edge
-                if edge.edge_type == CO_MENTIONED:
-                    pairs.add((namespace, edge.source, edge.target))
-        for row in segment.edge_index.by_owner:
-            if segment.namespace_at(row) in scope:
-                pairs.update(segment.edge_index.pairs_of(row))
-            if len(pairs) > MAX_EXTENDED_PAIRS:
-                return None
-    for namespace, first, second in pairs:
-        edge_id = next((found for segment, _ in reversed(split)
-                        if (found := segment.co_mentioned_id(namespace, first, second)) is not None), None)
-        if edge_id is None:
-            continue
-        count = counters[namespace](first, second)
-        if count:
-            edges[edge_id] = Edge(edge_id, first, second, CO_MENTIONED, co_mention_confidence(count))
-            removed.discard(edge_id)
-        else:
-            edges.pop(edge_id, None)
-            removed.add(edge_id)
-    return previous.updated(list(edges.values()), removed)

@@ -7,8 +7,8 @@ out, and every CO_MENTIONED edge weighed by the live objects mentioning both its
 (`co_mention_confidence`), left out where none does. A segment written by this code stores, as
 each of its CO_MENTIONED edges' confidence, the weight of its own rows mentioning both ends
 (`counted_confidences`), so a graph counts only the other segments' rows for that edge.
-`CoMentionCounts` gives the same counts a pair at a time, for what a write re-weighs
-(`scope_cache.extended_adjacency`, the writer).
+`CoMentionCounts` gives the same counts a pair at a time, for what a write re-weighs, or for
+many pairs at once, for a graph brought up to date (stores/engine/graph_extension.py).
 """
 
 from __future__ import annotations
@@ -358,6 +358,14 @@ class CoMentionCounts(Mapping[tuple[str, UUID, UUID], int]):
         """Each segment's MENTIONS of `namespace` (what `scope_graph` counts with)."""
         return [SegmentMentions(segment.edge_columns, namespace, segment.dead, segment.entry.rows)
                 for segment in self._segments.get(namespace, ())]
+
+    def counts(self, namespace: str, firsts: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+        """`count` of each pair of two V16 columns (smaller ids, larger ids), counted together from
+        each segment's MENTIONS of the namespace as its `Mentioners` keeps them sorted."""
+        keys, codes = np.unique(np.concatenate([firsts, seconds]), return_inverse=True)
+        mentions = [_chosen_mentions(*segment.mentioners(namespace).ends(), segment.dead, segment.entry.rows, False)
+                    for segment in self._segments.get(namespace, ())]
+        return co_mention_counts(codes[:len(firsts)], codes[len(firsts):], keys, mentions)
 
     def count(self, key: tuple[str, UUID, UUID]) -> int:
         """The live objects mentioning both entities of `key`, 0 for none (or another namespace)."""

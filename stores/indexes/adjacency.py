@@ -106,6 +106,12 @@ class Adjacency:
         search, the new ones inserted where their ids and ends sort, and nothing of the graph's
         size is sorted or copied more than once (each fresh page is a fault on first touch)."""
         size, count = len(self.edge_id), len(upserts)
+        removed = set(removed)
+        taken = np.fromiter(removed - {edge.edge_id for edge in upserts}, dtype=np.int64)
+        if count and not sorted_positions(self.edge_id, taken)[1].any():
+            reweighed = self._reweighed(upserts)
+            if reweighed is not None:
+                return reweighed
         gone = np.fromiter({*removed, *(edge.edge_id for edge in upserts)}, dtype=np.int64)
         at, held = sorted_positions(self.edge_id, gone)  # ids are unique and ascending
         dropped = at[held]
@@ -154,6 +160,23 @@ class Adjacency:
             type_names,  # the old codes keep their names
             self._node_ids.moved(node_keys, remap),  # the UUIDs made so far, for nodes that stay
         )
+        return updated
+
+    def _reweighed(self, upserts: Sequence[Edge]) -> Adjacency | None:
+        """`updated` where no edge goes and every upsert replaces an edge with its id, ends and
+        type (an update that kept a turn's names moves its edges to the new version): the graph's
+        arrays shared, only its confidences copied. None where that is not so."""
+        ids = np.fromiter((edge.edge_id for edge in upserts), dtype=np.int64, count=len(upserts))
+        at, held = sorted_positions(self.edge_id, ids)
+        if not held.all() or any(self.node_at(int(self.source[position])) != edge.source
+                                 or self.node_at(int(self.target[position])) != edge.target
+                                 or self.type_at(position) != edge.edge_type for position, edge in zip(at.tolist(), upserts)):
+            return None
+        confidence = self.confidence.copy()
+        confidence[at] = [edge.confidence for edge in upserts]
+        updated = Adjacency.__new__(Adjacency)
+        updated._install(self.node_keys, self.source, self.target, confidence, self.edge_id, self._type_codes,
+                         self._type_names, self._node_ids)
         return updated
 
     @property
