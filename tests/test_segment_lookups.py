@@ -94,3 +94,5 @@ def test_sessions_with_more_rows_deleted_are_what_gathering_them_again_gives(cou
     assert not any(key[3] == "s3" for key in derived) and any(key[3] == "s3" for key in earlier)
     untouched = earlier.with_dead(dead)
     assert untouched._of("live") is earlier._of("live")  # no row deleted since: the same arrays
+    twice = earlier.with_dead(dead).with_dead(later)  # a namespace not asked for in between is still filtered
+    assert twice._earlier["live"] is earlier._of("live") and {key: twice[key] for key in twice} == {key: whole[key] for key in whole}

@@ -140,7 +140,7 @@ class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
     def with_dead(self, dead: np.ndarray | None) -> SegmentSessions:
         """These sessions with more rows deleted (`dead`, per row): what is gathered so far is
         filtered when asked for, not gathered again (a question right after an update)."""
-        return SegmentSessions(self._columns, self._slices, dead, dict(self._by_namespace))
+        return SegmentSessions(self._columns, self._slices, dead, {**self._earlier, **self._by_namespace})
 
     def _of(self, namespace: str) -> Gathered:
         found = self._by_namespace.get(namespace)
