@@ -98,7 +98,7 @@ class _SegmentParts:
         self.key = key
         self.segment = _SegmentPostings(postings, codes, id_keys, alive, name_tfs, id_at)
         live_codes = codes if alive is None else codes[alive]
-        self.namespaces = [names[code] for code in np.unique(live_codes).tolist()]
+        self.namespaces = [names[code] for code in np.flatnonzero(np.bincount(live_codes, minlength=len(names))).tolist()]
         self._code_of = {name: code for code, name in enumerate(names)}
         self._parts: dict[str, _Part] = {}
         self._lock = threading.Lock()
