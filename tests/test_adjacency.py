@@ -188,3 +188,19 @@ def test_an_update_that_only_reweighs_edges_shares_the_graphs_arrays_and_is_the_
     kept = {**edges, **{edge.edge_id: edge for edge in reweighed[1:]}}
     kept.pop(first.edge_id)
     _same_arrays(gone, Adjacency(list(kept.values())))
+
+
+def test_a_reweighed_graph_keeps_the_source_answers_no_changed_edge_crossed():
+    turns, people = [UUID(int=number) for number in range(1, 5)], [UUID(int=100 + number) for number in range(3)]
+    edges = [Edge(1, turns[0], people[0], "MENTIONS", 0.7), Edge(2, turns[1], people[0], "MENTIONS", 0.3),
+             Edge(3, turns[2], people[1], "SPOKEN_BY", 0.9), Edge(4, turns[3], people[2], "MENTIONS", 0.6)]
+    graph = Adjacency(edges)
+    asked = [(people[:2], "MENTIONS", 0.5), (people[:2], "MENTIONS", 0.2), (people[:2], "SPOKEN_BY", 0.5)]
+    before = [graph.source_keys_into(*question) for question in asked]
+    assert before[0] == {turns[0].int} and before[1] == {turns[0].int, turns[1].int}
+    changed = [Edge(2, turns[1], people[0], "MENTIONS", 0.8)]  # crosses 0.5, not 0.2
+    updated = graph.updated(changed)
+    fresh = Adjacency([changed[0] if edge.edge_id == 2 else edge for edge in edges])
+    assert [updated.source_keys_into(*question) for question in asked] == [fresh.source_keys_into(*question) for question in asked]
+    assert updated.source_keys_into(*asked[1]) is before[1] and updated.source_keys_into(*asked[2]) is before[2]  # kept
+    assert updated.source_keys_into(*asked[0]) == {turns[0].int, turns[1].int} != before[0]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from types import MappingProxyType
 from uuid import UUID
 
@@ -199,8 +200,8 @@ class _PairChanges:
         targets = id_keys(columns.ends_at(mentions)[:, 16:])
         order = np.argsort(owners, kind="stable")
         owners, targets = owners[order], targets[order]
-        starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]]) if len(owners) else np.arange(0)
-        for start, end in zip(starts.tolist(), np.r_[starts[1:], len(owners)].tolist()):
+        starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1]))) if len(owners) else np.arange(0)
+        for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(owners)]):
             namespace = self._scope.index(segment.namespace_at(int(owners[start])))
             self._said.append((namespace, sign, targets[start:end]))
         return columns.ids[owned].astype(np.int64)
@@ -209,15 +210,21 @@ class _PairChanges:
         """Per namespace, the pairs (smaller ids, larger ids, as V16 columns) whose count moved: a
         pair an added row and a deleted row both mention (an update that kept a turn's names)
         keeps its count. None where more than MAX_EXTENDED_PAIRS pairs are mentioned."""
-        if not self._said:
+        net: dict[tuple[int, bytes], list] = {}  # rows that mention the same entities cancel out
+        for namespace, sign, targets in self._said:
+            found = net.setdefault((namespace, np.unique(targets).tobytes()), [0, targets])
+            found[0] += sign
+        said = [(namespace, int(np.sign(count)), targets) for (namespace, _), (count, targets) in net.items()
+                for _ in range(abs(count))]
+        if not said:
             return []
-        keys, inverse = np.unique(np.concatenate([targets for _, _, targets in self._said]), return_inverse=True)
+        keys, inverse = np.unique(np.concatenate([targets for _, _, targets in said]), return_inverse=True)
         size = len(keys)
         codes, signs, start = [], [], 0
-        for namespace, sign, targets in self._said:
+        for namespace, sign, targets in said:
             entities = np.unique(inverse[start:start + len(targets)])
             start += len(targets)
-            first, second = np.triu_indices(len(entities), 1)
+            first, second = _pairs_of(len(entities))
             codes.append((namespace * size + entities[first]) * size + entities[second])
             signs.append(np.full(len(first), sign))
         pairs, pair_of = np.unique(np.concatenate(codes), return_inverse=True)
@@ -228,6 +235,15 @@ class _PairChanges:
         firsts, seconds = np.divmod(rest, size)
         return [(self._scope[code], keys[firsts[namespaces == code]], keys[seconds[namespaces == code]])
                 for code in np.unique(namespaces).tolist()]
+
+
+@lru_cache(maxsize=256)
+def _pairs_of(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """`np.triu_indices(count, 1)`: each pair of `count` things once, made once per count (a turn
+    names a few to a few dozen)."""
+    first, second = np.triu_indices(count, 1)
+    first.flags.writeable = second.flags.writeable = False  # shared by every caller
+    return first, second
 
 
 def _owned_mask(owners: np.ndarray, rows: Sequence[int]) -> np.ndarray:

@@ -177,6 +177,10 @@ class Adjacency:
         updated = Adjacency.__new__(Adjacency)
         updated._install(self.node_keys, self.source, self.target, confidence, self.edge_id, self._type_codes,
                          self._type_names, self._node_ids)
+        # source_keys_into's answers stand (the same nodes) where no changed edge of their type crossed their bound
+        changed = list(zip((edge.edge_type for edge in upserts), self.confidence[at].tolist(), confidence[at].tolist()))
+        updated._sources.update((key, found) for key, found in dict(self._sources).items()
+                                if all(kind != key[1] or (old >= key[2]) == (new >= key[2]) for kind, old, new in changed))
         return updated
 
     @property
