@@ -179,8 +179,12 @@ class Adjacency:
                          self._type_names, self._node_ids)
         # source_keys_into's answers stand (the same nodes) where no changed edge of their type crossed their bound
         changed = list(zip((edge.edge_type for edge in upserts), self.confidence[at].tolist(), confidence[at].tolist()))
-        updated._sources.update((key, found) for key, found in dict(self._sources).items()
-                                if all(kind != key[1] or (old >= key[2]) == (new >= key[2]) for kind, old, new in changed))
+        stands: dict[tuple[str, float], bool] = {}  # per (type, bound): the few a walk asks for, each checked once
+        for key, found in dict(self._sources).items():
+            if (key[1], key[2]) not in stands:
+                stands[key[1], key[2]] = all(kind != key[1] or (old >= key[2]) == (new >= key[2]) for kind, old, new in changed)
+            if stands[key[1], key[2]]:
+                updated._sources[key] = found
         return updated
 
     @property
