@@ -141,7 +141,8 @@ def test_an_added_segment_with_edges_before_one_the_graph_was_built_from_is_not_
         graph = ScopeGraph.of(snapshot.adjacency(["a"]), split, ("a",))
         counts, dead = snapshot.co_mention_counts(["a"]), snapshot.dead_ids
         assert extended_adjacency(graph, keys, split, ("a",), counts, dead) is not None  # nothing changed
-        assert extended_adjacency(graph, keys[::2], split, ("a",), counts, dead) is None  # the middle one's edges
+        outer = ScopeGraph.of(graph.adjacency, split[::2], ("a",))  # as if built before the middle one was read
+        assert extended_adjacency(outer, keys[::2], split, ("a",), counts, dead) is None  # its edges come before the last
         assert extended_adjacency(graph, keys[::-1], split, ("a",), counts, dead) is None  # out of order
         assert extended_adjacency(graph, (*keys, "gone"), split, ("a",), counts, dead) is None  # a source merged away
 

@@ -42,8 +42,9 @@ Split = Sequence[tuple[LoadedSegment, NamespaceRows]]
 
 @dataclass(frozen=True)
 class ScopeGraph:
-    """A scope's graph, the keys of the segments it was built from, and per key the scope's rows
-    that segment had deleted then: what tells the rows deleted since (`extended_adjacency`)."""
+    """A scope's graph, the keys of the segments read when it was built (those holding the scope's
+    rows or edges), and per key the scope's rows that segment had deleted then: what tells the rows
+    deleted since (`extended_adjacency`)."""
 
     adjacency: Adjacency
     keys: frozenset[str]
@@ -54,16 +55,6 @@ class ScopeGraph:
         """`adjacency`, the graph of `scope` over the segments of `split` as they are read now."""
         dead = {segment.entry.key: _scope_dead(rows, scope) for segment, rows in split}
         return cls(adjacency, frozenset(dead), MappingProxyType({key: rows for key, rows in dead.items() if rows}))
-
-    def dead_then(self, segment: LoadedSegment, rows: NamespaceRows, scope: Scope,
-                  before: Mapping[str, str]) -> frozenset[int] | None:
-        """The scope's rows of `segment` deleted when the graph was built (`before`: segment id ->
-        the key the graph's sources name it by), None where the graph does not know (a merged
-        segment it was kept for, since read with a new deletion file)."""
-        key = before[segment.entry.id]
-        if key == segment.entry.key:
-            return _scope_dead(rows, scope)
-        return self.dead_rows.get(key, frozenset()) if key in self.keys else None
 
 
 def _scope_dead(rows: NamespaceRows, scope: Scope) -> frozenset[int]:
@@ -85,23 +76,27 @@ def extended_adjacency(previous: ScopeGraph, before: tuple[str, ...], split: Spl
     deleted objects. None where that cannot be exact: a segment of `before` gone or moved, an added
     segment with edges before one of `before`, an added row of an id whose every row was deleted
     when the graph was built (a spotted name named again makes its entity anew with its id: its
-    earlier edges come back), a segment kept through a merge and since read with a new deletion
-    file (`ScopeGraph.dead_then`), or more than MAX_EXTENDED_PAIRS pairs to weigh."""
+    earlier edges come back), a segment the graph was kept for through a merge and since read with a
+    new deletion file (which of its rows were deleted at the build is not known), or more than
+    MAX_EXTENDED_PAIRS pairs to weigh."""
     earlier = {segment_of_key(key): key for key in before}
     if [segment.entry.id for segment, _ in split if segment.entry.id in earlier] != list(earlier):
         return None
+    built = {segment_of_key(key): key for key in previous.keys}  # the segments read at the build, sources or not
+    then: dict[str, frozenset[int]] = {}  # each segment read at the build: its rows of the scope deleted then
+    for segment, rows in split:
+        key = segment.entry.key
+        if key in before or built.get(segment.entry.id) == key:  # read as it was
+            then[key] = _scope_dead(rows, scope)
+        elif segment.entry.id in built:  # read with a new deletion file since
+            then[key] = previous.dead_rows.get(built[segment.entry.id], frozenset())
+        elif segment.entry.id in earlier:  # kept through a merge, read with a new deletion file since
+            return None
     last = max((at for at, (segment, _) in enumerate(split) if segment.entry.id in earlier), default=-1)
-    new = [(segment, rows) for segment, rows in split if segment.entry.id not in earlier]
-    if any(at < last and segment.entry.id not in earlier and any(name in rows.edges for name in scope)
+    new = [(segment, rows) for segment, rows in split if segment.entry.key not in then]  # added since the build
+    if any(at < last and segment.entry.key not in then and any(name in rows.edges for name in scope)
            for at, (segment, rows) in enumerate(split)):
         return None
-    then: dict[str, frozenset[int]] = {}  # each earlier segment's rows deleted at the build
-    for segment, rows in split:
-        if segment.entry.id in earlier:
-            found = previous.dead_then(segment, rows, scope, earlier)
-            if found is None:
-                return None
-            then[segment.entry.key] = found
     # Rows deleted since the build: an added segment's all, an earlier segment's new ones.
     died = {segment.entry.key: sorted(_scope_dead(rows, scope) - then.get(segment.entry.key, frozenset()))
             for segment, rows in split if segment.entry.key not in before}
@@ -115,7 +110,7 @@ def extended_adjacency(previous: ScopeGraph, before: tuple[str, ...], split: Spl
         removed.update(graph.edge_id[graph.incident_edges(graph.numbers(gone), -np.inf)].tolist())
     pairs = _PairChanges(scope)
     for segment, _ in split:
-        if segment.entry.id in earlier and died.get(segment.entry.key):
+        if segment.entry.key in then and died.get(segment.entry.key):
             # Gone from the graph: an owned edge has one live version (an update moves it to the new
             # version in the commit that deletes the old; a merge copies it in the one that drops its source).
             removed.update(pairs.rows(segment, died[segment.entry.key], -1).tolist())
