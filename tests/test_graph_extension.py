@@ -176,3 +176,17 @@ def test_the_edges_a_few_rows_own_are_found_as_isin_finds_them():
     for count in (1, 2, FEW_ROWS, FEW_ROWS + 1, 40):
         rows = [int(row) for row in chooser.choice(400, count, replace=False)]  # some own no edge, some lie past every owner
         np.testing.assert_array_equal(_owned_mask(owners, rows), np.isin(owners, rows))
+
+
+def test_updates_of_a_turn_that_names_no_one_extend_the_graph(tmp_path, encoder, monkeypatch):
+    extended = _extensions(monkeypatch)
+    path = tmp_path / "store"
+    with MemoryStore.open(path, encoder) as store:
+        store.add([_memory(1, "Alice met Bruno and Chen.", "a"), _memory(2, "the kettle was descaled today.", "a")])
+        store.snapshot().adjacency(["a"])
+        for salience in (0.3, 0.6, 0.9):  # each version a segment of no edge; the version before it deleted
+            store.update("a", UUID(int=2), {"salience": salience})
+            store.update("a", UUID(int=1), {"salience": salience})
+            with MemoryStore.open(path, encoder, read_only=True) as fresh:
+                assert _graph_edges(store) == _graph_edges(fresh)
+    assert [found for found, _ in extended] == [True, True, True]
