@@ -106,3 +106,42 @@ def test_an_archive_np_savez_wrote_is_not_mapped(tmp_path) -> None:
         path = tmp_path / name
         path.write_bytes(data)
         assert map_npz(path) is None, name
+
+
+def test_npy_headers_are_parsed_one_at_a_time_across_threads(tmp_path, monkeypatch) -> None:
+    import ast
+    import threading
+    import time
+
+    from rms_retrieval.stores.engine.npz_views import load_npy
+
+    inside, most = [0], [0]
+    parse = ast.literal_eval
+
+    def slow(text):  # numpy parses each header with it: two at once are what CPython 3.11 can fail on
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.002)
+        inside[0] -= 1
+        return parse(text)
+
+    monkeypatch.setattr(ast, "literal_eval", slow)
+    path = tmp_path / "index.npz"
+    path.write_bytes(npz_bytes(ARRAYS))
+    npy = io.BytesIO()
+    np.save(npy, ARRAYS["ids"])
+    data = npy.getvalue()
+
+    read = []
+
+    def reader() -> None:
+        for _ in range(3):
+            read.append((map_npz(path)[1]["ids"].tolist(), load_npz(_npz(ids=ARRAYS["ids"]))["ids"].tolist(),
+                         load_npy(data).tolist(), read_npz(path)[1]["ids"].tolist()))
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert read == [(list(range(7)),) * 4] * 12 and most[0] == 1

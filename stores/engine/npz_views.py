@@ -22,6 +22,7 @@ import io
 import mmap
 import os
 import struct
+import threading
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +38,19 @@ _HEADER_LIMIT = 1 << 16
 _ALIGNMENT = 64
 # The zip extra field id Android's zipalign pads local headers with: readers skip it.
 _PADDING_FIELD = 0xD935
+
+
+# numpy parses an .npy header with `ast.literal_eval`, whose tree building CPython 3.11 does not
+# keep apart across threads: two headers parsed at once (a reader opening a segment while the
+# merge thread reads another) can fail with "SystemError: AST constructor recursion depth
+# mismatch" (python/cpython#106905). Every header this package reads is parsed under this lock.
+HEADER_LOCK = threading.Lock()
+
+
+def load_npy(data: bytes) -> np.ndarray:
+    """The array of the .npy file `data`, as `np.load` reads it (object arrays refused)."""
+    with HEADER_LOCK:
+        return np.load(io.BytesIO(data), allow_pickle=False)
 
 
 def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
@@ -81,7 +95,7 @@ def load_npz(data: bytes) -> dict[str, np.ndarray]:
     """Every array of the .npz archive `data`, as `np.load` reads it (copies): for a file that
     `read_npz` does not lay out (a compressed member, another .npy version). Object arrays are
     refused."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+    with HEADER_LOCK, np.load(io.BytesIO(data), allow_pickle=False) as arrays:
         return {name: arrays[name] for name in arrays.files}
 
 
@@ -184,8 +198,9 @@ def _array_header(header: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype] 
     """The shape, order and dtype of an .npy header in `header` (left after it), None for a
     format version this reader leaves to np.load."""
     version = np.lib.format.read_magic(header)
-    if version == (1, 0):
-        return np.lib.format.read_array_header_1_0(header)
-    if version == (2, 0):
-        return np.lib.format.read_array_header_2_0(header)
+    with HEADER_LOCK:
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(header)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(header)
     return None

@@ -19,14 +19,12 @@ they load the same, and a merge rewrites them in the current form.
 from __future__ import annotations
 
 import hashlib
-import io
 import re
 import uuid
 from pathlib import Path
 
-import numpy as np
-
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, Deletions
+from rms_retrieval.stores.engine.npz_views import load_npy
 
 OBJECTS_FILE = "objects.parquet"
 INDEX_FILE = "index.npz"
@@ -67,5 +65,5 @@ def latest_deletions(directory: Path) -> Deletions | None:
     if not found:
         return None
     data = found[-1].read_bytes()
-    rows = np.load(io.BytesIO(data), allow_pickle=False)
+    rows = load_npy(data)
     return Deletions(found[-1].name, hashlib.sha256(data).hexdigest(), len(rows))

@@ -18,7 +18,6 @@ manifest; `LoadedSegment.with_deletions` gives the new view, sharing everything 
 from __future__ import annotations
 
 import hashlib
-import io
 import mmap
 import os
 import threading
@@ -47,7 +46,7 @@ from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
 from rms_retrieval.stores.errors import StoreError
 from rms_retrieval.stores.indexes.postings import TermPostings
 from rms_retrieval.stores.engine.manifest import SegmentEntry
-from rms_retrieval.stores.engine.npz_views import load_npz, map_npz, read_npz
+from rms_retrieval.stores.engine.npz_views import load_npy, load_npz, map_npz, read_npz
 from rms_retrieval.stores.models import MemoryObject, NodeType
 from rms_retrieval.stores.engine.segment_parquet import (CODED_COLUMNS, LOADED_COLUMNS, OBJECTS_SCHEMA, MappedRecords, Records,
                                                          SegmentColumns, conformed, read_table, segment_columns)
@@ -73,9 +72,8 @@ class LoadedSegment:
         try:
             table = read_table(blobs[OBJECTS_FILE], LOADED_COLUMNS, CODED_COLUMNS)
             if separate:
-                vectors = SegmentVectors.dense(np.load(io.BytesIO(blobs[VECTORS_FILE]), allow_pickle=False))
-                with np.load(io.BytesIO(blobs[POSTINGS_FILE]), allow_pickle=False) as arrays:
-                    postings = TermPostings.from_arrays(arrays, directory / POSTINGS_FILE)
+                vectors = SegmentVectors.dense(load_npy(blobs[VECTORS_FILE]))
+                postings = TermPostings.from_arrays(load_npz(blobs[POSTINGS_FILE]), directory / POSTINGS_FILE)
                 edges = parquet_edges(read_table(blobs[EDGES_FILE]))
             else:
                 arrays = mapped[1] if mapped is not None else index if isinstance(index, dict) else load_npz(index)
@@ -134,7 +132,7 @@ class LoadedSegment:
             raise StoreError(f"{self.directory / deletions.file} is damaged (its sha256 differs from the manifest's); "
                              "restore the store from a backup")
         try:
-            rows = np.load(io.BytesIO(data), allow_pickle=False)
+            rows = load_npy(data)
         except (ValueError, OSError, EOFError) as error:
             raise StoreError(f"cannot read {self.directory / deletions.file} ({error}); restore the store from a backup") from error
         if len(rows) != deletions.rows or (len(rows) and (rows.min() < 0 or rows.max() >= self.entry.rows)):
