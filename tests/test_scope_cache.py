@@ -8,7 +8,6 @@ from uuid import UUID
 from rms_retrieval.stores.indexes.entity_graph import entity_id
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.models import MemoryObject, NodeType
-from rms_retrieval.stores.protocols import ScanSelection
 from rms_retrieval.stores.engine.scope_cache import ScopeValues, namespace_rows
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
