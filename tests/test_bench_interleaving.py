@@ -99,3 +99,10 @@ def test_the_after_update_arm_updates_one_of_the_namespaces_first_turns_before_e
         changed = [next(key for key in now if now[key] != then[key]) for then, now in zip(seen, seen[1:])]
         assert changed == [2, 3, 1, 2]  # the first turns by id, in turn
         assert len({now[key] for now, key in zip(seen[1:], changed)}) == 4  # each update a salience of its own
+
+
+def test_a_ratio_over_the_quiet_arm_is_taken_at_p50_and_p99():
+    from rms_retrieval.dataflows.bench.interleaving import over_quiet
+
+    table = {"quiet": {"p50": 10.0, "p95": 12.0, "p99": 20.0}, "after": {"p50": 12.0, "p95": 30.0, "p99": 25.0}}
+    assert over_quiet(table, "after", "quiet") == {"p50": 1.2, "p99": 1.25}

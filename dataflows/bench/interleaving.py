@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from rms_retrieval.dataflows.bench.metrics import latency_percentiles
 from rms_retrieval.dataflows.bench.speed_bench import LATENCY_BUDGET, BenchQuery
 from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -94,11 +95,18 @@ class AfterUpdateArm:
 
 
 def after_update_block(quiet: Callable[[BenchQuery], Any], store: Any, encoder: QueryEncoder,
-                       queries: Sequence[BenchQuery]) -> dict[str, list[float]]:
-    """The quiet arm and `AfterUpdateArm` on `store`, interleaved over `queries`, in a block of
-    their own after the others: an update decodes the edges of the segment it changes, and what it
-    leaves for the collector would lengthen the full collections timed in the other arms."""
-    return interleaved({"quiet": quiet, "after_update": AfterUpdateArm(store, encoder)}, queries, seed=1).seconds
+                       queries: Sequence[BenchQuery]) -> dict[str, dict[str, float]]:
+    """The percentiles (ms) of the quiet arm and `AfterUpdateArm` on `store`, interleaved over
+    `queries`, in a block of their own after the others: an update decodes the edges of the segment
+    it changes, and what it leaves for the collector would lengthen the full collections timed in
+    the other arms."""
+    timings = interleaved({"quiet": quiet, "after_update": AfterUpdateArm(store, encoder)}, queries, seed=1).seconds
+    return {name: latency_percentiles(values) for name, values in timings.items()}
+
+
+def over_quiet(table: Mapping[str, Mapping[str, float]], arm: str, quiet: str) -> dict[str, float]:
+    """`arm`'s p50 and p99 over `quiet`'s, in a table of percentiles."""
+    return {level: table[arm][level] / table[quiet][level] for level in ("p50", "p99")}
 
 
 def after_change_lines(report: Mapping[str, Any], key: str, question: str, target: str) -> list[str]:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rms_retrieval.dataflows.bench.interleaving import (BUNDLE, AfterWriteArm, after_change_lines, after_update_block,
-                                                       collections_line, frozen_collector, interleaved, pipeline_arm,
+                                                       collections_line, frozen_collector, interleaved, over_quiet, pipeline_arm,
                                                        warming_queries)
 from rms_retrieval.dataflows.bench.first_query import first_query_line, first_query_report
 from rms_retrieval.dataflows.bench.lme_latency import LME_SAMPLES
@@ -160,13 +160,9 @@ def run_latency(
     floor = table["floor"]["p50"]
     report["p50_over_floor"] = {name: row["p50"] / floor for name, row in table.items()}
     if "pipeline_after_write" in table:
-        report["after_write_over_quiet"] = {
-            level: table["pipeline_after_write"][level] / table["pipeline"][level] for level in ("p50", "p99")}
-        block = {name: latency_percentiles(values) for name, values in
-                 after_update_block(arms["pipeline"], after_write_store, encoder, queries).items()}
-        report["after_update_ms"] = block
-        report["after_update_over_quiet"] = {
-            level: block["after_update"][level] / block["quiet"][level] for level in ("p50", "p99")}
+        report["after_write_over_quiet"] = over_quiet(table, "pipeline_after_write", "pipeline")
+        block = report["after_update_ms"] = after_update_block(arms["pipeline"], after_write_store, encoder, queries)
+        report["after_update_over_quiet"] = over_quiet(block, "after_update", "quiet")
     if "peer_k200" in table:
         report["p50_over_peer_k200"] = {name: row["p50"] / table["peer_k200"]["p50"] for name, row in table.items()}
     with frozen_collector():  # as the arms were timed

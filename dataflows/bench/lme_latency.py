@@ -24,7 +24,7 @@ from typing import Any
 
 from rms_retrieval.dataflows.bench.first_query import first_query_line
 from rms_retrieval.dataflows.bench.interleaving import (AfterWriteArm, after_change_lines, after_update_block,
-                                                       collections_line, interleaved, pipeline_arm)
+                                                       collections_line, interleaved, over_quiet, pipeline_arm)
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
 from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
 from rms_retrieval.nodes.settings import RetrievalSettings
@@ -80,13 +80,9 @@ def run_lme_latency(store: Any, after_write_store: Any | None, queries: Sequence
                               "full_collections_ms": timings.full_collections_ms,
                               "lme_over_locomo_p50": table["lme_pipeline"]["p50"] / table["locomo_pipeline"]["p50"]}
     if "lme_after_write" in table:
-        report["lme_after_write_over_quiet"] = {
-            level: table["lme_after_write"][level] / table["lme_pipeline"][level] for level in ("p50", "p99")}
-        block = {name: latency_percentiles(values) for name, values in
-                 after_update_block(arms["lme_pipeline"], after_write_store, encoder, timed).items()}
-        report["lme_after_update_ms"] = block
-        report["lme_after_update_over_quiet"] = {
-            level: block["after_update"][level] / block["quiet"][level] for level in ("p50", "p99")}
+        report["lme_after_write_over_quiet"] = over_quiet(table, "lme_after_write", "lme_pipeline")
+        block = report["lme_after_update_ms"] = after_update_block(arms["lme_pipeline"], after_write_store, encoder, timed)
+        report["lme_after_update_over_quiet"] = over_quiet(block, "after_update", "quiet")
     return report
 
 
