@@ -68,12 +68,16 @@ class _Kept:
     """Each object's row, in one table: a request gathers its candidates' rows with one index.
 
     `current.refs` holds, by the object's `id()`, a weak reference to it that names that id and its
-    row: a row is read only for the very object it was read from, and two copies of one memory
-    (two stores, two snapshots) each keep their own. When an object goes, the reference's callback
-    drops its entry and frees its row, so an `id()` never answers for another object and the table
-    holds what lives. At `limit` rows a fresh `_Rows` starts: a request still gathering from the old
-    one ends on it, whole. Rows are written, and a table grown, under the lock; a callback takes no
-    lock (the collector may run it inside a locked section)."""
+    row, and `current.places` the row alone, which a request reads (one dictionary lookup per
+    object, mapped in C): a row is read only for the very object it was read from, and two copies
+    of one memory (two stores, two snapshots) each keep their own. When an object goes, the
+    reference's callback drops both entries and frees its row; CPython runs it before the
+    object's memory is freed (when its last reference goes, or when the collector clears the weak
+    references to a cycle it found unreachable), so an address holds no other object while its
+    entry stands, an `id()` never answers for another object and the table holds what lives. At
+    `limit` rows a fresh `_Rows` starts: a request still gathering from the old one ends on it,
+    whole. Rows are written, and a table grown, under the lock; a callback takes no lock (the
+    collector may run it inside a locked section)."""
 
     def __init__(self, limit: int = KEPT_ROWS) -> None:
         self.limit = limit
@@ -81,23 +85,13 @@ class _Kept:
         self._lock = threading.Lock()
 
     def gathered(self, objects: Sequence[MemoryObject]) -> np.ndarray:
-        """The objects' rows, in order (one row each)."""
+        """The objects' rows, in order (one row each), looked up by `id()` in C."""
         state = self.current
-        found = state.refs.get
-        places = []
-        new = []  # the positions of objects without a row
-        for position, obj in enumerate(objects):
-            ref = found(id(obj))
-            if ref is not None and ref() is obj:
-                places.append(ref.place)
-            else:
-                places.append(-1)
-                new.append(position)
+        places = np.fromiter(map(state.places.get, map(id, objects), itertools.repeat(-1)), dtype=np.intp, count=len(objects))
+        new = np.flatnonzero(places < 0).tolist()
         if new:
-            added = self._add(state, [objects[position] for position in new])
-            for position, place in zip(new, added):
-                places[position] = place
-        return state.table[np.array(places, dtype=np.intp)]  # after every row is in it
+            places[new] = self._add(state, [objects[position] for position in new])
+        return state.table[places]  # after every row is in it
 
     def _add(self, state: _Rows, objects: Sequence[MemoryObject]) -> list[int]:
         """The rows of `objects`, made for those that have none (an object asked for twice, here or
@@ -136,6 +130,7 @@ class _Kept:
                 ref = _Ref(obj, state.forget)
                 ref.key, ref.place = id(obj), place
                 refs[ref.key] = ref
+                state.places[ref.key] = place
         return places
 
 
@@ -146,17 +141,19 @@ class _Ref(weakref.ref):
 
 
 class _Rows:
-    __slots__ = ("table", "refs", "freed", "used", "forget")
+    __slots__ = ("table", "refs", "places", "freed", "used", "forget")
 
     def __init__(self) -> None:
         self.table = np.empty((1024, _WIDTH))
         self.refs: dict[int, _Ref] = {}
+        self.places: dict[int, int] = {}  # each reference's row, by the same key
         self.freed: collections.deque[int] = collections.deque()
         self.used = 0
         self.forget = self._forget  # one callback for every reference
 
     def _forget(self, ref: _Ref) -> None:
         if self.refs.get(ref.key) is ref:
+            del self.places[ref.key]
             del self.refs[ref.key]
         self.freed.append(ref.place)
 
