@@ -5,9 +5,10 @@ Readers never lock: they hold a snapshot, and a newer generation is a new snapsh
 the segments both generations name. Derived structures (the BM25 index, adjacency lists, entity
 catalogs) are built on first use; a racing second build gives the same value. Those of a namespace
 scope read that scope's rows only and pass to the next generation while the segments they came
-from stay live (stores/engine/scope_cache.py). The BM25 index is the previous generation's less the
-parts of segments this one no longer reads and plus the parts of those it lacks (keyed by segment
-and deletion file), so a write, a delete or a merge costs the segments it touches. Deleted rows
+from stay live (stores/engine/scope_cache.py). The BM25 index is the previous generation's brought to
+this one's segments (stores/engine/lexical_reading.py): the parts of segments merged away go, those
+of new segments come, and a segment read with a later deletion file keeps its postings, less the
+rows deleted since, so a write, a delete or a merge costs what it touches. Deleted rows
 (stores/engine/segments.py deletion files) are left out of every structure.
 """
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -37,6 +37,7 @@ from rms_retrieval.stores.engine.graph_extension import ScopeGraph, built_graph,
 from rms_retrieval.stores.engine.scope_cache import (NamespaceRows, Scope, ScopeValues, appended, handed_splits, merged_keys,
                                                      namespace_rows, row_sources)
 from rms_retrieval.stores.engine.scope_graph import CoMentionCounts
+from rms_retrieval.stores.engine.lexical_reading import lexical_index
 from rms_retrieval.stores.engine.segments import LoadedSegment
 from rms_retrieval.stores.engine.store_sql import ParquetRecords
 from rms_retrieval.stores.indexes.vector_index import exact_top_k
@@ -130,21 +131,11 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
         return self._bm25 if self._bm25 is not None else self._bm25_base
 
     def _lexical_index(self) -> Bm25Index:
-        """The previous generation's index less the segments this one no longer reads (merged away,
-        or read with another deletion file) plus the ones it lacks: a write costs its segments."""
+        """The previous generation's index brought to this one's segments (`lexical_index`): a write
+        costs the segments it touched."""
         with self._lock:
             if self._bm25 is None:
-                index = self._bm25_base or Bm25Index.empty()
-                live = {segment.entry.key for segment in self.segments}
-                index = index.without_segments(index.segment_keys - live)
-                for segment in self.segments:
-                    if segment.entry.key not in index.segment_keys:
-                        columns = segment.columns
-                        index = index.with_segment_columns(
-                            segment.stored_postings, columns.namespaces, columns.namespace_codes, columns.ids,
-                            None if segment.dead is None else ~segment.dead, key=segment.entry.key,
-                            name_tfs=partial(_name_tfs, segment), id_at=segment.id_at)
-                self._bm25 = index
+                self._bm25 = lexical_index(self._bm25_base or Bm25Index.empty(), self.segments)
                 self._bm25_base = None
             return self._bm25
 
@@ -430,11 +421,6 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
 
     def quantity_page(self, selection: ClaimSelection, after_id: UUID | None, limit: int) -> list[QuantityRow]:
         return self._records().quantity_page(selection, after_id, limit)
-
-
-def _name_tfs(segment: LoadedSegment) -> np.ndarray | None:
-    """The entity-name counts of `segment`'s postings: a weighted lexical search's first need."""
-    return segment.postings.name_tfs
 
 
 def _live_in(segment: LoadedSegment, start: int, stop: int) -> int:

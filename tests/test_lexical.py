@@ -285,3 +285,44 @@ def test_a_segment_that_hands_out_its_ids_gets_its_own_uuid_objects_back(interle
             assert all(object_id is handed[ids.index(object_id)] for object_id, _ in hits)
             found += len(hits)
     assert found and all(alive[row] for row in handed)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_a_segment_read_with_more_rows_deleted_scores_as_one_added_with_them_left_out(interleaved):
+    """`with_deletions` equals taking the segment out and adding it again with the later liveness,
+    whether a namespace's parts were made before (by a search) or not, shares the segment's
+    postings, and drops a namespace left with no live row."""
+    import numpy as np
+
+    documents = CORPUS * 3
+    ids = make_ids(len(documents))
+    names = ["a", "b", "c"]
+    codes = np.asarray([index % 2 if interleaved else index * 2 // len(documents) for index in range(len(documents))])
+    codes[-2:] = 2  # namespace c: two rows, both deleted later
+    keys = uuid_keys(ids)
+    postings = term_postings(documents)
+    before = np.ones(len(documents), dtype=bool)
+    before[[1, 4]] = False
+    after = before.copy()
+    after[[0, 5, 6, 17, len(documents) - 2, len(documents) - 1]] = False
+    other = Bm25Index.empty().with_segment(term_postings(CORPUS), ["a"] * len(CORPUS), make_ids(len(CORPUS), salt="other"))
+    for asked in ([], ["a"], ["a", "b", "c"]):
+        index = other.with_segment_columns(postings, names, codes, keys, before, key="s/d1")
+        for namespace in asked:  # parts made before the deletions
+            index.search("caroline run", [namespace], 10)
+        derived = index.with_deletions("s/d1", after, "s/d2")
+        again = other.with_segment_columns(postings, names, codes, keys, after, key="s/d2")
+        assert derived.segment_keys == again.segment_keys and derived.namespaces == again.namespaces == ("a", "b")
+        for text in QUERIES:
+            for scope in (["a"], ["b"], ["c"], ["a", "b"]):
+                for fields in (FieldWeights(), FieldWeights(value=2.0, entity_canonical_name=0.5)):
+                    assert derived.search(text, scope, 100, fields) == again.search(text, scope, 100, fields), (text, scope)
+        (segment,) = {parts.segment for held in index._parts.values() for parts in held if parts.key == "s/d1"}
+        assert {parts.segment for held in derived._parts.values() for parts in held if parts.key == "s/d2"} == {segment}
+    index = other.with_segment_columns(postings, names, codes, keys, after, key="s/d2")
+    assert index.with_deletions("s/d2", before, "s/d3") is None  # a deletion file only grows
+    assert index.with_deletions("s/none", after, "s/d3") is None
+    with pytest.raises(ValueError, match="has 30 rows"):
+        index.with_deletions("s/d2", after[:-1], "s/d3")
+    with pytest.raises(ValueError, match="in the index already"):
+        index.with_deletions("s/d2", after, "s/d2")

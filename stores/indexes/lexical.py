@@ -81,6 +81,18 @@ class _Part:
         """The segment rows of the part's rows `local` (0 is its first)."""
         return local + self.first if self.members is None else self.members[local]
 
+    def without(self, dead: np.ndarray) -> _Part:
+        """This part less its rows `dead` (ascending, each one of its rows): what the segment's
+        `part` gives with them deleted, from this part's own rows."""
+        if not len(dead):
+            return self
+        members = np.arange(self.first, self.stop) if self.members is None else self.members
+        keep = np.ones(len(members), dtype=bool)
+        keep[np.searchsorted(members, dead)] = False
+        kept = members[keep]
+        return _Part(self.segment, self.first, self.stop, kept, self.id_keys[keep], len(kept),
+                     self.total_length - int(self.segment.lengths[dead].sum()))
+
 
 class _SegmentParts:
     """One segment's postings split by namespace. A part is a few numbers and, for each term a
@@ -95,12 +107,17 @@ class _SegmentParts:
                  alive: np.ndarray | None, key: Hashable | None,
                  name_tfs: Callable[[], np.ndarray | None] | None = None,
                  id_at: Callable[[int], UUID] | None = None) -> None:
-        self.key = key
-        self.segment = _SegmentPostings(postings, codes, id_keys, alive, name_tfs, id_at)
         live_codes = codes if alive is None else codes[alive]
-        self.namespaces = [names[code] for code in np.flatnonzero(np.bincount(live_codes, minlength=len(names))).tolist()]
+        self._install(key, _SegmentPostings(postings, codes, id_keys, name_tfs, id_at), list(names), alive,
+                      np.bincount(live_codes, minlength=len(names)), {})
+
+    def _install(self, key: Hashable | None, segment: _SegmentPostings, names: list[str], alive: np.ndarray | None,
+                 live_counts: np.ndarray, parts: dict[str, _Part]) -> None:
+        self.key, self.segment, self.alive = key, segment, alive
+        self._names, self._live_counts = names, live_counts
+        self.namespaces = [names[code] for code in np.flatnonzero(live_counts).tolist()]
         self._code_of = {name: code for code, name in enumerate(names)}
-        self._parts: dict[str, _Part] = {}
+        self._parts = parts
         self._lock = threading.Lock()
 
     def part(self, namespace: str) -> _Part:
@@ -109,8 +126,26 @@ class _SegmentParts:
             with self._lock:
                 found = self._parts.get(namespace)
                 if found is None:
-                    found = self._parts[namespace] = self.segment.part(self._code_of[namespace])
+                    found = self._parts[namespace] = self.segment.part(self._code_of[namespace], self.alive)
         return found
+
+    def with_alive(self, alive: np.ndarray, key: Hashable | None) -> _SegmentParts | None:
+        """This segment read with more of its rows deleted (`alive`, a later deletion file's): its
+        postings and the caches over them shared, each part made so far less the rows deleted since.
+        None where `alive` keeps a row this reading left out (a deletion file only grows)."""
+        before = self.alive
+        if before is not None and bool((alive & ~before).any()):
+            return None
+        dead = np.flatnonzero(~alive if before is None else before & ~alive)
+        codes = self.segment.codes[dead]
+        derived = _SegmentParts.__new__(_SegmentParts)
+        live_counts = self._live_counts - np.bincount(codes, minlength=len(self._names))
+        with self._lock:
+            made = list(self._parts.items())
+        parts = {namespace: part.without(dead[codes == self._code_of[namespace]]) for namespace, part in made
+                 if live_counts[self._code_of[namespace]]}
+        derived._install(key, self.segment, self._names, alive, live_counts, parts)
+        return derived
 
 
 class _SegmentPostings:
@@ -118,10 +153,15 @@ class _SegmentPostings:
     (`name_tfs`) are `postings`' own, or what `name_tfs` gives when a weighted search first asks:
     a reader's segment makes them by analysing every entity name again."""
 
-    def __init__(self, postings: TermPostings, codes: np.ndarray, id_keys: np.ndarray, alive: np.ndarray | None,
+    def __init__(self, postings: TermPostings, codes: np.ndarray, id_keys: np.ndarray,
                  name_tfs: Callable[[], np.ndarray | None] | None, id_at: Callable[[int], UUID] | None) -> None:
-        self._postings, self._codes, self._id_keys, self._alive = postings, codes, id_keys, alive
+        self._postings, self.codes, self._id_keys = postings, codes, id_keys
         self._name_tfs, self._id_at = name_tfs, id_at
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each row's document length."""
+        return self._postings.lengths
 
     def object_id(self, row: int, high: int, low: int) -> UUID:
         """The id of segment row `row` (its halves `high`, `low`): the segment's own UUID object
@@ -141,13 +181,13 @@ class _SegmentPostings:
             return np.zeros(postings.num_rows, dtype=np.int32)
         return np.bincount(postings.rows, weights=name_tfs, minlength=postings.num_rows).astype(np.int32)
 
-    def part(self, code: int) -> _Part:
-        """The part of the namespace whose code is `code`."""
-        member = self._codes == code
+    def part(self, code: int, alive: np.ndarray | None) -> _Part:
+        """The part of the namespace whose code is `code`, of the rows `alive` keeps (None: all)."""
+        member = self.codes == code
         rows = np.flatnonzero(member)
         first, stop = int(rows[0]), int(rows[-1]) + 1
-        whole = len(rows) == stop - first and (self._alive is None or bool(self._alive[first:stop].all()))
-        members = None if whole else (rows if self._alive is None else rows[self._alive[rows]])
+        whole = len(rows) == stop - first and (alive is None or bool(alive[first:stop].all()))
+        members = None if whole else (rows if alive is None else rows[alive[rows]])
         kept = slice(first, stop) if whole else members
         lengths = self._postings.lengths[kept]
         return _Part(self, first, stop, members, self._id_keys[kept], len(lengths), int(lengths.sum()))
@@ -265,11 +305,35 @@ class Bm25Index:
         keys = self._segments if key is None else self._segments | {key}
         return Bm25Index(MappingProxyType(merged), keys)
 
+    def with_deletions(self, old: Hashable, alive: np.ndarray, key: Hashable) -> Bm25Index | None:
+        """This index with segment `old` read with more of its rows deleted (`alive`, per row) as
+        `key`: what `without_segments([old]).with_segment_columns(..., alive, key=key)` scores, at the
+        cost of the rows deleted since. The segment's postings and the caches over them are shared
+        and the parts made so far lose those rows. None where `old` is in no namespace's parts or
+        `alive` keeps a row it left out."""
+        if key in self._segments:
+            raise ValueError(f"segment {key!r} is in the index already; take it out with without_segments first")
+        parts = next((found for held in self._parts.values() for found in held if found.key == old), None)
+        if parts is not None and len(alive) != len(parts.segment.codes):
+            raise ValueError(f"segment {old!r} has {len(parts.segment.codes)} rows, got a liveness for {len(alive)}")
+        derived = None if parts is None else parts.with_alive(alive, key)
+        if derived is None:
+            return None
+        still = set(derived.namespaces)
+        merged = {}
+        for namespace, held in self._parts.items():
+            now = tuple(derived if found is parts else found for found in held if found is not parts or namespace in still)
+            if now:
+                merged[namespace] = now
+        return Bm25Index(MappingProxyType(merged), (self._segments - {old}) | {key})
+
     def without_segments(self, keys: Iterable[Hashable]) -> Bm25Index:
         """This index less the segments added with these keys. A merge is
         `index.without_segments(sources).with_segment(merged, ..., key=...)`: scores are unchanged,
         and queries no longer pay for many small parts."""
         removed = frozenset(keys)
+        if not removed:
+            return self
         if not removed <= self._segments:
             raise ValueError(f"segments {sorted(map(repr, removed - self._segments))} are not in the index")
         kept = {}
