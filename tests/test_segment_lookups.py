@@ -96,3 +96,12 @@ def test_sessions_with_more_rows_deleted_are_what_gathering_them_again_gives(cou
     assert untouched._of("live") is earlier._of("live")  # no row deleted since: the same arrays
     twice = earlier.with_dead(dead).with_dead(later)  # a namespace not asked for in between is still filtered
     assert twice._earlier["live"] is earlier._of("live") and {key: twice[key] for key in twice} == {key: whole[key] for key in whole}
+    # Runs are read through the rows kept, never made again per session; two deletions in a row compose.
+    assert derived._of("live")[0].spans is earlier._of("live")[0].spans
+    middle = dead.copy()
+    middle[list(first_rows.values())[:1]] = True
+    stepped = earlier.with_dead(middle)
+    assert list(stepped) == list(SegmentSessions(columns, slices, middle))  # asked for: filtered once
+    again = stepped.with_dead(later)
+    assert list(again) == list(whole) and {key: again[key] for key in again} == {key: whole[key] for key in whole}
+    assert all((key in again) == (key in whole) for key in earlier) and len(again) == len(whole)

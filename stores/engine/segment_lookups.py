@@ -6,6 +6,7 @@ asked about, opening a segment makes none of them, and none holds a Python objec
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from uuid import UUID
 
@@ -85,7 +86,7 @@ FEW_ROWS = 32
 
 
 def _few_gathered(columns: SegmentColumns, namespace: str, rows: np.ndarray, dead: np.ndarray | None
-                  ) -> tuple[dict[SessionKey, tuple[int, int]], np.ndarray, np.ndarray]:
+                  ) -> Gathered:
     """`SegmentSessions._gathered` for a namespace's few rows (ascending): the live ones with a
     session id and seq, each session's in row order, sessions in the order they start."""
     members: dict[SessionKey, list[tuple[int, int]]] = {}
@@ -102,26 +103,58 @@ def _few_gathered(columns: SegmentColumns, namespace: str, rows: np.ndarray, dea
         runs[key] = (len(ordered), len(ordered) + len(found))
         seqs += [seq for seq, _ in found]
         ordered += [row for _, row in found]
-    return runs, np.asarray(seqs, dtype=np.int64), np.asarray(ordered, dtype=np.int64)
+    return _Runs(runs), np.asarray(seqs, dtype=np.int64), np.asarray(ordered, dtype=np.int64)
+
+
+class _Runs:
+    """Each session's run of a namespace's gathered arrays, by session key: the runs as gathered
+    (`spans`, sessions in the order they start) and, once rows were deleted since, how many of the
+    gathered rows before each position are still live (`before`), through which a run is read
+    when it is asked for: a delete costs the namespace's rows as arrays, never a pass over its
+    sessions in Python (2,000 sessions of a 40,000-turn namespace)."""
+
+    __slots__ = ("spans", "before")
+
+    def __init__(self, spans: dict[SessionKey, tuple[int, int]], before: np.ndarray | None = None) -> None:
+        self.spans, self.before = spans, before
+
+    def get(self, key: object) -> tuple[int, int] | None:
+        span = self.spans.get(key)
+        if span is None or self.before is None:
+            return span
+        start, end = int(self.before[span[0]]), int(self.before[span[1]])
+        return (start, end) if end > start else None  # emptied: no session any more
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key) is not None
+
+    def shrunk(self, before: np.ndarray) -> _Runs:
+        """These runs over the arrays less some rows (`before`: the kept rows before each position)."""
+        return _Runs(self.spans, before if self.before is None else before[self.before])
+
+    def ordered(self, rows: np.ndarray) -> list[SessionKey]:
+        """The sessions in the order they start (`rows`: the arrays' rows, as shrunk), emptied ones left out."""
+        if self.before is None:
+            return list(self.spans)
+        keys = list(self.spans)
+        bounds = self.before[np.fromiter(itertools.chain.from_iterable(self.spans.values()), dtype=np.int64,
+                                         count=2 * len(keys)).reshape(-1, 2)]
+        live = np.flatnonzero(bounds[:, 1] > bounds[:, 0])
+        return [keys[index] for index in live[np.argsort(rows[bounds[live, 0]], kind="stable")].tolist()]
 
 
 # A namespace's sessions in one segment: each session's run of the two arrays, the sessions in
 # the order they start; each run's seqs and rows (in row order).
-Gathered = tuple[dict[SessionKey, tuple[int, int]], np.ndarray, np.ndarray]
+Gathered = tuple[_Runs, np.ndarray, np.ndarray]
 
 
 def _without_dead(gathered: Gathered, dead: np.ndarray | None) -> Gathered:
-    """`gathered` less the rows `dead` marks: each run shrunk, an emptied one dropped, the
-    sessions in the order they now start (as gathering them again gives them)."""
+    """`gathered` less the rows `dead` marks: each run shrunk when read (`_Runs`), an emptied one gone."""
     runs, seqs, rows = gathered
     if dead is None or not dead[rows].any():
         return gathered
     kept = ~dead[rows]
-    before = np.r_[0, np.cumsum(kept)]  # kept rows before each position
-    bounds = {key: (int(before[start]), int(before[end])) for key, (start, end) in runs.items()}
-    rows, seqs = rows[kept], seqs[kept]
-    live = sorted((key for key, (start, end) in bounds.items() if end > start), key=lambda key: int(rows[bounds[key][0]]))
-    return {key: bounds[key] for key in live}, seqs, rows
+    return runs.shrunk(np.r_[0, np.cumsum(kept)]), seqs[kept], rows[kept]
 
 
 class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
@@ -163,7 +196,7 @@ class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
             wanted &= ~self._dead[rows]
         rows = rows[wanted]
         if not len(rows):
-            return {}, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+            return _Runs({}), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         taken = pa.array(rows)
         encoded = [column.take(taken) for column in keys]  # codes into the segment's distinct values
         codes = [pc.fill_null(part.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64) for part in encoded]
@@ -182,7 +215,7 @@ class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
                                     for names, part_codes in zip(texts, codes))
         runs = {(namespace, owner, scope, session): (start, end)
                 for owner, scope, session, start, end in zip(owners, scopes, sessions, starts.tolist(), ends.tolist())}
-        return runs, seqs, rows
+        return _Runs(runs), seqs, rows
 
     def __getitem__(self, key: SessionKey) -> list[tuple[int, int]]:
         found = self.get(key)
@@ -202,7 +235,11 @@ class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
         return isinstance(key, tuple) and len(key) == 4 and key in self._of(key[0])[0]
 
     def __iter__(self):
-        return (key for namespace in self._slices for key in self._of(namespace)[0])
+        return (key for namespace in self._slices for key in self._ordered(namespace))
 
     def __len__(self) -> int:
-        return sum(len(self._of(namespace)[0]) for namespace in self._slices)
+        return sum(len(self._ordered(namespace)) for namespace in self._slices)
+
+    def _ordered(self, namespace: str) -> list[SessionKey]:
+        runs, _, rows = self._of(namespace)
+        return runs.ordered(rows)

@@ -64,7 +64,6 @@ class _Part:
     first: int
     stop: int
     members: np.ndarray | None  # the part's rows, None: all of first..stop
-    id_keys: np.ndarray  # (rows, 2) big-endian uint64: the ids' halves, for tie order and the ids found
     num_docs: int
     total_length: int
 
@@ -90,7 +89,7 @@ class _Part:
         keep = np.ones(len(members), dtype=bool)
         keep[np.searchsorted(members, dead)] = False
         kept = members[keep]
-        return _Part(self.segment, self.first, self.stop, kept, self.id_keys[keep], len(kept),
+        return _Part(self.segment, self.first, self.stop, kept, len(kept),
                      self.total_length - int(self.segment.lengths[dead].sum()))
 
 
@@ -155,7 +154,8 @@ class _SegmentPostings:
 
     def __init__(self, postings: TermPostings, codes: np.ndarray, id_keys: np.ndarray,
                  name_tfs: Callable[[], np.ndarray | None] | None, id_at: Callable[[int], UUID] | None) -> None:
-        self._postings, self.codes, self._id_keys = postings, codes, id_keys
+        # (rows, 2) big-endian uint64: the ids' halves, for tie order and the ids found
+        self._postings, self.codes, self.id_keys = postings, codes, id_keys
         self._name_tfs, self._id_at = name_tfs, id_at
 
     @property
@@ -190,7 +190,7 @@ class _SegmentPostings:
         members = None if whole else (rows if alive is None else rows[alive[rows]])
         kept = slice(first, stop) if whole else members
         lengths = self._postings.lengths[kept]
-        return _Part(self, first, stop, members, self._id_keys[kept], len(lengths), int(lengths.sum()))
+        return _Part(self, first, stop, members, len(lengths), int(lengths.sum()))
 
     def postings_of(self, part: _Part, term: str) -> _Hit | None:
         postings = self._postings
@@ -411,9 +411,9 @@ class Bm25Index:
         segment_rows = np.empty(len(matched), dtype=np.int64)
         for index in np.unique(owner).tolist():
             chosen = owner == index
-            local = matched[chosen] - offsets[index]
-            id_keys[chosen] = parts[index].id_keys[local]
-            segment_rows[chosen] = parts[index].segment_rows(local)
+            rows = parts[index].segment_rows(matched[chosen] - offsets[index])
+            id_keys[chosen] = parts[index].segment.id_keys[rows]
+            segment_rows[chosen] = rows
         order = np.lexsort((id_keys[:, 1], id_keys[:, 0], -scores))[:limit]
         return [(parts[index].segment.object_id(row, high, low), score) for index, row, (high, low), score in zip(
             owner[order].tolist(), segment_rows[order].tolist(), id_keys[order].tolist(), scores[order].tolist())]
