@@ -18,6 +18,10 @@ def test_bench_ingest_reports_single_add_latency_and_bulk_throughput(tmp_path, c
     # each size erases the session its last bulk add ended in; the deletes after it skip what it took
     assert all(row["erased_objects"] >= 1 and row["erase_session_ms"] > 0 for row in results["sizes"])
     assert "-turn session" in out
+    # a question right after each round's last update, then again: one each per round
+    last = results["sizes"][1]
+    assert last["question_after_update_ms"]["n"] == last["question_warm_ms"]["n"] == 3
+    assert "a question right after an update p50" in out
 
 
 def test_bench_crash_counts_its_kills(capsys):

@@ -6,7 +6,10 @@ size, `singles` one-turn adds are timed (single-turn latency; merges run on the 
 thread after an add returns, and the wait for them after the last add is reported apart), then
 `singles` one-object updates (metadata) and deletes of the oldest turns (in the largest
 segment), each delete followed by the first BM25 search on the new generation (what a reader
-pays for the segment whose deletion file changed), and one erase of a whole session of a
+pays for the segment whose deletion file changed) and by one more update, after which a
+question on its namespace is timed, then the same question again (`retrieve()`, a bundle of 50,
+every namespace asked once before: what a question right after a one-object update costs over
+the same question warm), and one erase of a whole session of a
 namespace, the one the last bulk add ended in (erase compacts at once: its cost grows with the
 segments that held the session). Vectors
 come from `RandomEncoder` (random unit vectors seeded by the text), so no model runs: the
@@ -22,12 +25,15 @@ from typing import Any
 from uuid import UUID
 
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
+from rms_retrieval.dataflows.retrieval import retrieve
 from rms_retrieval.dataflows.bench.speed_bench import directory_size_mb, peak_memory_mb, synthetic_objects
 from tests.factories import RandomEncoder
 
 INGEST_SIZES = (1_000, 10_000, 100_000)
 SINGLES = 30
 BULK_BATCH = 50_000
+# What the question after an update asks (every synthetic turn starts with "turn": BM25's worst case).
+QUESTION = "which turn spoke of the river and the garden?"
 
 
 def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int = SINGLES,
@@ -62,22 +68,30 @@ def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int 
             started = time.perf_counter()
             store.wait_for_merges()
             merges_after_singles = time.perf_counter() - started
-            changes: dict[str, list[float]] = {"update": [], "delete": [], "lexical_after_delete": []}
+            changes: dict[str, list[float]] = {"update": [], "delete": [], "lexical_after_delete": [],
+                                               "question_after_update": [], "question_warm": []}
+            for namespace in store.snapshot().namespaces():  # the first question on a namespace is not timed here
+                _asked(store, namespace)
             for _ in range(singles):
-                for kind in ("update", "delete"):
+                for kind in ("update", "delete", "asked"):
                     while UUID(int=victim + 1) in gone:  # synthetic_objects' ids
                         victim += 1
                     memory = synthetic_objects(victim, 1)[0]
                     victim += 1
                     started = time.perf_counter()
-                    if kind == "update":
-                        store.update(memory.namespace, memory.id, metadata={"checked": True})
-                    else:
+                    if kind == "delete":
                         store.delete(memory.namespace, [memory.id])
+                    else:
+                        store.update(memory.namespace, memory.id, metadata={"checked": True})
+                    if kind == "asked":
+                        changes["question_after_update"].append(_asked(store, memory.namespace))
+                        changes["question_warm"].append(_asked(store, memory.namespace))
+                        continue
                     changes[kind].append(time.perf_counter() - started)
-                started = time.perf_counter()
-                store.snapshot().search_lexical("turn", [memory.namespace], 10)
-                changes["lexical_after_delete"].append(time.perf_counter() - started)
+                    if kind == "delete":
+                        started = time.perf_counter()
+                        store.snapshot().search_lexical("turn", [memory.namespace], 10)
+                        changes["lexical_after_delete"].append(time.perf_counter() - started)
             started = time.perf_counter()
             erased = store.erase(last_bulk.namespace, where={"session_id": last_bulk.session_id})
             erase_seconds = time.perf_counter() - started
@@ -89,6 +103,8 @@ def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int 
                 "single_update_ms": latency_percentiles(changes["update"]),
                 "single_delete_ms": latency_percentiles(changes["delete"]),
                 "lexical_after_delete_ms": latency_percentiles(changes["lexical_after_delete"]),
+                "question_after_update_ms": latency_percentiles(changes["question_after_update"]),
+                "question_warm_ms": latency_percentiles(changes["question_warm"]),
                 "single_add_ms": latency_percentiles(latencies),
                 "single_add_excluding_embedding_ms": latency_percentiles(without_embedding),
                 "single_add_excluding_embedding_mean_ms": 1000.0 * sum(without_embedding) / len(without_embedding),
@@ -106,6 +122,13 @@ def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int 
     return {"sizes": rows, "encoder": "RandomEncoder (no model; random unit vectors seeded by text)", "singles": singles}
 
 
+def _asked(store: Any, namespace: str) -> float:
+    """Seconds `retrieve()` takes to answer `QUESTION` in `namespace` (a bundle of 50)."""
+    started = time.perf_counter()
+    retrieve(store, QUESTION, namespaces=[namespace], encoder=RandomEncoder(), limit=50, log=False)
+    return time.perf_counter() - started
+
+
 def summary_line(row: dict[str, Any]) -> str:
     single = row["single_add_excluding_embedding_ms"]
     bulk = row["bulk_objects_per_second"]
@@ -114,6 +137,8 @@ def summary_line(row: dict[str, Any]) -> str:
             f"(embedding excluded), then {row['merge_wait_after_singles_ms']:.0f} ms of merges; bulk {bulk:,.0f} objects/s; {row['segments']} segments, "
             f"{row['size_mb']:.0f} MB, peak {row['peak_memory_mb']:.0f} MB; one-object update p50 "
             f"{row['single_update_ms']['p50']:.1f} ms, delete p50 {row['single_delete_ms']['p50']:.1f} ms, first BM25 "
-            f"search after a delete p50 {row['lexical_after_delete_ms']['p50']:.1f} ms; erase of a "
+            f"search after a delete p50 {row['lexical_after_delete_ms']['p50']:.1f} ms; a question right after "
+            f"an update p50 {row['question_after_update_ms']['p50']:.1f} ms, p99 {row['question_after_update_ms']['p99']:.1f}, "
+            f"the same warm {row['question_warm_ms']['p50']:.1f} and {row['question_warm_ms']['p99']:.1f}; erase of a "
             f"{row['erased_objects']}-turn session {row['erase_session_ms']:.0f} ms" if bulk else
             f"{row['size']:>9} objects: one-turn add p50 {single['p50']:.1f} ms")
