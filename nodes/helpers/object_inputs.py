@@ -87,7 +87,8 @@ class _Kept:
     def gathered(self, objects: Sequence[MemoryObject]) -> np.ndarray:
         """The objects' rows, in order (one row each), looked up by `id()` in C."""
         state = self.current
-        places = np.fromiter(map(state.places.get, map(id, objects), itertools.repeat(-1)), dtype=np.intp, count=len(objects))
+        places = np.fromiter(map(state.places.get, map(id, objects), itertools.repeat(-1)), dtype=np.intp,
+                             count=len(objects))
         new = np.flatnonzero(places < 0).tolist()
         if new:
             places[new] = self._add(state, [objects[position] for position in new])
