@@ -289,7 +289,7 @@ def test_a_segment_that_hands_out_its_ids_gets_its_own_uuid_objects_back(interle
 
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_a_segment_read_with_more_rows_deleted_scores_as_one_added_with_them_left_out(interleaved):
-    """`with_deletions` equals taking the segment out and adding it again with the later liveness,
+    """`with_deletions` equals taking the segment out and adding it again with the later deletions,
     whether a namespace's parts were made before (by a search) or not, shares the segment's
     postings, and drops a namespace left with no live row."""
     import numpy as np
@@ -310,7 +310,7 @@ def test_a_segment_read_with_more_rows_deleted_scores_as_one_added_with_them_lef
         index = other.with_segment_columns(postings, names, codes, keys, before, key="s/d1")
         for namespace in asked:  # parts made before the deletions
             index.search("caroline run", [namespace], 10)
-        derived = index.with_deletions("s/d1", after, "s/d2")
+        derived = index.with_deletions("s/d1", np.flatnonzero(~after), "s/d2")
         again = other.with_segment_columns(postings, names, codes, keys, after, key="s/d2")
         assert derived.segment_keys == again.segment_keys and derived.namespaces == again.namespaces == ("a", "b")
         for text in QUERIES:
@@ -320,9 +320,9 @@ def test_a_segment_read_with_more_rows_deleted_scores_as_one_added_with_them_lef
         (segment,) = {parts.segment for held in index._parts.values() for parts in held if parts.key == "s/d1"}
         assert {parts.segment for held in derived._parts.values() for parts in held if parts.key == "s/d2"} == {segment}
     index = other.with_segment_columns(postings, names, codes, keys, after, key="s/d2")
-    assert index.with_deletions("s/d2", before, "s/d3") is None  # a deletion file only grows
-    assert index.with_deletions("s/none", after, "s/d3") is None
-    with pytest.raises(ValueError, match="has 30 rows"):
-        index.with_deletions("s/d2", after[:-1], "s/d3")
+    assert index.with_deletions("s/d2", np.flatnonzero(~before), "s/d3") is None  # a deletion file only grows
+    assert index.with_deletions("s/none", np.flatnonzero(~after), "s/d3") is None
+    with pytest.raises(ValueError, match="has 30 rows, got deleted rows up to 30"):
+        index.with_deletions("s/d2", np.array([3, 30]), "s/d3")
     with pytest.raises(ValueError, match="in the index already"):
-        index.with_deletions("s/d2", after, "s/d2")
+        index.with_deletions("s/d2", np.flatnonzero(~after), "s/d2")

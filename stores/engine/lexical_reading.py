@@ -31,7 +31,7 @@ def lexical_index(base: Bm25Index, segments: Sequence[LoadedSegment]) -> Bm25Ind
     for segment in segments:
         old = earlier.get(segment.entry.id)
         derived = None if old is None or segment.dead is None else \
-            index.with_deletions(old, ~segment.dead, segment.entry.key)
+            index.with_deletions(old, segment.dead_positions, segment.entry.key)
         if derived is not None:
             index, gone = derived, gone - {old}
     index = index.without_segments(gone)

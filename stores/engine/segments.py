@@ -153,6 +153,7 @@ class LoadedSegment:
                              f"run `rms check --store {store}`")
         self._columns = columns
         dead = self._dead_rows()
+        self.dead_positions: np.ndarray = np.unique(dead)  # the deleted rows, ascending
         self.dead_rows: frozenset[int] = frozenset(dead.tolist())
         self.dead: np.ndarray | None = None  # per row, True where deleted (None: no row is)
         if len(dead):

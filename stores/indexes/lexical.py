@@ -107,12 +107,13 @@ class _SegmentParts:
                  name_tfs: Callable[[], np.ndarray | None] | None = None,
                  id_at: Callable[[int], UUID] | None = None) -> None:
         live_codes = codes if alive is None else codes[alive]
-        self._install(key, _SegmentPostings(postings, codes, id_keys, name_tfs, id_at), list(names), alive,
+        self._install(key, _SegmentPostings(postings, codes, id_keys, name_tfs, id_at), list(names),
+                      np.empty(0, dtype=np.int64) if alive is None else np.flatnonzero(~alive),
                       np.bincount(live_codes, minlength=len(names)), {})
 
-    def _install(self, key: Hashable | None, segment: _SegmentPostings, names: list[str], alive: np.ndarray | None,
+    def _install(self, key: Hashable | None, segment: _SegmentPostings, names: list[str], dead: np.ndarray,
                  live_counts: np.ndarray, parts: dict[str, _Part]) -> None:
-        self.key, self.segment, self.alive = key, segment, alive
+        self.key, self.segment, self.dead = key, segment, dead  # the rows left out, ascending
         self._names, self._live_counts = names, live_counts
         self.namespaces = [names[code] for code in np.flatnonzero(live_counts).tolist()]
         self._code_of = {name: code for code, name in enumerate(names)}
@@ -125,25 +126,26 @@ class _SegmentParts:
             with self._lock:
                 found = self._parts.get(namespace)
                 if found is None:
-                    found = self._parts[namespace] = self.segment.part(self._code_of[namespace], self.alive)
+                    found = self._parts[namespace] = self.segment.part(self._code_of[namespace], self.dead)
         return found
 
-    def with_alive(self, alive: np.ndarray, key: Hashable | None) -> _SegmentParts | None:
-        """This segment read with more of its rows deleted (`alive`, a later deletion file's): its
-        postings and the caches over them shared, each part made so far less the rows deleted since.
-        None where `alive` keeps a row this reading left out (a deletion file only grows)."""
-        before = self.alive
-        if before is not None and bool((alive & ~before).any()):
+    def with_dead(self, dead: np.ndarray, key: Hashable | None) -> _SegmentParts | None:
+        """This segment read with more of its rows deleted (`dead`: every row a later deletion file
+        names): its postings and the caches over them shared, each part made so far less the rows
+        deleted since, at the cost of the deleted rows. None where `dead` lacks a row this reading
+        left out (a deletion file only grows)."""
+        dead = np.unique(dead)
+        since = np.setdiff1d(dead, self.dead, assume_unique=True)
+        if len(since) != len(dead) - len(self.dead):
             return None
-        dead = np.flatnonzero(~alive if before is None else before & ~alive)
-        codes = self.segment.codes[dead]
+        codes = self.segment.codes[since]
         derived = _SegmentParts.__new__(_SegmentParts)
         live_counts = self._live_counts - np.bincount(codes, minlength=len(self._names))
         with self._lock:
             made = list(self._parts.items())
-        parts = {namespace: part.without(dead[codes == self._code_of[namespace]]) for namespace, part in made
+        parts = {namespace: part.without(since[codes == self._code_of[namespace]]) for namespace, part in made
                  if live_counts[self._code_of[namespace]]}
-        derived._install(key, self.segment, self._names, alive, live_counts, parts)
+        derived._install(key, self.segment, self._names, dead, live_counts, parts)
         return derived
 
 
@@ -181,13 +183,14 @@ class _SegmentPostings:
             return np.zeros(postings.num_rows, dtype=np.int32)
         return np.bincount(postings.rows, weights=name_tfs, minlength=postings.num_rows).astype(np.int32)
 
-    def part(self, code: int, alive: np.ndarray | None) -> _Part:
-        """The part of the namespace whose code is `code`, of the rows `alive` keeps (None: all)."""
+    def part(self, code: int, dead: np.ndarray) -> _Part:
+        """The part of the namespace whose code is `code`, less the rows `dead` (ascending)."""
         member = self.codes == code
         rows = np.flatnonzero(member)
         first, stop = int(rows[0]), int(rows[-1]) + 1
-        whole = len(rows) == stop - first and (alive is None or bool(alive[first:stop].all()))
-        members = None if whole else (rows if alive is None else rows[alive[rows]])
+        low, high = np.searchsorted(dead, [first, stop])
+        whole = len(rows) == stop - first and low == high
+        members = None if whole else rows[np.isin(rows, dead[low:high], invert=True)]
         kept = slice(first, stop) if whole else members
         lengths = self._postings.lengths[kept]
         return _Part(self, first, stop, members, len(lengths), int(lengths.sum()))
@@ -305,18 +308,18 @@ class Bm25Index:
         keys = self._segments if key is None else self._segments | {key}
         return Bm25Index(MappingProxyType(merged), keys)
 
-    def with_deletions(self, old: Hashable, alive: np.ndarray, key: Hashable) -> Bm25Index | None:
-        """This index with segment `old` read with more of its rows deleted (`alive`, per row) as
-        `key`: what `without_segments([old]).with_segment_columns(..., alive, key=key)` scores, at the
-        cost of the rows deleted since. The segment's postings and the caches over them are shared
-        and the parts made so far lose those rows. None where `old` is in no namespace's parts or
-        `alive` keeps a row it left out."""
+    def with_deletions(self, old: Hashable, dead: np.ndarray, key: Hashable) -> Bm25Index | None:
+        """This index with segment `old` read with more of its rows deleted (`dead`, the positions of
+        every deleted row) as `key`: what `without_segments([old]).with_segment_columns(..., alive,
+        key=key)` scores, at the cost of the rows deleted since. The segment's postings and the caches
+        over them are shared and the parts made so far lose those rows. None where `old` is in no
+        namespace's parts or `dead` lacks a row it left out."""
         if key in self._segments:
             raise ValueError(f"segment {key!r} is in the index already; take it out with without_segments first")
         parts = next((found for held in self._parts.values() for found in held if found.key == old), None)
-        if parts is not None and len(alive) != len(parts.segment.codes):
-            raise ValueError(f"segment {old!r} has {len(parts.segment.codes)} rows, got a liveness for {len(alive)}")
-        derived = None if parts is None else parts.with_alive(alive, key)
+        if parts is not None and len(dead) and not 0 <= int(np.min(dead)) <= int(np.max(dead)) < len(parts.segment.codes):
+            raise ValueError(f"segment {old!r} has {len(parts.segment.codes)} rows, got deleted rows up to {int(np.max(dead))}")
+        derived = None if parts is None else parts.with_dead(dead, key)
         if derived is None:
             return None
         still = set(derived.namespaces)
