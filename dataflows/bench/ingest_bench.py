@@ -73,7 +73,7 @@ def run_ingest(path: Path, sizes: Sequence[int] = INGEST_SIZES, *, singles: int 
             for namespace in store.snapshot().namespaces():  # the first question on a namespace is not timed here
                 _asked(store, namespace)
             for _ in range(singles):
-                for kind in ("update", "delete", "asked"):
+                for kind in ("update", "delete", "asked"):  # "asked": one more update, then a question timed
                     while UUID(int=victim + 1) in gone:  # synthetic_objects' ids
                         victim += 1
                     memory = synthetic_objects(victim, 1)[0]
