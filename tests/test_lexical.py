@@ -124,6 +124,9 @@ def test_with_segment_leaves_the_old_index_unchanged():
 def test_with_segment_rejects_misaligned_rows():
     with pytest.raises(ValueError, match="one namespace and one object id per row"):
         Bm25Index.empty().with_segment(term_postings(CORPUS[:3]), ["n"] * 2, make_ids(3))
+    with pytest.raises(ValueError, match="has 3 rows, got deleted rows up to 3"):
+        Bm25Index.empty().with_segment_columns(term_postings(CORPUS[:3]), ["n"], [0, 0, 0], uuid_keys(make_ids(3)),
+                                               [1, 3], key="s")
 
 
 def test_threads_search_one_index_at_once():
@@ -201,8 +204,8 @@ def test_field_weights_must_be_finite_non_negative_and_not_all_zero(weights):
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_rows_left_out_by_alive_score_as_a_segment_without_them(interleaved):
-    """`with_segment_columns` with dead rows equals an index of the live rows alone, whether a
+def test_deleted_rows_score_as_a_segment_without_them(interleaved):
+    """`with_segment_columns` with deleted rows equals an index of the live rows alone, whether a
     namespace's rows are one run (read as slices of the segment's postings) or interleaved."""
     import numpy as np
 
@@ -214,7 +217,7 @@ def test_rows_left_out_by_alive_score_as_a_segment_without_them(interleaved):
     alive[[1, 4, 5, 17]] = False
     postings = term_postings(documents)
     keys = uuid_keys(ids)
-    mapped = Bm25Index.empty().with_segment_columns(postings, names, codes, keys, alive)
+    mapped = Bm25Index.empty().with_segment_columns(postings, names, codes, keys, np.flatnonzero(~alive))
     kept = np.flatnonzero(alive)
     alone = Bm25Index.empty().with_segment(postings.subset(kept), [names[codes[row]] for row in kept], [ids[row] for row in kept])
     for text in QUERIES:
@@ -275,8 +278,8 @@ def test_a_segment_that_hands_out_its_ids_gets_its_own_uuid_objects_back(interle
         return handed.setdefault(row, UUID(bytes=ids[row].bytes))
 
     postings = term_postings(documents)
-    own = Bm25Index.empty().with_segment_columns(postings, ["a", "b"], codes, keys, alive, id_at=id_at)
-    made = Bm25Index.empty().with_segment_columns(postings, ["a", "b"], codes, keys, alive)
+    own = Bm25Index.empty().with_segment_columns(postings, ["a", "b"], codes, keys, np.flatnonzero(~alive), id_at=id_at)
+    made = Bm25Index.empty().with_segment_columns(postings, ["a", "b"], codes, keys, np.flatnonzero(~alive))
     found = 0
     for text in QUERIES:
         for scope in (["a"], ["b"], ["a", "b"]):
@@ -307,11 +310,11 @@ def test_a_segment_read_with_more_rows_deleted_scores_as_one_added_with_them_lef
     after[[0, 5, 6, 17, len(documents) - 2, len(documents) - 1]] = False
     other = Bm25Index.empty().with_segment(term_postings(CORPUS), ["a"] * len(CORPUS), make_ids(len(CORPUS), salt="other"))
     for asked in ([], ["a"], ["a", "b", "c"]):
-        index = other.with_segment_columns(postings, names, codes, keys, before, key="s/d1")
+        index = other.with_segment_columns(postings, names, codes, keys, np.flatnonzero(~before), key="s/d1")
         for namespace in asked:  # parts made before the deletions
             index.search("caroline run", [namespace], 10)
         derived = index.with_deletions("s/d1", np.flatnonzero(~after), "s/d2")
-        again = other.with_segment_columns(postings, names, codes, keys, after, key="s/d2")
+        again = other.with_segment_columns(postings, names, codes, keys, np.flatnonzero(~after), key="s/d2")
         assert derived.segment_keys == again.segment_keys and derived.namespaces == again.namespaces == ("a", "b")
         for text in QUERIES:
             for scope in (["a"], ["b"], ["c"], ["a", "b"]):
@@ -319,7 +322,7 @@ def test_a_segment_read_with_more_rows_deleted_scores_as_one_added_with_them_lef
                     assert derived.search(text, scope, 100, fields) == again.search(text, scope, 100, fields), (text, scope)
         (segment,) = {parts.segment for held in index._parts.values() for parts in held if parts.key == "s/d1"}
         assert {parts.segment for held in derived._parts.values() for parts in held if parts.key == "s/d2"} == {segment}
-    index = other.with_segment_columns(postings, names, codes, keys, after, key="s/d2")
+    index = other.with_segment_columns(postings, names, codes, keys, np.flatnonzero(~after), key="s/d2")
     assert index.with_deletions("s/d2", np.flatnonzero(~before), "s/d3") is None  # a deletion file only grows
     assert index.with_deletions("s/none", np.flatnonzero(~after), "s/d3") is None
     with pytest.raises(ValueError, match="has 30 rows, got deleted rows up to 30"):

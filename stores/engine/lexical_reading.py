@@ -40,7 +40,7 @@ def lexical_index(base: Bm25Index, segments: Sequence[LoadedSegment]) -> Bm25Ind
             columns = segment.columns
             index = index.with_segment_columns(
                 segment.stored_postings, columns.namespaces, columns.namespace_codes, columns.ids,
-                None if segment.dead is None else ~segment.dead, key=segment.entry.key,
+                segment.dead_positions, key=segment.entry.key,
                 name_tfs=partial(_name_tfs, segment), id_at=segment.id_at)
     return index
 

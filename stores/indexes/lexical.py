@@ -97,19 +97,18 @@ class _SegmentParts:
     """One segment's postings split by namespace. A part is a few numbers and, for each term a
     search names, a slice of the segment's postings (sorted by term, then row): nothing per
     posting is copied, so a store of many namespaces, memory-mapped, costs a reader what its
-    searches read. Rows `alive` leaves out (deleted ones) are not indexed. Each namespace's part
+    searches read. The rows `dead` names (deleted ones) are not indexed. Each namespace's part
     is made when a search first names it, and kept here; a part refers to the segment's
     `_SegmentPostings`, never back to this cache, so no reference cycle keeps a replaced segment
     for the garbage collector to find."""
 
     def __init__(self, postings: TermPostings, names: Sequence[str], codes: np.ndarray, id_keys: np.ndarray,
-                 alive: np.ndarray | None, key: Hashable | None,
+                 dead: np.ndarray, key: Hashable | None,
                  name_tfs: Callable[[], np.ndarray | None] | None = None,
                  id_at: Callable[[int], UUID] | None = None) -> None:
-        live_codes = codes if alive is None else codes[alive]
-        self._install(key, _SegmentPostings(postings, codes, id_keys, name_tfs, id_at), list(names),
-                      np.empty(0, dtype=np.int64) if alive is None else np.flatnonzero(~alive),
-                      np.bincount(live_codes, minlength=len(names)), {})
+        live_counts = np.bincount(codes, minlength=len(names)) - np.bincount(codes[dead], minlength=len(names))
+        self._install(key, _SegmentPostings(postings, codes, id_keys, name_tfs, id_at), list(names), dead,
+                      live_counts, {})
 
     def _install(self, key: Hashable | None, segment: _SegmentPostings, names: list[str], dead: np.ndarray,
                  live_counts: np.ndarray, parts: dict[str, _Part]) -> None:
@@ -131,10 +130,9 @@ class _SegmentParts:
 
     def with_dead(self, dead: np.ndarray, key: Hashable | None) -> _SegmentParts | None:
         """This segment read with more of its rows deleted (`dead`: every row a later deletion file
-        names): its postings and the caches over them shared, each part made so far less the rows
-        deleted since, at the cost of the deleted rows. None where `dead` lacks a row this reading
-        left out (a deletion file only grows)."""
-        dead = np.unique(dead)
+        names, ascending, once each): its postings and the caches over them shared, each part made so
+        far less the rows deleted since, at the cost of the deleted rows. None where `dead` lacks a
+        row this reading left out (a deletion file only grows)."""
         since = np.setdiff1d(dead, self.dead, assume_unique=True)
         if len(since) != len(dead) - len(self.dead):
             return None
@@ -220,6 +218,12 @@ class _SegmentPostings:
         return _Hit(local, postings.tfs[positions], postings.lengths[rows], self, rows, positions)
 
 
+def _check_dead(dead: np.ndarray, rows: int, segment: Hashable | None) -> None:
+    """Raise ValueError unless every deleted row of `dead` is one of a segment's `rows`."""
+    if len(dead) and not 0 <= int(dead.min()) <= int(dead.max()) < rows:
+        raise ValueError(f"segment {segment!r} has {rows} rows, got deleted rows up to {int(dead.max())}")
+
+
 def _subscores(tf: np.ndarray, length: np.ndarray, idf: float, avgdl: float) -> np.ndarray:
     """match_bm25's `idf * ((tf * (k + 1)) / (tf + (k * ((1 - b) + (b * (len / avgdl))))))`, operation
     for operation (in place, and IEEE + and * commute exactly), so each subscore is DuckDB's."""
@@ -285,23 +289,24 @@ class Bm25Index:
         return self.with_segment_columns(postings, [str(name) for name in names], codes, ids, key=key)
 
     def with_segment_columns(self, postings: TermPostings, namespaces: Sequence[str], namespace_codes: np.ndarray,
-                             object_ids: np.ndarray, alive: np.ndarray | None = None,
+                             object_ids: np.ndarray, dead: np.ndarray | None = None,
                              key: Hashable | None = None,
                              name_tfs: Callable[[], np.ndarray | None] | None = None,
                              id_at: Callable[[int], UUID] | None = None) -> Bm25Index:
         """`with_segment` from a segment's columns: each row's namespace as a code into `namespaces`,
-        its object id as 16 big-endian bytes (dtype V16), and the rows to index (`alive`; None:
-        all). Each namespace's part is made when a search first names it. `name_tfs`, if given,
+        its object id as 16 big-endian bytes (dtype V16), and the rows not to index (`dead`, deleted
+        ones: their positions, ascending, once each; None: none). Each namespace's part is made when a search first names it. `name_tfs`, if given,
         makes the postings' entity-name counts when a weighted search first needs them; `id_at`,
         if given, gives a row's id as the segment's own UUID object."""
-        if not len(namespace_codes) == len(object_ids) == postings.num_rows or (
-                alive is not None and len(alive) != postings.num_rows):
-            raise ValueError(f"a segment of {postings.num_rows} rows needs a namespace, an object id (and a liveness) "
+        if not len(namespace_codes) == len(object_ids) == postings.num_rows:
+            raise ValueError(f"a segment of {postings.num_rows} rows needs a namespace and an object id "
                              f"per row (got {len(namespace_codes)} and {len(object_ids)})")
+        dead = np.empty(0, dtype=np.int64) if dead is None else np.asarray(dead, dtype=np.int64)
+        _check_dead(dead, postings.num_rows, key)
         if key is not None and key in self._segments:
             raise ValueError(f"segment {key!r} is in the index already; take it out with without_segments first")
         parts = _SegmentParts(postings, list(namespaces), np.asarray(namespace_codes),
-                              np.asarray(object_ids).view(">u8").reshape(-1, 2), alive, key, name_tfs, id_at)
+                              np.asarray(object_ids).view(">u8").reshape(-1, 2), dead, key, name_tfs, id_at)
         merged = dict(self._parts)
         for namespace in parts.namespaces:
             merged[namespace] = (*merged.get(namespace, ()), parts)
@@ -310,15 +315,15 @@ class Bm25Index:
 
     def with_deletions(self, old: Hashable, dead: np.ndarray, key: Hashable) -> Bm25Index | None:
         """This index with segment `old` read with more of its rows deleted (`dead`, the positions of
-        every deleted row) as `key`: what `without_segments([old]).with_segment_columns(..., alive,
-        key=key)` scores, at the cost of the rows deleted since. The segment's postings and the caches
-        over them are shared and the parts made so far lose those rows. None where `old` is in no
-        namespace's parts or `dead` lacks a row it left out."""
+        every deleted row, ascending, once each) as `key`: what taking `old` out and adding the
+        segment again with `dead` scores, at the cost of the rows deleted since. The segment's
+        postings and the caches over them are shared and the parts made so far lose those rows.
+        None where `old` is in no namespace's parts or `dead` lacks a row it left out."""
         if key in self._segments:
             raise ValueError(f"segment {key!r} is in the index already; take it out with without_segments first")
         parts = next((found for held in self._parts.values() for found in held if found.key == old), None)
-        if parts is not None and len(dead) and not 0 <= int(np.min(dead)) <= int(np.max(dead)) < len(parts.segment.codes):
-            raise ValueError(f"segment {old!r} has {len(parts.segment.codes)} rows, got deleted rows up to {int(np.max(dead))}")
+        if parts is not None:
+            _check_dead(dead, len(parts.segment.codes), old)
         derived = None if parts is None else parts.with_dead(dead, key)
         if derived is None:
             return None
