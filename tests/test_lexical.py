@@ -6,9 +6,10 @@ import threading
 from uuid import UUID
 
 import pytest
+from hypothesis import given, strategies as st
 
 from rms_retrieval.stores.indexes.adjacency import uuid_keys
-from rms_retrieval.stores.indexes.lexical import Bm25Index, FieldWeights
+from rms_retrieval.stores.indexes.lexical import Bm25Index, FieldWeights, rows_added
 from rms_retrieval.stores.indexes.postings import TermPostings, query_terms, term_postings
 from tests.lexical_corpus import CORPUS, QUERIES, make_ids, reference_database, reference_scores, reference_search
 
@@ -329,3 +330,36 @@ def test_a_segment_read_with_more_rows_deleted_scores_as_one_added_with_them_lef
         index.with_deletions("s/d2", np.array([3, 30]), "s/d3")
     with pytest.raises(ValueError, match="in the index already"):
         index.with_deletions("s/d2", np.flatnonzero(~after), "s/d2")
+
+
+@given(st.sets(st.integers(0, 60)), st.sets(st.integers(0, 60)))
+def test_rows_added_are_the_later_rows_missing_from_the_earlier_or_none_where_those_are_not_kept(later, earlier):
+    """`rows_added` equals `np.setdiff1d` where every earlier row is still there, else None."""
+    import numpy as np
+
+    rows, before = np.asarray(sorted(later), dtype=np.int64), np.asarray(sorted(earlier), dtype=np.int64)
+    found = rows_added(rows, before)
+    if earlier <= later:
+        assert found is not None and found.tolist() == np.setdiff1d(rows, before).tolist()
+    else:
+        assert found is None
+
+
+def test_a_deletion_in_one_namespace_keeps_the_other_namespaces_parts():
+    """Deriving an index after deletions in one namespace hands every other namespace's part over as
+    it is (no part made again), and searches as the segment added again with them."""
+    import numpy as np
+
+    documents = CORPUS * 2
+    codes = np.asarray([index % 2 for index in range(len(documents))])
+    keys, postings = uuid_keys(make_ids(len(documents))), term_postings(documents)
+    index = Bm25Index.empty().with_segment_columns(postings, ["a", "b"], codes, keys, np.array([1]), key="s/d1")
+    for namespace in ("a", "b"):
+        index.search("caroline run", [namespace], 10)
+    derived = index.with_deletions("s/d1", np.array([1, 2, 4]), "s/d2")  # rows of "a" only
+    again = Bm25Index.empty().with_segment_columns(postings, ["a", "b"], codes, keys, np.array([1, 2, 4]), key="s/d2")
+    (before,), (after,) = index._parts["b"], derived._parts["b"]
+    assert after._parts["b"] is before._parts["b"] and after._parts["a"] is not before._parts["a"]
+    for text in QUERIES:
+        for scope in (["a"], ["b"], ["a", "b"]):
+            assert derived.search(text, scope, 100) == again.search(text, scope, 100)

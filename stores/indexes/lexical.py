@@ -133,18 +133,31 @@ class _SegmentParts:
         names, ascending, once each): its postings and the caches over them shared, each part made so
         far less the rows deleted since, at the cost of the deleted rows. None where `dead` lacks a
         row this reading left out (a deletion file only grows)."""
-        since = np.setdiff1d(dead, self.dead, assume_unique=True)
-        if len(since) != len(dead) - len(self.dead):
+        since = rows_added(dead, self.dead)
+        if since is None:
             return None
         codes = self.segment.codes[since]
         derived = _SegmentParts.__new__(_SegmentParts)
         live_counts = self._live_counts - np.bincount(codes, minlength=len(self._names))
+        touched = set(codes.tolist())
         with self._lock:
             made = list(self._parts.items())
-        parts = {namespace: part.without(since[codes == self._code_of[namespace]]) for namespace, part in made
-                 if live_counts[self._code_of[namespace]]}
+        parts = {namespace: part.without(since[codes == code]) if (code := self._code_of[namespace]) in touched else part
+                 for namespace, part in made if live_counts[self._code_of[namespace]]}
         derived._install(key, self.segment, self._names, dead, live_counts, parts)
         return derived
+
+
+def rows_added(rows: np.ndarray, earlier: np.ndarray) -> np.ndarray | None:
+    """The rows of `rows` not in `earlier` (both ascending, once each), or None where `earlier`
+    holds a row `rows` lacks: what a later deletion file adds to an earlier one, by one search of
+    the few rows deleted (`np.setdiff1d` sorts both again)."""
+    at = np.searchsorted(rows, earlier)
+    if len(earlier) and (at[-1] >= len(rows) or not np.array_equal(rows[at], earlier)):
+        return None
+    keep = np.ones(len(rows), dtype=bool)
+    keep[at] = False
+    return rows[keep]
 
 
 class _SegmentPostings:
