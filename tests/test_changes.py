@@ -169,6 +169,31 @@ def test_a_deleted_id_is_not_reused_until_compaction_removed_it(tmp_path):
         assert store.snapshot().count_objects() == 2
 
 
+def test_the_deleted_ids_are_the_deleted_rows_ids_that_no_segment_holds_live(tmp_path):
+    """A snapshot's `dead_ids` (looked up per namespace in each segment at once): deletes in merged
+    and in small segments and in two namespaces holding the same ids, an updated turn (its old row
+    is no deleted object), an id whose bytes end in zeros; what a row-by-row search gives."""
+    turns = _turns(40)
+    zeros = store_workers.turn(40).model_copy(update={"id": UUID(bytes=b"\x01" + bytes(15))})
+    other = [turn.model_copy(update={"namespace": "other"}) for turn in _turns(6)]
+    with _open(tmp_path / "store") as store:
+        for turn in [*turns, zeros]:
+            store.add([turn])
+        store.add(other)
+        store.wait_for_merges()
+        store.update(NAMESPACE, turns[2].id, salience=0.9)
+        store.delete(NAMESPACE, [turns[3].id, turns[39].id, zeros.id])
+        store.delete("other", [other[4].id])
+        store.update("other", other[5].id, salience=0.8)
+        snapshot = store.snapshot()
+        rows = {(segment.namespace_at(row), segment.id_at(row)) for segment in snapshot.segments for row in segment.dead_rows}
+        assert len(rows) == 7 and len(snapshot.segments) > 2
+        assert snapshot.dead_ids == {key for key in rows if not any(
+            segment.live_row(*key) is not None for segment in snapshot.segments)}
+        assert snapshot.dead_ids == {(NAMESPACE, turns[3].id), (NAMESPACE, turns[39].id), (NAMESPACE, zeros.id),
+                                     ("other", turns[4].id)}
+
+
 def test_erase_leaves_no_byte_of_the_erased_objects_in_the_store_directory(tmp_path):
     secret = "zanzibar marmalade confession"
     erased = [MemoryObject(namespace="tenant-gone", owner="carol", session_id="t", session_seq=number,

@@ -44,6 +44,11 @@ def test_a_repeated_id_answers_with_its_last_row_and_lookups_run_together():
     assert index.rows("live", [UUID(int=1), UUID(int=2), trailing_zeros, near, UUID(int=1 << 127)]) == [2, 1, 3, None, None]
     assert index.row("live", trailing_zeros) == 3 and index.rows("live", []) == []
     assert index.rows("none", [UUID(int=1)]) == [None]
+    dead = np.array([False, True, True, False])  # the newer version of UUID(int=1) and UUID(int=2) deleted
+    assert index.rows("live", [UUID(int=1), UUID(int=2), trailing_zeros], dead) == [None, None, 3]
+    keys = np.frombuffer(b"".join(key.bytes for key in (trailing_zeros, near, UUID(int=1))), dtype="V16").view("S16")
+    assert index.key_rows("live", keys).tolist() == [3, -1, 2] and index.key_rows("live", keys, dead).tolist() == [3, -1, -1]
+    assert index.key_rows("none", keys).tolist() == [-1, -1, -1] and index.key_rows("live", keys[:0]).tolist() == []
     sessions = SegmentSessions(columns, {"live": (0, 4)}, None)
     assert sessions[("live", "default", "default", "s")] == [(0, 0), (1, 1), (5, 2), (3, 3)]  # in row order
     assert sessions[("live", "default", "default", "s")] is not sessions[("live", "default", "default", "s")]

@@ -60,18 +60,23 @@ class RowIndex:
     def row(self, namespace: str, object_id: UUID) -> int | None:
         return self.rows(namespace, [object_id])[0]
 
-    def rows(self, namespace: str, object_ids: Sequence[UUID]) -> list[int | None]:
-        """The row of each of `object_ids` in `namespace` (None where it holds no such id)."""
+    def rows(self, namespace: str, object_ids: Sequence[UUID], dead: np.ndarray | None = None) -> list[int | None]:
+        """The row of each of `object_ids` in `namespace` (None where it holds no such id, or `dead`,
+        per row True where deleted, names its row)."""
+        rows = self.key_rows(namespace, uuid_keys(object_ids).view("S16"), dead)
+        return [None if row < 0 else row for row in rows.tolist()]
+
+    def key_rows(self, namespace: str, keys: np.ndarray, dead: np.ndarray | None = None) -> np.ndarray:
+        """`rows` of ids given as 16-byte strings (`uuid_keys` viewed as "S16"), -1 for None."""
         found = self._by_namespace.get(namespace)
         if found is None:
             found = self._by_namespace[namespace] = self._sorted(namespace)  # racing builds are equal
         ids, rows = found
-        if not len(ids) or not object_ids:
-            return [None] * len(object_ids)
-        keys = uuid_keys(object_ids).view("S16")
-        at = np.searchsorted(ids, keys, side="right") - 1
-        hit = (at >= 0) & (ids[np.maximum(at, 0)] == keys)
-        return [row if held else None for row, held in zip(rows[np.maximum(at, 0)].tolist(), hit.tolist())]
+        if not len(ids) or not len(keys):
+            return np.full(len(keys), -1, dtype=np.int64)
+        at = np.maximum(np.searchsorted(ids, keys, side="right") - 1, 0)  # a key before every id misses at 0
+        found_rows = np.where(ids[at] == keys, rows[at], -1)
+        return found_rows if dead is None else np.where((found_rows >= 0) & dead[found_rows], -1, found_rows)
 
     def _sorted(self, namespace: str) -> tuple[np.ndarray, np.ndarray]:
         positions = _namespace_rows(self._columns, self._slices, namespace)

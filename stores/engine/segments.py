@@ -217,8 +217,7 @@ class LoadedSegment:
         return skip
 
     def rewritten_vectors(self) -> SegmentVectors:
-        """The vectors a merge or compaction rewrites this segment with: all but an older segment's
-        bare entities'."""
+        """The vectors a merge or compaction rewrites this segment with: all but an older segment's bare entities'."""
         if not self._bare_vector_rows:
             return self.vectors
         keep = np.ones(self.entry.rows, dtype=bool)
@@ -287,8 +286,11 @@ class LoadedSegment:
 
     def live_rows(self, namespace: str, object_ids: Sequence[UUID]) -> list[int | None]:
         """`live_row` of each of `object_ids`, looked up together."""
-        dead = self.dead_rows
-        return [None if row is None or row in dead else row for row in self._row_index.rows(namespace, object_ids)]
+        return self._row_index.rows(namespace, object_ids, self.dead)
+
+    def live_key_rows(self, namespace: str, keys: np.ndarray) -> np.ndarray:
+        """`live_rows` of ids given as 16-byte strings (-1: none live here)."""
+        return self._row_index.key_rows(namespace, keys, self.dead)
 
     def holds(self, namespace: str, object_id: UUID) -> bool:
         """Whether a row of `namespace` here, dead or not, holds `object_id`."""
