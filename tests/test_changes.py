@@ -169,10 +169,10 @@ def test_a_deleted_id_is_not_reused_until_compaction_removed_it(tmp_path):
         assert store.snapshot().count_objects() == 2
 
 
-def test_the_deleted_ids_are_the_deleted_rows_ids_that_no_segment_holds_live(tmp_path):
-    """A snapshot's `dead_ids` (looked up per namespace in each segment at once): deletes in merged
-    and in small segments and in two namespaces holding the same ids, an updated turn (its old row
-    is no deleted object), an id whose bytes end in zeros; what a row-by-row search gives."""
+def test_deleted_ids_and_lookups_by_id_over_namespaces_and_segments_after_deletes_and_updates(tmp_path):
+    """A snapshot's `dead_ids` and `get_objects` (each segment asked about many ids at once): deletes
+    in merged and in small segments and in two namespaces holding the same ids, an updated turn (its
+    old row is no deleted object), an id whose bytes end in zeros; what a row-by-row search gives."""
     turns = _turns(40)
     zeros = store_workers.turn(40).model_copy(update={"id": UUID(bytes=b"\x01" + bytes(15))})
     other = [turn.model_copy(update={"namespace": "other"}) for turn in _turns(6)]
@@ -192,6 +192,15 @@ def test_the_deleted_ids_are_the_deleted_rows_ids_that_no_segment_holds_live(tmp
             segment.live_row(*key) is not None for segment in snapshot.segments)}
         assert snapshot.dead_ids == {(NAMESPACE, turns[3].id), (NAMESPACE, turns[39].id), (NAMESPACE, zeros.id),
                                      ("other", turns[4].id)}
+        # Lookups by id across namespaces and segments: the first namespace in sorted order with a live
+        # row answers ("live" before "other"), from the segment holding it live (an update's version).
+        asked = [turns[number].id for number in (2, 3, 4, 5, 39)] + [zeros.id, UUID(int=10**6)]
+        found = snapshot.get_objects(asked, ["other", NAMESPACE])
+        assert {key: (memory.namespace, memory.salience) for key, memory in found.items()} == {
+            turns[2].id: (NAMESPACE, 0.9), turns[3].id: ("other", turns[3].salience), turns[4].id: (NAMESPACE, turns[4].salience),
+            turns[5].id: (NAMESPACE, turns[5].salience)}
+        assert list(found) == sorted(found, key=lambda key: key.int) and snapshot.get_objects([], [NAMESPACE]) == {}
+        assert snapshot.text_tokens(asked, [NAMESPACE]).keys() == {turns[number].id for number in (2, 4, 5)}
 
 
 def test_erase_leaves_no_byte_of_the_erased_objects_in_the_store_directory(tmp_path):
