@@ -6,7 +6,10 @@ import gc
 import time
 from datetime import datetime, timezone
 
-from rms_retrieval.dataflows.bench.interleaving import collections_line, interleaved, warming_queries
+import pytest
+
+from rms_retrieval.dataflows.bench.interleaving import (collections_line, interleaved, warming_queries, without_collections,
+                                                       without_collections_line)
 from rms_retrieval.dataflows.bench.speed_bench import BenchQuery
 
 
@@ -64,6 +67,16 @@ def test_the_timed_queries_run_with_the_warm_process_frozen_and_their_full_colle
     assert seen[0] == before and min(seen[1:]) > before  # the warm-up ran unfrozen, the timed queries frozen
     assert gc.get_freeze_count() == before  # and the process gets its collector back
     assert len(timings.full_collections_ms) == 1 and timings.full_collections_ms[0] >= 0
+    assert timings.met_collection == {"a": [False, True]}  # the query that collected met it, the other not
+
+
+def test_the_requests_without_a_full_collection_are_counted_and_their_spread_taken_apart():
+    seconds = [0.010] * 90 + [0.050] + [0.020] * 10  # the 50 ms request met the collector
+    found = without_collections(seconds, [False] * 90 + [True] + [False] * 10)
+    assert found["met"] == 1 and found["requests"] == 101 and found["p99_over_p50"] == pytest.approx(2.0)
+    assert without_collections_line(found) == "1 of its 101 requests met one, p99 over p50 of the others 2.00x"
+    alone = without_collections([0.01, 0.02], [True, False])
+    assert alone["p99_over_p50"] is None and without_collections_line(alone) == "1 of its 2 requests met one"
 
 
 def test_the_collections_line_counts_the_full_collections_and_names_the_longest():

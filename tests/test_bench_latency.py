@@ -51,6 +51,8 @@ def test_a_run_reports_every_arm_with_ratios_and_the_node_table(store, tmp_path)
     lines = latency_bench.summary_lines(report)
     assert any(line.startswith("pipeline ") for line in lines)
     assert any(line.startswith("a question right after a one-turn write") for line in lines)
+    assert report["pipeline_without_collections"]["requests"] == 3
+    assert any(line.startswith("pipeline p99 over its p50") and "requests met one" in line for line in lines)
 
 
 def test_without_the_peers_extra_the_peer_arms_are_skipped_with_a_message(store, monkeypatch):

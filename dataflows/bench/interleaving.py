@@ -10,8 +10,10 @@ After the warm-up, what the process holds (imports, open stores, warm caches) is
 garbage collector (`gc.freeze`), as a long-running server does once it has started (README,
 "Serving"): a full collection then scans what the timed requests made, not the 180,000 objects of
 the imports and the stores, which took about 100 ms each time and landed in one request of 70.
-`Timings.full_collections_ms` says how long each that ran while the arms were timed took; the
-latency benchmark's node table is timed under the same freeze (`frozen_collector`).
+`Timings.full_collections_ms` says how long each that ran while the arms were timed took, and
+`Timings.met_collection` which timed requests one ran inside (`without_collections`: an arm's
+spread without them); the latency benchmark's node table is timed under the same freeze
+(`frozen_collector`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
@@ -139,6 +141,8 @@ class Timings:
 
     seconds: dict[str, list[float]]
     full_collections_ms: list[float]
+    # per arm and query, whether a full collection ran inside the timed call
+    met_collection: dict[str, list[bool]] = field(default_factory=dict)
 
 
 @contextmanager
@@ -182,6 +186,7 @@ def interleaved(
         for name in names:
             arms[name](query)
     seconds: dict[str, list[float]] = {name: [] for name in names}
+    met: dict[str, list[bool]] = {name: [] for name in names}
     orders = random.Random(seed)
     with frozen_collector() as pauses:
         for query in queries:
@@ -189,7 +194,23 @@ def interleaved(
                 prepare = getattr(arms[name], "prepare", None)
                 if prepare is not None:  # untimed: what the arm needs done just before the query
                     prepare(query)
+                collected = len(pauses)
                 started = time.perf_counter()
                 arms[name](query)
                 seconds[name].append(time.perf_counter() - started)
-    return Timings(seconds, pauses)
+                met[name].append(len(pauses) > collected)
+    return Timings(seconds, pauses, met)
+
+
+def without_collections(seconds: Sequence[float], met: Sequence[bool]) -> dict[str, Any]:
+    """How many of an arm's timed requests (`seconds`) met a full collection (`met`), and the p99
+    over the p50 of the others: how far the requests' own work spreads, beside the collector's pauses."""
+    others = [value for value, hit in zip(seconds, met) if not hit]
+    spread = latency_percentiles(others) if len(others) > 1 else None
+    return {"met": sum(met), "requests": len(seconds), "p99_over_p50": spread["p99"] / spread["p50"] if spread else None}
+
+
+def without_collections_line(found: Mapping[str, Any]) -> str:
+    """The printed words of `without_collections`."""
+    line = f"{found['met']} of its {found['requests']} requests met one"
+    return line if found["p99_over_p50"] is None else f"{line}, p99 over p50 of the others {found['p99_over_p50']:.2f}x"
