@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rms_retrieval.dataflows.bench.metrics import latency_percentiles
@@ -141,8 +141,7 @@ class Timings:
 
     seconds: dict[str, list[float]]
     full_collections_ms: list[float]
-    # per arm and query, whether a full collection ran inside the timed call
-    met_collection: dict[str, list[bool]] = field(default_factory=dict)
+    met_collection: dict[str, list[bool]]  # per arm and query: a full collection ran inside the timed call
 
 
 @contextmanager
