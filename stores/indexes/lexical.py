@@ -142,8 +142,8 @@ class _SegmentParts:
         touched = set(codes.tolist())
         with self._lock:
             made = list(self._parts.items())
-        parts = {namespace: part.without(since[codes == code]) if (code := self._code_of[namespace]) in touched else part
-                 for namespace, part in made if live_counts[self._code_of[namespace]]}
+        parts = {namespace: part.without(since[codes == code]) if code in touched else part
+                 for namespace, part in made if live_counts[code := self._code_of[namespace]]}
         derived._install(key, self.segment, self._names, dead, live_counts, parts)
         return derived
 
@@ -308,9 +308,10 @@ class Bm25Index:
                              id_at: Callable[[int], UUID] | None = None) -> Bm25Index:
         """`with_segment` from a segment's columns: each row's namespace as a code into `namespaces`,
         its object id as 16 big-endian bytes (dtype V16), and the rows not to index (`dead`, deleted
-        ones: their positions, ascending, once each; None: none). Each namespace's part is made when a search first names it. `name_tfs`, if given,
-        makes the postings' entity-name counts when a weighted search first needs them; `id_at`,
-        if given, gives a row's id as the segment's own UUID object."""
+        ones: their positions, ascending, once each; None: none). Each namespace's part is made when
+        a search first names it. `name_tfs`, if given, makes the postings' entity-name counts when a
+        weighted search first needs them; `id_at`, if given, gives a row's id as the segment's own
+        UUID object."""
         if not len(namespace_codes) == len(object_ids) == postings.num_rows:
             raise ValueError(f"a segment of {postings.num_rows} rows needs a namespace and an object id "
                              f"per row (got {len(namespace_codes)} and {len(object_ids)})")
