@@ -10,10 +10,15 @@ from rms_retrieval.dataflows.cli_support import (check_budget, check_namespaces,
 from rms_retrieval.stores.visibility import RetrievalMode
 
 
-def _cmd_query(args: argparse.Namespace) -> int:
+def _start_encoder() -> None:
+    """The query encoder's load, on the other core while Hamilton, the pipeline and the store
+    import and the store opens (`rms` runs it before those imports: cli.py)."""
     from rms_retrieval.stores.providers.onnx_encoder import default_encoder
 
-    default_encoder().load_in_background()  # on the other core while the pipeline imports and the store opens
+    default_encoder().load_in_background()
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
     from rms_retrieval.dataflows.presenter import format_bundle
     from rms_retrieval.dataflows.retrieval import retrieve
 
@@ -66,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     policy_arguments(query)
     query.add_argument("--json", action="store_true", help="print the bundle's JSON")
     query.add_argument("question")
-    query.set_defaults(run=_cmd_query)
+    query.set_defaults(run=_cmd_query, start=_start_encoder)
 
     demo = sub.add_parser("demo", help="build the embedded demo store and answer sample questions")
     demo.add_argument("--store", default=".rms/demo-store")

@@ -194,6 +194,35 @@ def test_a_failure_inside_the_dag_is_one_line_and_verbose_adds_the_traceback(dem
     assert verbose.stderr.splitlines()[-1] == "error: the encoder failed (simulated)"
 
 
+_RECORDING = """
+import atexit, gc, sys
+from rms_retrieval.dataflows import cli, query_command
+
+seen = {}
+start, main = query_command._start_encoder, cli.main
+
+def recording_start():
+    seen["hamilton imported when the encoder started"] = "hamilton.graph" in sys.modules
+    start()
+
+def recording_main(argv=None):
+    seen["collector on"] = gc.isenabled()
+    return main(argv)
+
+query_command._start_encoder, cli.main = recording_start, recording_main
+atexit.register(lambda: print(sorted(seen.items()), file=sys.stderr))
+cli.run()
+"""
+
+
+def test_rms_query_starts_its_encoder_before_hamilton_and_runs_without_the_collector(demo_store, demo_copy, tmp_path):
+    done = _rms(*_query(demo_copy, demo_store.namespace), "Where does Tomas work now?", script=_RECORDING)
+    assert done.returncode == 0 and done.stdout.startswith("question: "), done.stderr
+    assert done.stderr == "[('collector on', False), ('hamilton imported when the encoder started', False)]\n"
+    other = _rms("ingest", "--store", str(tmp_path / "store"), str(tmp_path / "absent.jsonl"), script=_RECORDING)
+    assert other.returncode == 2 and other.stderr.endswith("[('collector on', True)]\n"), other.stderr
+
+
 def test_verbose_may_come_anywhere_before_a_double_dash():
     from rms_retrieval.dataflows.cli import _split_verbose
 
