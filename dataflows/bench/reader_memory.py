@@ -5,7 +5,7 @@ opens the store read-only, answers the same questions with the random encoder an
 parent then reads each reader's Rss and Pss from `/proc/<pid>/smaps_rollup`. Pss counts a page
 that n processes map as 1/n of a page in each, so the readers' Pss summed is the memory they take
 together: a store whose files are memory-mapped is paid for once, whatever each process holds of
-its own is paid once per reader. A reader loads only Hamilton's pandas plugin, as `rms` and the
+its own is paid once per reader. A reader loads none of Hamilton's plugins, as `rms` and the
 README's serving setup do (`hamilton_plugins` lists what the readers loaded): the plugins Hamilton
 would import for every library installed cost each process about 117 MB of its own.
 `rms bench scale --readers N` reports it for each store size.
