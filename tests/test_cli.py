@@ -207,20 +207,31 @@ def recording_start():
 
 def recording_main(argv=None):
     seen["collector on"] = gc.isenabled()
-    return main(argv)
+    atexit.register(print, "an atexit hook of the command ran", file=sys.stderr)  # as the retrieval log's flush
+    code = main(argv)
+    print(sorted(seen.items()), file=sys.stderr)
+    return code
 
 query_command._start_encoder, cli.main = recording_start, recording_main
-atexit.register(lambda: print(sorted(seen.items()), file=sys.stderr))
+atexit.register(print, "the interpreter's teardown began", file=sys.stderr)  # registered first: run last
 cli.run()
 """
 
 
-def test_rms_query_starts_its_encoder_before_hamilton_and_runs_without_the_collector(demo_store, demo_copy, tmp_path):
+def test_rms_query_starts_its_encoder_before_hamilton_and_runs_without_the_collector_or_the_teardown(
+        demo_store, demo_copy, tmp_path):
     done = _rms(*_query(demo_copy, demo_store.namespace), "Where does Tomas work now?", script=_RECORDING)
     assert done.returncode == 0 and done.stdout.startswith("question: "), done.stderr
-    assert done.stderr == "[('collector on', False), ('hamilton imported when the encoder started', False)]\n"
+    assert done.stderr.splitlines() == ["[('collector on', False), ('hamilton imported when the encoder started', False)]",
+                                        "an atexit hook of the command ran"]
+    refused = _rms(*_query(demo_copy, "no-such-namespace"), "Where does Tomas work now?", script=_RECORDING)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.splitlines()[0].startswith("error: namespace no-such-namespace has no memories")
+    assert refused.stderr.splitlines()[-1] == "an atexit hook of the command ran"
     other = _rms("ingest", "--store", str(tmp_path / "store"), str(tmp_path / "absent.jsonl"), script=_RECORDING)
-    assert other.returncode == 2 and other.stderr.endswith("[('collector on', True)]\n"), other.stderr
+    assert other.returncode == 2
+    assert other.stderr.splitlines()[-3:] == ["[('collector on', True)]", "an atexit hook of the command ran",
+                                              "the interpreter's teardown began"]
 
 
 def test_verbose_may_come_anywhere_before_a_double_dash():
