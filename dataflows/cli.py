@@ -15,6 +15,7 @@ import contextlib
 import gc
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Iterable, Sequence
@@ -169,9 +170,21 @@ def run() -> None:
     if _command_name(_split_verbose(sys.argv[1:])[0]) in ONE_SHOT_COMMANDS:
         gc.disable()
         atexit.register(_end_after_exit_hooks, status)
-    status[0] = code = main()
+    try:
+        status[0] = code = main()
+    except SystemExit as leaving:  # argparse's --help (0) and usage errors (2)
+        status[0] = _exit_status(leaving.code)
+        raise
+    except KeyboardInterrupt:
+        status[0] = 128 + signal.SIGINT  # what a shell reports of a process Ctrl-C ended
+        raise
     gc.freeze()
     sys.exit(code)
+
+
+def _exit_status(code: object) -> int:
+    """The status Python gives `sys.exit(code)`: 0 for None, an int as it is, 1 for anything else."""
+    return 0 if code is None else code if isinstance(code, int) else 1
 
 
 def _end_after_exit_hooks(status: list[int]) -> None:

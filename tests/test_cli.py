@@ -228,10 +228,28 @@ def test_rms_query_starts_its_encoder_before_hamilton_and_runs_without_the_colle
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.splitlines()[0].startswith("error: namespace no-such-namespace has no memories")
     assert refused.stderr.splitlines()[-1] == "an atexit hook of the command ran"
+    assert _rms("query", "--help", script=_RECORDING).returncode == 0
+    usage = _rms("query", "--store", str(demo_copy), script=_RECORDING)
+    assert usage.returncode == 2 and "the following arguments are required" in usage.stderr
     other = _rms("ingest", "--store", str(tmp_path / "store"), str(tmp_path / "absent.jsonl"), script=_RECORDING)
     assert other.returncode == 2
     assert other.stderr.splitlines()[-3:] == ["[('collector on', True)]", "an atexit hook of the command ran",
                                               "the interpreter's teardown began"]
+
+
+_INTERRUPTED = """
+from rms_retrieval.dataflows import cli
+
+def interrupted(argv=None):
+    raise KeyboardInterrupt
+
+cli.main = interrupted
+cli.run()
+"""
+
+
+def test_rms_query_interrupted_ends_as_a_shell_reports_ctrl_c():
+    assert _rms("query", "What?", script=_INTERRUPTED).returncode == 130
 
 
 def test_verbose_may_come_anywhere_before_a_double_dash():
