@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from uuid import UUID
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests import store_workers
 from rms_retrieval.stores.engine import compaction
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
+from rms_retrieval.stores.engine.edge_columns import MENTIONS, EdgeColumns, StoredEdge
 from rms_retrieval.stores.engine.merging import MERGE_FACTOR
+from rms_retrieval.stores.protocols import Edge
 
 NAMESPACE = store_workers.NAMESPACE
 
@@ -60,3 +67,37 @@ def test_compaction_never_touches_a_directory_the_store_did_not_make(tmp_path):
         store.delete(NAMESPACE, [store_workers.turn(2).id])
         store.compact()
         assert backup.is_dir()
+
+
+# Ids ending in zero bytes, and ids sharing their first eight bytes.
+_IDS = [UUID(int=value << 64) for value in range(1, 4)] + [UUID(int=(1 << 64) | value) for value in range(1, 5)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.sampled_from(["a", "b"]), st.integers(-1, 3)), max_size=30),
+       st.frozensets(st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(_IDS)), max_size=6))
+def test_the_edges_naming_a_deleted_object_are_read_from_the_columns_as_from_the_edges(drawn, dead_ids):
+    edges = [StoredEdge(Edge(number + 1, _IDS[source], _IDS[target], MENTIONS, 0.5), namespace, row)
+             for number, (source, target, namespace, row) in enumerate(drawn)]
+    expected = [(stored.namespace, stored.edge.source) in dead_ids or (stored.namespace, stored.edge.target) in dead_ids
+                for stored in edges]
+    assert compaction.naming_dead(EdgeColumns.from_stored(edges), dead_ids).tolist() == expected
+
+
+def test_compaction_decodes_no_edge_of_a_segment_it_keeps(tmp_path):
+    names = ["Caroline", "Melanie", "Paris", "Oslo"]
+    with MemoryStore.open(tmp_path / "store", store_workers.encoder(), retired_grace=3600) as store:
+        for number in range(MERGE_FACTOR + 2):  # named turns: MENTIONS and SPOKEN_BY edges in each segment
+            turn = store_workers.turn(number)
+            store.add([turn.model_copy(update={"content": f"{turn.content} with {names[number % 4]} in {names[(number + 1) % 4]}",
+                                               "metadata": {"speaker": names[number % 2]}})])
+            store.wait_for_merges()
+        store.delete(NAMESPACE, [store_workers.turn(MERGE_FACTOR + 1).id])
+        kept = store.snapshot().segments[:2]
+        assert all(len(segment.edge_columns) for segment in kept)
+        # LoadedSegment.edges: a merge's segment decodes them on first use (a write's holds its own)
+        decoded = ["edges" in segment.__dict__ for segment in kept]
+        assert decoded == [False, True]
+        store.compact()
+        assert [segment.entry.id for segment in store.snapshot().segments[:2]] == [segment.entry.id for segment in kept]
+        assert ["edges" in segment.__dict__ for segment in kept] == decoded

@@ -62,6 +62,15 @@ def _answers(store: MemoryStore) -> tuple[list[str], int]:
     return bundles, both
 
 
+def _undecoded(store: MemoryStore) -> list[str]:
+    """The segments holding edges none of which is decoded into an object (`LoadedSegment.edges`:
+    a merge's segment decodes them on first use); there must be some."""
+    found = [segment.entry.id for segment in store.snapshot().segments
+             if len(segment.edge_columns) and "edges" not in segment.__dict__]
+    assert found
+    return found
+
+
 def _graph(store: MemoryStore) -> dict:
     """The graph side of a store as a user could tell it: entities, edges (ids aside), co-mention counts."""
     snapshot = store.snapshot()
@@ -95,8 +104,10 @@ def test_deleted_turns_leave_the_graph_and_the_speaker_lift_as_in_a_store_that_n
             changed.add([turn])
         changed.wait_for_merges()
         never.add([turn for turn in turns if turn.id not in gone])
+        merged = _undecoded(changed)
         changed.delete(NAMESPACE, gone[:5])
         changed.delete(NAMESPACE, gone[5:])
+        assert _undecoded(changed) == merged  # the entities' owners read from the edge columns
         assert "Oscar" not in [ref.alias for ref in changed.snapshot().entity_catalog([NAMESPACE])]
         assert _graph(changed) == _graph(never)
         bundles, both = _answers(changed)
@@ -118,10 +129,12 @@ def test_an_update_leaves_the_graph_of_a_store_that_only_held_the_new_versions(t
         for turn in turns:
             changed.add([turn])
         changed.wait_for_merges()
+        merged = _undecoded(changed)
         changed.update(NAMESPACE, turns[7].id, content="I went sailing with Zoe in Lisbon")  # new mentions, old gone
         changed.update(NAMESPACE, turns[12].id, content="nothing much happened today")  # no mention left
         changed.update(NAMESPACE, turns[13].id, metadata={"speaker": "Priya", "role": "user"})  # a new speaker
         changed.update(NAMESPACE, turns[14].id, salience=0.8)  # the graph unchanged
+        assert _undecoded(changed) == merged  # the updates read the edges of the rows they changed alone
         versions = changed.snapshot().get_objects([turns[number].id for number in (7, 12, 13, 14)], [NAMESPACE])
         never.add([versions.get(turn.id, turn) for turn in turns])
         spoken = _graph(changed)["edges"]

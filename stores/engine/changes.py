@@ -156,7 +156,7 @@ def entity_changes(snapshot: StoreSnapshot, gone: Sequence[Located], added: Prep
         into = [stored for stored in (added.edges if added is not None else ())
                 if (stored.namespace, stored.edge.target) == (namespace, entity_key) and stored.edge.edge_type in (MENTIONS, SPOKEN_BY)]
         left = ((segment, owner, edge_type) for segment in snapshot.segments
-                for owner, edge_type in segment.edge_index.owners_into.get((namespace, entity_key), ())
+                for owner, edge_type in segment.edge_index.owners_into(namespace, entity_key)
                 if owner not in segment.dead_rows and (segment.entry.id, owner) not in gone_rows)
         if not into and next(left, None) is None:
             orphans.append(where)
@@ -168,7 +168,7 @@ def entity_changes(snapshot: StoreSnapshot, gone: Sequence[Located], added: Prep
             continue
         # Only now are the objects left read: a speaker's entity may have spoken thousands of turns.
         left_dating = [segment.object_at(owner) for segment in snapshot.segments
-                       for owner, edge_type in segment.edge_index.owners_into.get((namespace, entity_key), ())
+                       for owner, edge_type in segment.edge_index.owners_into(namespace, entity_key)
                        if edge_type == kind and owner not in segment.dead_rows and (segment.entry.id, owner) not in gone_rows]
         left_dating += [added.rows[stored.row] for stored in into if stored.edge.edge_type == kind and added is not None]
         if not left_dating:

@@ -15,22 +15,39 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from rms_retrieval.stores.engine.edge_columns import EdgeColumns, id_keys
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, write_manifest
+from rms_retrieval.stores.engine.mentioners import SortedIds
 from rms_retrieval.stores.engine.segment_layout import new_segment_id
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.engine.segment_writing import segment_text_tokens, write_table_segment
 from rms_retrieval.stores.snapshot import StoreSnapshot
 from rms_retrieval.stores.engine.manifest import committed_generation
 from rms_retrieval.stores.engine.writer import remove_unnamed_deletions, store_made
+from rms_retrieval.stores.indexes.adjacency import code_of
 
 
-def _names_dead(stored: StoredEdge, dead_ids: frozenset) -> bool:
-    return (stored.namespace, stored.edge.source) in dead_ids or (stored.namespace, stored.edge.target) in dead_ids
+def naming_dead(columns: EdgeColumns, dead_ids: frozenset) -> np.ndarray:
+    """Per edge of `columns`, whether either end is a deleted (namespace, id): read from the
+    columns, no edge decoded (a segment compaction keeps would hold its edges as objects after)."""
+    named = np.zeros(len(columns), dtype=bool)
+    dead_by_namespace: dict[str, list[bytes]] = {}
+    for namespace, memory_id in dead_ids:
+        dead_by_namespace.setdefault(namespace, []).append(memory_id.bytes)
+    for namespace, dead in dead_by_namespace.items():
+        code = code_of(columns.namespace_names, namespace)
+        if code < 0:
+            continue
+        edges = np.flatnonzero(columns.namespaces == code)
+        dead_keys = SortedIds(np.unique(id_keys(np.frombuffer(b"".join(dead), dtype=np.uint8))))
+        ends = dead_keys.positions(id_keys(columns.ends_at(edges))).reshape(-1, 2)
+        named[edges] = (ends >= 0).any(axis=1)
+    return named
 
 
 def needs_compaction(segment: LoadedSegment, dead_ids: frozenset) -> bool:
     """Whether `segment` holds deleted rows, or edges to a deleted (namespace, id)."""
-    return bool(segment.dead_rows) or any(_names_dead(stored, dead_ids) for stored in segment.edges)
+    return bool(segment.dead_rows) or bool(naming_dead(segment.edge_columns, dead_ids).any())
 
 
 def compact(store: Path, snapshot: StoreSnapshot) -> tuple[Manifest, list[LoadedSegment]] | None:
@@ -53,8 +70,10 @@ def compact(store: Path, snapshot: StoreSnapshot) -> tuple[Manifest, list[Loaded
             new_row = np.full(segment.entry.rows, -1, dtype=np.int64)
             new_row[kept] = np.arange(len(kept))
             # An edge goes with its owner row (a deleted object's, or an old version's) and with either end.
+            columns = segment.edge_columns
+            live = columns.live_positions(segment.dead)
             edges = [StoredEdge(stored.edge, stored.namespace, -1 if stored.row < 0 else int(new_row[stored.row]))
-                     for stored in segment.live_edges() if not _names_dead(stored, dead_ids)]
+                     for stored in columns.decoded(live[~naming_dead(columns, dead_ids)[live]])]
             if not len(kept) and not edges:
                 continue
             objects = segment.objects_table().take(pa.array(kept))

@@ -1,11 +1,10 @@
 """A segment's graph edges as columns: what `index.npz` stores, held as arrays and decoded into
 `StoredEdge` objects only where a caller asks for them.
 
-Opening a segment used to decode every edge it holds into Python objects (two UUIDs and a
-dataclass per edge): most of the time a store took to open, for edges a reader may never touch.
-Now a reader decodes one namespace's edges when its graph is first built, and counts co-mentions
-from the arrays of one namespace's MENTIONS edges; the write path, compaction, merges and
-`rms check` decode the whole segment, as they need every edge anyway.
+Opening a segment decodes none of its edges (two UUIDs and a dataclass each). A reader decodes
+one namespace's edges when its graph is first built, and counts co-mentions from the arrays of
+one namespace's MENTIONS edges; an update or a delete decodes the edges of the rows it changes
+(`edge_index.py`), compaction those of the segments it rewrites, and `rms check` every edge.
 """
 
 from __future__ import annotations

@@ -415,26 +415,15 @@ class LoadedSegment:
 
     @property
     def edge_index(self) -> EdgeIndex:
-        """This segment's edges by owner row and by target, over every row (built once, shared
-        with every reading of the segment with another deletion file)."""
+        """This segment's edges by owner row and by target, over every row, as positions into the
+        edge columns (built once, shared with every reading of the segment with another deletion file)."""
         if self._edge_index is None:
-            self._edge_index = EdgeIndex(self.edges)
+            self._edge_index = EdgeIndex(self.edge_columns)
         return self._edge_index
 
-    def edge_alive(self, stored: StoredEdge) -> bool:
-        """Whether an edge of this segment has a live owner row (or none)."""
-        return stored.row is None or stored.row < 0 or stored.row not in self.dead_rows
-
-    def live_edges(self) -> list[StoredEdge]:
-        """The edges whose owner row is live (or that have none), in stored order."""
-        if not self.dead_rows:
-            return list(self.edges)
-        edges = self.edges
-        return [edges[position] for position in self.edge_columns.live_positions(self.dead).tolist()]
-
-    def owned_edges(self, row: int) -> list[StoredEdge]:
-        """The edges `row`'s analysis made, in stored order."""
-        return [self.edges[position] for position in self.edge_index.by_owner.get(row, ())]
+    def owned_edges(self, row: int) -> tuple[StoredEdge, ...]:
+        """The edges `row`'s analysis made, in stored order (only they are decoded)."""
+        return self.edge_index.owned_edges(row)
 
     @cached_property
     def co_mentions(self) -> Mapping[tuple[str, UUID, UUID], int]:
