@@ -106,6 +106,26 @@ def record_fields(record: str) -> dict[str, Any]:
     return json.loads(record) if _holds_huge_float(stored) else stored
 
 
+def _assertion(value: dict[str, Any] | None) -> Assertion | None:
+    return None if value is None else Assertion.model_construct(**value)
+
+
+def _quantity(value: dict[str, Any] | None) -> Quantity | None:
+    return None if value is None else Quantity.model_construct(**value)
+
+
+# How a record's value becomes the object's, by field (the others are taken as they are).
+_DECODE: dict[str, Any] = {
+    "id": UUID, "node_type": _NODE_TYPES.__getitem__, "epistemic_type": _EPISTEMIC_TYPES.__getitem__,
+    "lifecycle_state": _LIFECYCLE_STATES.__getitem__, **dict.fromkeys(_TIME_FIELDS, _utc), "evidence_refs": tuple,
+    "assertion": _assertion, "quantity": _quantity,
+}
+# A decoded object's fields before its record's values are put in, in model order: the
+# `_RECORD_DEFAULTS` decoded (metadata aside: each object gets a dictionary of its own).
+_TEMPLATE: dict[str, Any] = {name: _DECODE.get(name, lambda value: value)(_RECORD_DEFAULTS[name])
+                             if name in _RECORD_DEFAULTS and name != "metadata" else None for name in OBJECT_FIELDS}
+
+
 def memory_object(record: str, object_id: UUID | None = None, namespace: str | None = None,
                   entity_name: str | None = None) -> MemoryObject:
     """A MemoryObject from a stored record (validated when it was added), without re-validating;
@@ -113,40 +133,35 @@ def memory_object(record: str, object_id: UUID | None = None, namespace: str | N
     record written before format 6 holds them itself). A field the record leaves out takes its
     `_RECORD_DEFAULTS` value (`updated_at`: `created_at`)."""
     stored = record_fields(record)
-    get = stored.get
-    created = stored["created_at"]
-    assertion, quantity = get("assertion", _RECORD_DEFAULTS["assertion"]), get("quantity", _RECORD_DEFAULTS["quantity"])
-    # What `model_construct` does for a record that holds every field, without its per-field search
-    # for aliases and defaults: the fields in model order (OBJECT_FIELDS; tests/test_segment_files.py
-    # checks the result against `model_construct`'s), made in one dictionary, and one shared set of
-    # the names they set (pydantic would make one per object, one more container for the garbage
-    # collector to scan in each of the tens of thousands a reader keeps decoded; frozen objects
-    # never add to it, and a copy gets its own).
-    fields = {
-        "id": UUID(stored["id"]) if object_id is None else object_id,
-        "namespace": stored["namespace"] if namespace is None else namespace,
-        "owner": get("owner", _RECORD_DEFAULTS["owner"]),
-        "scope": get("scope", _RECORD_DEFAULTS["scope"]),
-        "session_id": get("session_id", _RECORD_DEFAULTS["session_id"]),
-        "session_seq": get("session_seq", _RECORD_DEFAULTS["session_seq"]),
-        "node_type": _NODE_TYPES[get("node_type", _RECORD_DEFAULTS["node_type"])],
-        "content": stored["content"],
-        "entity_canonical_name": get("entity_canonical_name", entity_name),
-        "epistemic_type": _EPISTEMIC_TYPES[get("epistemic_type", _RECORD_DEFAULTS["epistemic_type"])],
-        "confidence": get("confidence", _RECORD_DEFAULTS["confidence"]),
-        "salience": get("salience", _RECORD_DEFAULTS["salience"]),
-        "lifecycle_state": _LIFECYCLE_STATES[get("lifecycle_state", _RECORD_DEFAULTS["lifecycle_state"])],
-        "created_at": _utc(created),
-        "updated_at": _utc(get("updated_at", created)),
-        "event_time": _utc(get("event_time", _RECORD_DEFAULTS["event_time"])),
-        "valid_from": _utc(get("valid_from", _RECORD_DEFAULTS["valid_from"])),
-        "valid_to": _utc(get("valid_to", _RECORD_DEFAULTS["valid_to"])),
-        "evidence_refs": tuple(get("evidence_refs", _RECORD_DEFAULTS["evidence_refs"])),
-        "source_ref": get("source_ref", _RECORD_DEFAULTS["source_ref"]),
-        "metadata": stored["metadata"] if "metadata" in stored else {},  # each object its own
-        "assertion": None if assertion is None else Assertion.model_construct(**assertion),
-        "quantity": None if quantity is None else Quantity.model_construct(**quantity),
-    }
+    for required in ("content", "created_at"):  # every record holds them
+        if required not in stored:
+            raise KeyError(required)
+    # What `model_construct` does for a record, without its per-field search for aliases and
+    # defaults: a copy of the decoded defaults in model order (OBJECT_FIELDS; tests/test_segment_files.py
+    # checks the result against `model_construct`'s) with the record's few values decoded into it,
+    # and one shared set of the names they set (pydantic would make one per object, one more
+    # container for the garbage collector to scan in each of the tens of thousands a reader keeps
+    # decoded; frozen objects never add to it, and a copy gets its own).
+    fields = _TEMPLATE.copy()
+    decode = _DECODE.get
+    for name, value in stored.items():
+        if name in fields:
+            convert = decode(name)
+            fields[name] = value if convert is None else convert(value)
+    if object_id is not None:
+        fields["id"] = object_id
+    elif "id" not in stored:
+        raise KeyError("id")
+    if namespace is not None:
+        fields["namespace"] = namespace
+    elif "namespace" not in stored:
+        raise KeyError("namespace")
+    if "entity_canonical_name" not in stored:
+        fields["entity_canonical_name"] = entity_name
+    if "updated_at" not in stored:
+        fields["updated_at"] = fields["created_at"]
+    if "metadata" not in stored:
+        fields["metadata"] = {}
     memory = _new(MemoryObject)
     _set(memory, "__dict__", fields)
     _set(memory, "__pydantic_fields_set__", _EVERY_FIELD)
