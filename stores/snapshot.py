@@ -38,6 +38,7 @@ from rms_retrieval.stores.engine.scope_cache import (NamespaceRows, Scope, Scope
                                                      namespace_rows, row_sources)
 from rms_retrieval.stores.engine.scope_graph import CoMentionCounts
 from rms_retrieval.stores.engine.lexical_reading import lexical_index
+from rms_retrieval.stores.engine.segment_lookups import scope_entity_entries
 from rms_retrieval.stores.engine.segments import LoadedSegment
 from rms_retrieval.stores.engine.store_sql import ParquetRecords
 from rms_retrieval.stores.indexes.vector_index import exact_top_k
@@ -249,25 +250,23 @@ class StoreSnapshot(LexicalIndex, VectorIndex, GraphIndex, ObjectStore, Retrieva
                       key=lambda entity: entity.id)
 
     def known_names(self, namespaces: Iterable[str]) -> dict[str, KnownNames]:
-        """Per namespace, the names of its ENTITY objects (some 2,500 in a LongMemEval-S namespace) as
-        an add's entity-graph step reads them: made on its first write, then extended by the entities
-        of the segments each write adds (`ScopeValues`); never changed (`entity_graph` adds to a copy)."""
+        """Per namespace, the names of its ENTITY rows (some 2,500 in a LongMemEval-S namespace) as
+        an add's entity-graph step reads them, from the columns: made on its first write, then extended
+        by the entities of the segments each write adds (`ScopeValues`); never changed (`entity_graph`
+        adds to a copy)."""
         found = {}
         for namespace in sorted(set(namespaces)):
             scope = (namespace,)
 
-            def entities(added: tuple[str, ...] | None = None, namespace: str = namespace) -> Iterator[MemoryObject]:
-                # Its live ENTITY objects (of the segments `added`, if given), unsorted: a name index
-                # does not depend on the order its names are added.
-                return (segment.object_at(row) for segment, _, row in self._entity_rows([namespace])
-                        if added is None or segment.entry.key in added)
+            def entries(added: tuple[str, ...] | None = None, namespace: str = namespace) -> Iterator[tuple[int, list[str], bool]]:
+                return scope_entity_entries(self._split([namespace]), namespace, added)
 
             sources = self._sources(scope, lambda rows: rows.entity_rows)
 
             def extend(previous: KnownNames, before: tuple[str, ...], sources: tuple[str, ...] = sources) -> KnownNames | None:
-                return None if (added := appended(before, sources)) is None else previous.with_entities(entities(added))
+                return None if (added := appended(before, sources)) is None else previous.with_entries(entries(added))
 
-            found[namespace] = self._known_names.get(scope, sources, lambda: KnownNames.of(entities()), extend)
+            found[namespace] = self._known_names.get(scope, sources, lambda: KnownNames.of_entries(entries()), extend)
         return found
 
     def co_mention_counts(self, namespaces: Iterable[str]) -> CoMentionCounts:

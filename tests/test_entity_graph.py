@@ -10,6 +10,7 @@ from rms_retrieval.stores.indexes.entity_graph import (
     SPOKEN_BY,
     GraphEdge,
     co_mention_confidence,
+    entity_entries,
     co_mentioned_pairs,
     KnownNames,
     entity_graph,
@@ -127,9 +128,10 @@ def test_known_names_are_never_changed_by_a_graph_and_grow_by_copies():
     caroline = next(entity for entity in update.entities if entity.entity_canonical_name == "Caroline")
     assert {edge.target for edge in update.edges if edge.edge_type == MENTIONS} == {mel.id, caroline.id}
     assert known["a"].named("Caroline") == set() and known["a"].named("mel") == {mel.id}  # the batch's names went to a copy
-    grown = known["a"].with_entities([caroline, turn])  # a turn is no entity: left out
+    grown = known["a"].with_entries(entity_entries([caroline, turn]))  # a turn is no entity: left out
     assert grown.named("Caroline") == {caroline.id} and known["a"].named("Caroline") == set()
-    assert grown.extracted == {caroline.id} and known["a"].extracted == set()
+    assert grown.extracted == {caroline.id.int} and known["a"].extracted == set()
+    assert grown.is_extracted(caroline.id) and not grown.is_extracted(mel.id)
     again = entity_graph([_turn(3, "Caroline again")], {"a": grown}, {}, ANCHORS)
     assert again == entity_graph([_turn(3, "Caroline again")], known_names([mel, caroline]), {}, ANCHORS)
     assert not again.entities and KnownNames.of([turn]).named("Mel met Caroline at the park") == set()

@@ -110,3 +110,27 @@ def test_sessions_with_more_rows_deleted_are_what_gathering_them_again_gives(cou
     again = stepped.with_dead(later)
     assert list(again) == list(whole) and {key: again[key] for key in again} == {key: whole[key] for key in whole}
     assert all((key in again) == (key in whole) for key in earlier) and len(again) == len(whole)
+
+
+def test_the_entity_entries_read_from_the_columns_are_those_of_the_decoded_objects(tmp_path):
+    from rms_retrieval.stores.engine.segment_vectors import SegmentVectors
+    from rms_retrieval.stores.engine.segment_writing import write_segment
+    from rms_retrieval.stores.engine.segments import LoadedSegment
+    from rms_retrieval.stores.indexes.entity_graph import entity_entries
+    from rms_retrieval.stores.models import NodeType
+
+    when = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    metadata = [{"extracted": True}, {}, {"aliases": ["Mel", "Melly"]}, {"notes": {"extracted": True}}, {"extracted": 0},
+                {"extracted": "yes", "aliases": ["Cal"]}, {"entity_type": "PERSON", "note": "not \"extracted\" at all"}]
+    entities = [MemoryObject(id=UUID(int=(number + 1) << 64), namespace="a", node_type=NodeType.ENTITY, content=f"Name{number}",
+                             entity_canonical_name=f"Name{number}" if number != 1 else "  Name1 ", metadata=extra, created_at=when)
+                for number, extra in enumerate(metadata)]
+    rows = [*entities, store_workers.turn(0)]
+    written = write_segment(tmp_path, "g1-x", rows, SegmentVectors.dense(np.eye(len(rows), 8, dtype=np.float32)), [])
+    segment = LoadedSegment(tmp_path, written.entry)
+    positions = list(range(len(entities)))  # namespace a's rows come first
+    from_columns = list(segment_lookups.entity_entries(segment, "a", positions))
+    assert segment._decoded == {}  # read from the columns: no object made
+    assert from_columns == list(entity_entries(segment.object_at(row) for row in positions))
+    assert [extracted for _, _, extracted in from_columns] == [True, False, False, False, False, True, False]
+    assert from_columns[2][1] == ["Name2", "Mel", "Melly"] and list(segment_lookups.entity_entries(segment, "a", [])) == []

@@ -22,7 +22,7 @@ import unicodedata
 from dataclasses import dataclass
 from uuid import UUID
 
-
+from rms_retrieval.stores.indexes.adjacency import uuid_of
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9&\-]*(?:'[A-Za-z]+)?|[.!?;:,\"()]")
 _NAME_WORD = re.compile(r"[^\W_]+")
@@ -129,20 +129,26 @@ def first_name_word(name: str) -> str:
 
 
 class NameMatcher:
-    """Names and the ids they name, found in a text as whole name words."""
+    """Names and the ids they name, found in a text as whole name words. An id is kept as its
+    integer (`UUID.int`), in a tuple per name: numbers in tuples are containers the garbage
+    collector stops tracking, where a LongMemEval-S namespace's 2,600 names held a set of UUIDs
+    each, scanned by every full collection of the writing process."""
 
     def __init__(self) -> None:
-        self._ids: dict[str, set[UUID]] = {}
+        self._ids: dict[str, tuple[int, ...]] = {}
         self._first_words: set[str] = set()  # where in a text a name can start
         self._longest = 0
 
-    def add(self, object_id: UUID, name: str) -> str | None:
-        """Record that `name` names `object_id`; its key, or None for a name too short to match."""
+    def add(self, object_id: UUID | int, name: str) -> str | None:
+        """Record that `name` names `object_id` (a UUID or its integer); its key, or None for a
+        name too short to match."""
         key = name_key(name)
         if len(key) < 2:
             return None
-        named = self._ids.get(key)
-        self._ids[key] = {object_id} if named is None else named | {object_id}  # a copy's sets are shared: none is changed
+        number = object_id if type(object_id) is int else object_id.int
+        named = self._ids.get(key, ())
+        if number not in named:
+            self._ids[key] = (*named, number)  # a new tuple: a copy shares the old one, never changed
         self._first_words.add(key.partition(" ")[0])
         self._longest = max(self._longest, key.count(" ") + 1)
         return key
@@ -155,7 +161,7 @@ class NameMatcher:
 
     def named(self, name: str) -> set[UUID]:
         """The ids `name` names exactly (as name words)."""
-        return set(self._ids.get(name_key(name), ()))
+        return {uuid_of(number) for number in self._ids.get(name_key(name), ())}
 
     def names_in(self, text: str) -> list[str]:
         """The keys of the names occurring in `text`: one-word names first, each size in text order."""
@@ -172,11 +178,11 @@ class NameMatcher:
         """The ids of every name occurring in `text`, each once, by where its first name starts
         (ids named at one start by id)."""
         words = name_words(text)
-        first: dict[UUID, int] = {}
+        first: dict[int, int] = {}
         for start, word in enumerate(words):
             if word not in self._first_words:
                 continue
             for size in range(1, min(self._longest, len(words) - start) + 1):
-                for object_id in self._ids.get(" ".join(words[start : start + size]), ()):
-                    first.setdefault(object_id, start)
-        return sorted(first, key=lambda object_id: (first[object_id], object_id))
+                for number in self._ids.get(" ".join(words[start : start + size]), ()):
+                    first.setdefault(number, start)
+        return [uuid_of(number) for number in sorted(first, key=lambda number: (first[number], number))]

@@ -7,7 +7,8 @@ asked about, opening a segment makes none of them, and none holds a Python objec
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 from uuid import UUID
 
 import numpy as np
@@ -16,7 +17,9 @@ import pyarrow.compute as pc
 
 from rms_retrieval.stores.analysis.positions import SessionKey
 from rms_retrieval.stores.engine.segment_parquet import SegmentColumns
-from rms_retrieval.stores.indexes.adjacency import UuidColumn, uuid_keys
+from rms_retrieval.stores.engine.codec import record_fields
+from rms_retrieval.stores.indexes.adjacency import UuidColumn, key_ints, uuid_keys
+from rms_retrieval.stores.indexes.entity_graph import names_of
 
 
 def _namespace_rows(columns: SegmentColumns, slices: Mapping[str, tuple[int, int]], namespace: str) -> np.ndarray:
@@ -248,3 +251,26 @@ class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
     def _ordered(self, namespace: str) -> list[SessionKey]:
         runs, _, rows = self._of(namespace)
         return runs.ordered(rows)
+
+
+def entity_entries(segment: Any, namespace: str, rows: Sequence[int]) -> Iterator[tuple[int, list[str], bool]]:
+    """(id's integer, names, extracted) of the ENTITY `rows` of `namespace` in `segment` (a
+    `LoadedSegment`), as `KnownNames.of_entries` takes them, read from its columns with no object
+    made: the names as `entity_names` reads them for a catalog, and whether `metadata["extracted"]`
+    is true from the records that hold the word (JSON keeps a key's text as it is)."""
+    if not len(rows):
+        return iter(())
+    names, records = segment.entity_names(namespace, rows), segment.columns.records
+    marked = np.flatnonzero(records.containing(rows, '"extracted"')).tolist()
+    extracted = {index for index in marked if (record_fields(records.at(rows[index])).get("metadata") or {}).get("extracted")}
+    return ((number, names_of(canonical, names.aliases.get(index)), index in extracted)
+            for index, (number, canonical) in enumerate(zip(key_ints(names.ids), names.canonicals.to_pylist())))
+
+
+def scope_entity_entries(split: Iterable[tuple[Any, Any]], namespace: str, added: Collection[str] | None = None
+                         ) -> Iterator[tuple[int, list[str], bool]]:
+    """`entity_entries` of `namespace`'s live ENTITY rows in each segment of `split` ((segment,
+    NamespaceRows) pairs; of the segments whose keys `added` holds alone, if given), unsorted: a
+    name index does not depend on the order its names are added."""
+    return itertools.chain.from_iterable(entity_entries(segment, namespace, rows.entity_rows.get(namespace, ()))
+                                         for segment, rows in split if added is None or segment.entry.key in added)

@@ -30,7 +30,7 @@ Edges never cross namespaces: both ends come from one object's namespace.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID, uuid5
@@ -123,46 +123,60 @@ def names_of(canonical_name: str | None, aliases: object) -> list[str]:
 class KnownNames:
     """The entities one namespace knows, by any of their names, and which of them were extracted.
 
-    A store makes one per namespace from its ENTITY objects and keeps it across writes, extended
-    by the entities each write adds (`with_entities`: a copy); `entity_graph` adds a batch's names
-    to a copy (`copy`), so one a store keeps never changes, and a write to a namespace of thousands
-    of entities does not index every name again."""
+    A store makes one per namespace from the columns of its ENTITY rows (`of_entries`, no object
+    decoded) and keeps it across writes, extended by the entities each write adds (`with_entries`:
+    a copy); `entity_graph` adds a batch's names to a copy (`copy`), so one a store keeps never
+    changes, and a write to a namespace of thousands of entities does not index every name again.
+    Ids are kept as their integers (`NameMatcher`)."""
 
     def __init__(self) -> None:
         self.names = NameMatcher()
-        self.extracted: set[UUID] = set()
+        self.extracted: set[int] = set()
 
     @classmethod
     def of(cls, entities: Iterable[MemoryObject]) -> KnownNames:
         """The names of `entities` (ENTITY objects of one namespace; other objects are left out)."""
-        return cls()._adding(entities)
+        return cls.of_entries(entity_entries(entities))
+
+    @classmethod
+    def of_entries(cls, entries: Iterable[tuple[int, list[str], bool]]) -> KnownNames:
+        """The names of the entities `entries` gives: (id's integer, names, extracted) each."""
+        return cls()._adding(entries)
 
     def copy(self) -> KnownNames:
         copied = KnownNames()
         copied.names, copied.extracted = self.names.copy(), set(self.extracted)
         return copied
 
-    def with_entities(self, entities: Iterable[MemoryObject]) -> KnownNames:
-        """These names and those of `entities` (ENTITY objects; other objects are left out), in a copy."""
-        return self.copy()._adding(entities)
+    def with_entries(self, entries: Iterable[tuple[int, list[str], bool]]) -> KnownNames:
+        """These names and those of `entries` (as `of_entries` takes them), in a copy."""
+        return self.copy()._adding(entries)
 
-    def _adding(self, entities: Iterable[MemoryObject]) -> KnownNames:
-        for entity in entities:
-            if entity.node_type is NodeType.ENTITY:
-                self.add(entity.id, entity_names(entity), bool(entity.metadata.get("extracted")))
+    def _adding(self, entries: Iterable[tuple[int, list[str], bool]]) -> KnownNames:
+        for number, names, extracted in entries:
+            self.add(number, names, extracted)
         return self
 
-    def add(self, object_id: UUID, names: Iterable[str], extracted: bool) -> None:
+    def add(self, object_id: UUID | int, names: Iterable[str], extracted: bool) -> None:
         for name in names:
             self.names.add(object_id, name)
         if extracted:
-            self.extracted.add(object_id)
+            self.extracted.add(object_id if type(object_id) is int else object_id.int)
+
+    def is_extracted(self, object_id: UUID) -> bool:
+        return object_id.int in self.extracted
 
     def named(self, name: str) -> set[UUID]:
         return self.names.named(name)
 
     def occurring_in(self, text: str) -> list[UUID]:
         return self.names.ids_in_order(text)
+
+
+def entity_entries(entities: Iterable[MemoryObject]) -> Iterator[tuple[int, list[str], bool]]:
+    """(id's integer, names, extracted) of each ENTITY object of `entities` (others are left out)."""
+    return ((entity.id.int, entity_names(entity), bool(entity.metadata.get("extracted")))
+            for entity in entities if entity.node_type is NodeType.ENTITY)
 
 
 def known_names(entities: Iterable[MemoryObject]) -> dict[str, KnownNames]:
@@ -232,7 +246,7 @@ def entity_graph(
         in_order = known.occurring_in(memory.content)
         mentioned = set(in_order) | spotted_by_object[(memory.namespace, memory.id)]
         for target in sorted(mentioned):
-            confidence = EXTRACTED_MENTION_CONFIDENCE if target in known.extracted else DECLARED_MENTION_CONFIDENCE
+            confidence = EXTRACTED_MENTION_CONFIDENCE if known.is_extracted(target) else DECLARED_MENTION_CONFIDENCE
             edges.append(GraphEdge(memory.namespace, MENTIONS, memory.id, target, confidence))
             first_mention.setdefault(target, memory)
         speaker = speaker_by_object.get((memory.namespace, memory.id))
