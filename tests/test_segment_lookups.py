@@ -129,8 +129,8 @@ def test_the_entity_entries_read_from_the_columns_are_those_of_the_decoded_objec
     written = write_segment(tmp_path, "g1-x", rows, SegmentVectors.dense(np.eye(len(rows), 8, dtype=np.float32)), [])
     segment = LoadedSegment(tmp_path, written.entry)
     positions = list(range(len(entities)))  # namespace a's rows come first
-    from_columns = list(segment_lookups.entity_entries(segment, "a", positions))
+    from_columns = list(segment_lookups.entity_row_entries(segment, "a", positions))
     assert segment._decoded == {}  # read from the columns: no object made
     assert from_columns == list(entity_entries(segment.object_at(row) for row in positions))
     assert [extracted for _, _, extracted in from_columns] == [True, False, False, False, False, True, False]
-    assert from_columns[2][1] == ["Name2", "Mel", "Melly"] and list(segment_lookups.entity_entries(segment, "a", [])) == []
+    assert from_columns[2][1] == ["Name2", "Mel", "Melly"] and list(segment_lookups.entity_row_entries(segment, "a", [])) == []

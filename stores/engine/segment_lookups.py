@@ -253,7 +253,7 @@ class SegmentSessions(Mapping[SessionKey, list[tuple[int, int]]]):
         return runs.ordered(rows)
 
 
-def entity_entries(segment: Any, namespace: str, rows: Sequence[int]) -> Iterator[tuple[int, list[str], bool]]:
+def entity_row_entries(segment: Any, namespace: str, rows: Sequence[int]) -> Iterator[tuple[int, list[str], bool]]:
     """(id's integer, names, extracted) of the ENTITY `rows` of `namespace` in `segment` (a
     `LoadedSegment`), as `KnownNames.of_entries` takes them, read from its columns with no object
     made: the names as `entity_names` reads them for a catalog, and whether `metadata["extracted"]`
@@ -269,8 +269,8 @@ def entity_entries(segment: Any, namespace: str, rows: Sequence[int]) -> Iterato
 
 def scope_entity_entries(split: Iterable[tuple[Any, Any]], namespace: str, added: Collection[str] | None = None
                          ) -> Iterator[tuple[int, list[str], bool]]:
-    """`entity_entries` of `namespace`'s live ENTITY rows in each segment of `split` ((segment,
+    """`entity_row_entries` of `namespace`'s live ENTITY rows in each segment of `split` ((segment,
     NamespaceRows) pairs; of the segments whose keys `added` holds alone, if given), unsorted: a
     name index does not depend on the order its names are added."""
-    return itertools.chain.from_iterable(entity_entries(segment, namespace, rows.entity_rows.get(namespace, ()))
+    return itertools.chain.from_iterable(entity_row_entries(segment, namespace, rows.entity_rows.get(namespace, ()))
                                          for segment, rows in split if added is None or segment.entry.key in added)
