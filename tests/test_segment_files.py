@@ -247,6 +247,21 @@ def test_a_segment_with_its_records_in_the_objects_file_loads_the_same(tmp_path)
     assert older.objects() == objects and older.objects_table().equals(table)
 
 
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(st.text(alphabet='ab"{é', max_size=6), min_size=1, max_size=12), needle=st.text(alphabet='ab"é', min_size=1, max_size=3),
+       picks=st.lists(st.integers(0, 23), max_size=8), wide=st.booleans())
+def test_mapped_records_tell_which_contain_a_text_as_python_does(texts, needle, picks, wide):
+    # Any positions (unsorted, repeated), matches across records' boundaries and overlapping
+    # ones; with `wide`, a 512 KB record after each, so that far-apart positions span too many
+    # bytes to be searched whole (Arrow answers for them).
+    filler = "x" * (1 << 19) if wide else ""
+    texts = [record for text in texts for record in (text, filler)]
+    positions = [pick % len(texts) for pick in picks]
+    arrays = segment_parquet.record_arrays(pa.array(texts))
+    records = MappedRecords(arrays["record_offsets"], arrays["record_bytes"], lambda: None)
+    assert records.containing(positions, needle).tolist() == [needle in texts[row] for row in positions]
+
+
 def test_mapped_records_read_one_record_after_the_check_and_refuse_bad_arrays():
     records = [object_record(RICH), "{}", ""]
     arrays = segment_parquet.record_arrays(pa.chunked_array([records[:1], records[1:]]))

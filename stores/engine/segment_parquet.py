@@ -127,6 +127,11 @@ def without_records(table: pa.Table) -> pa.Table:
     return table
 
 
+# `MappedRecords.containing` searches the bytes between its first and last rows where they are at
+# most this many times the rows' own, and this many bytes more.
+_SPAN_FACTOR, _SPAN_SLACK = 4, 1 << 20
+
+
 def consecutive_run(positions: np.ndarray, size: int) -> slice | None:
     """The slice `positions` cover where they are a run of consecutive positions below `size` (a
     namespace's rows, or its edges, in one segment usually are), so that columns are read as
@@ -166,27 +171,33 @@ class MappedRecords:
         return self._data[self._offsets[position]:self._offsets[position + 1]].tobytes().decode()
 
     def containing(self, positions: Sequence[int], text: str) -> np.ndarray:
-        """Whether the record of each of `positions` contains `text`, in one pass over them: a run
-        of rows by `bytes.find` over its bytes (a tenth of Arrow's `match_substring` time on a
-        LongMemEval-S namespace's 2,574 entity records), other positions by Arrow."""
+        """Whether the record of each of `positions` contains `text`, in one pass over them: the
+        bytes from the first of them to the last searched by `bytes.find` where they are not many
+        more than the records' own (a namespace's rows lie together: a tenth of Arrow's
+        `match_substring` time on a LongMemEval-S namespace's 2,574 entity records), else by Arrow
+        over a copy of those records."""
         self._ready()
         at = np.asarray(positions, dtype=np.int64)
-        run = consecutive_run(at, len(self))
-        if not text or run is None:
+        if not text or not len(at) or int(at.min()) < 0 or int(at.max()) >= len(self):
             return _containing(self._whole(), at, text)
-        offsets = self._offsets[run.start:run.stop + 1]
+        low, high = int(at.min()), int(at.max())
+        offsets = self._offsets[low:high + 2]
         if offsets[-1] > len(self._data) or np.any(np.diff(offsets) < 0):
             raise ValueError("the record offsets do not run through the record bytes")
-        found = np.zeros(len(at), dtype=bool)
-        start, needle = int(offsets[0]), text.encode()
-        block = self._data[start:int(offsets[-1])].tobytes()
+        start, end = int(offsets[0]), int(offsets[-1])
+        if end - start > _SPAN_FACTOR * int((self._offsets[at + 1] - self._offsets[at]).sum()) + _SPAN_SLACK:
+            return _containing(self._whole(), at, text)
+        needle, block, hits = text.encode(), self._data[start:end].tobytes(), []
         hit = block.find(needle)
-        while hit >= 0:  # each match, kept where it lies within one record
-            row = int(np.searchsorted(offsets, start + hit, side="right")) - 1
-            if start + hit + len(needle) <= offsets[row + 1]:
-                found[row] = True
+        while hit >= 0:  # every match, overlapping ones too: one may span two records, the next lie in one
+            hits.append(hit)
             hit = block.find(needle, hit + 1)
-        return found
+        found = np.zeros(high - low + 1, dtype=bool)
+        if hits:
+            where = np.asarray(hits, dtype=np.int64) + start
+            rows = np.searchsorted(offsets, where, side="right") - 1
+            found[rows[where + len(needle) <= offsets[rows + 1]]] = True  # a match that lies within one record
+        return found[at - low]
 
     def array(self) -> pa.Array:
         """Every record, as a string array over the mapped bytes (for SQL over the rows)."""
