@@ -264,3 +264,15 @@ def test_a_background_load_that_fails_leaves_the_error_to_the_first_encode(tmp_p
     with pytest.raises(Exception) as without:
         OnnxQueryEncoder(tmp_path / "no-model", cache_dir=tmp_path / "cache").encode(["Where does Tomas work now?"])
     assert (type(after_background.value), str(after_background.value)) == (type(without.value), str(without.value))
+
+
+def test_a_cache_file_is_written_whole_or_not_at_all(tmp_path):
+    path = tmp_path / "cache" / "kept.bin"
+    assert onnx_encoder.write_cache_file(path, b"first") and path.read_bytes() == b"first"
+    assert onnx_encoder.write_cache_file(path, b"second") and path.read_bytes() == b"second"
+    blocked = tmp_path / "cache" / "a directory"
+    (blocked / "inside").mkdir(parents=True)  # a name the rename cannot take
+    assert not onnx_encoder.write_cache_file(blocked, b"third")
+    assert sorted(entry.name for entry in path.parent.iterdir()) == ["a directory", "kept.bin"]  # no temporary left
+    (tmp_path / "a file").write_text("where a directory would be")
+    assert not onnx_encoder.write_cache_file(tmp_path / "a file" / "kept.bin", b"fourth")

@@ -9,16 +9,15 @@ The file is kept in the cache directory (`cache_directory()`), named for the enc
 versions of tiktoken and of the package that brings the encoding, and this module's format. It
 is read only where each array's CRC-32 (the archive's own) holds and the arrays agree in length;
 a missing or damaged file is made again from tiktoken's parse, which is what the process uses. A
-new file is written to a temporary name and renamed, so a reader sees a whole file or none; a
-directory that cannot be written leaves it unmade, and each process parses.
+new file is written as the ONNX graph's cache is (`write_cache_file`: to a temporary name, then
+renamed, so a reader sees a whole file or none); a directory that cannot be written leaves it
+unmade, and each process parses.
 """
 
 from __future__ import annotations
 
-import contextlib
+import io
 import json
-import os
-import tempfile
 import zipfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -26,6 +25,8 @@ from typing import Any
 
 import numpy as np
 import tiktoken
+
+from rms_retrieval.stores.providers.onnx_encoder import write_cache_file
 
 FORMAT = 1
 HEADER_KEYS = {"name", "pat_str", "special_tokens"}  # the constructor's arguments but the ranks
@@ -83,19 +84,6 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def _write(path: Path, constructor: dict[str, Any]) -> None:
-    arrays = _arrays(constructor)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".npz", delete=False)
-    except OSError:
-        return
-    try:
-        with handle:
-            np.savez(handle, **arrays)
-        os.chmod(handle.name, 0o644)  # like any cache file: readable by the user's other tools
-        os.replace(handle.name, path)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(handle.name)
-        if not isinstance(error, OSError):
-            raise
+    kept = io.BytesIO()
+    np.savez(kept, **_arrays(constructor))
+    write_cache_file(path, kept.getvalue())

@@ -28,6 +28,7 @@ the same whether it is written, ingested in a batch, embedded again or asked as 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -246,15 +247,31 @@ def _same_file(opened: os.stat_result, named: os.stat_result) -> bool:
 def _store_in_cache(graph: Path, model: bytes) -> None:
     """Write the graph, then its checksum, each atomically; a cache that cannot be written is
     left alone (the process keeps its export in memory)."""
+    if write_cache_file(graph, model):
+        write_cache_file(_checksum_path(graph), hashlib.sha256(model).hexdigest().encode())
+
+
+def write_cache_file(path: Path, data: bytes) -> bool:
+    """`data` as the file `path` of the cache directory, atomically: written to a temporary name
+    beside it and renamed, so a reader sees a whole file or none. False (and no file, temporary or
+    not) where the directory cannot be written: the caller keeps what it made in memory."""
     try:
-        graph.parent.mkdir(parents=True, exist_ok=True)
-        for target, data in ((graph, model), (_checksum_path(graph), hashlib.sha256(model).hexdigest().encode())):
-            with tempfile.NamedTemporaryFile(dir=graph.parent, prefix=f".{target.name}.", delete=False) as handle:
-                handle.write(data)
-            os.chmod(handle.name, 0o644)  # like any cache file: readable by the user's other tools
-            os.replace(handle.name, target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False)
     except OSError:
-        return
+        return False
+    try:
+        with handle:
+            handle.write(data)
+        os.chmod(handle.name, 0o644)  # like any cache file: readable by the user's other tools
+        os.replace(handle.name, path)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(handle.name)
+        if not isinstance(error, OSError):
+            raise
+        return False
+    return True
 
 
 def export_graph(model_path: Path) -> tuple[bytes, np.ndarray]:
