@@ -13,6 +13,7 @@ from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
 from rms_retrieval.stores.engine.edge_columns import MENTIONS, EdgeColumns, StoredEdge
 from rms_retrieval.stores.engine.merging import MERGE_FACTOR
+from rms_retrieval.stores.engine.scope_graph import dead_keys
 from rms_retrieval.stores.protocols import Edge
 
 NAMESPACE = store_workers.NAMESPACE
@@ -81,7 +82,7 @@ def test_the_edges_naming_a_deleted_object_are_read_from_the_columns_as_from_the
              for number, (source, target, namespace, row) in enumerate(drawn)]
     expected = [(stored.namespace, stored.edge.source) in dead_ids or (stored.namespace, stored.edge.target) in dead_ids
                 for stored in edges]
-    assert compaction.naming_dead(EdgeColumns.from_stored(edges), dead_ids).tolist() == expected
+    assert compaction.naming_dead(EdgeColumns.from_stored(edges), dead_keys(dead_ids)).tolist() == expected
 
 
 def test_compaction_decodes_no_edge_of_a_segment_it_keeps(tmp_path):

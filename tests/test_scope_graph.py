@@ -298,3 +298,13 @@ def test_co_mention_counts_of_many_pairs_at_once_are_each_pairs_count(tmp_path, 
         found = counts.counts("a", uuid_keys([first for first, _ in pairs]), uuid_keys([second for _, second in pairs]))
         assert found.tolist() == [counts.count(("a", first, second)) for first, second in pairs]
         assert len(snapshot.segments) > 1 and 0 < sum(found.tolist()) and 0 in found.tolist()
+
+
+def test_the_deleted_ids_are_grouped_by_namespace_as_sorted_distinct_keys() -> None:
+    from rms_retrieval.stores.engine.scope_graph import dead_keys
+
+    high, low, zeros = UUID(int=(5 << 64) | 1), UUID(int=7), UUID(int=3 << 64)  # one ends in zero bytes
+    grouped = dead_keys([("a", high), ("b", low), ("a", zeros), ("a", low), ("a", high)])
+    assert sorted(grouped) == ["a", "b"] and dead_keys([]) == {}
+    assert [UUID(bytes=key.tobytes()) for key in grouped["a"]] == [low, zeros, high]
+    assert [UUID(bytes=key.tobytes()) for key in grouped["b"]] == [low]

@@ -10,6 +10,7 @@ again); untouched segments are kept as they are. Runs under the write lock; read
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ import pyarrow as pa
 from rms_retrieval.stores.engine.edge_columns import EdgeColumns, id_keys
 from rms_retrieval.stores.engine.manifest import MANIFEST_FILE, SEGMENTS_DIR, Manifest, write_manifest
 from rms_retrieval.stores.engine.mentioners import SortedIds
+from rms_retrieval.stores.engine.scope_graph import dead_keys
 from rms_retrieval.stores.engine.segment_layout import new_segment_id
 from rms_retrieval.stores.engine.segments import LoadedSegment, StoredEdge
 from rms_retrieval.stores.engine.segment_writing import segment_text_tokens, write_table_segment
@@ -27,42 +29,35 @@ from rms_retrieval.stores.engine.writer import remove_unnamed_deletions, store_m
 from rms_retrieval.stores.indexes.adjacency import code_of
 
 
-def naming_dead(columns: EdgeColumns, dead_ids: frozenset) -> np.ndarray:
-    """Per edge of `columns`, whether either end is a deleted (namespace, id): read from the
-    columns, no edge decoded (a segment compaction keeps would hold its edges as objects after)."""
+def naming_dead(columns: EdgeColumns, dead: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Per edge of `columns`, whether either end is a deleted (namespace, id) (`dead`: `dead_keys`
+    of the store's): read from the columns, no edge decoded (a segment compaction keeps would hold
+    its edges as objects after)."""
     named = np.zeros(len(columns), dtype=bool)
-    dead_by_namespace: dict[str, list[bytes]] = {}
-    for namespace, memory_id in dead_ids:
-        dead_by_namespace.setdefault(namespace, []).append(memory_id.bytes)
-    for namespace, dead in dead_by_namespace.items():
+    for namespace, keys in dead.items():
         code = code_of(columns.namespace_names, namespace)
         if code < 0:
             continue
         edges = np.flatnonzero(columns.namespaces == code)
-        dead_keys = SortedIds(np.unique(id_keys(np.frombuffer(b"".join(dead), dtype=np.uint8))))
-        ends = dead_keys.positions(id_keys(columns.ends_at(edges))).reshape(-1, 2)
+        ends = SortedIds(keys).positions(id_keys(columns.ends_at(edges))).reshape(-1, 2)
         named[edges] = (ends >= 0).any(axis=1)
     return named
-
-
-def needs_compaction(segment: LoadedSegment, dead_ids: frozenset) -> bool:
-    """Whether `segment` holds deleted rows, or edges to a deleted (namespace, id)."""
-    return bool(segment.dead_rows) or bool(naming_dead(segment.edge_columns, dead_ids).any())
 
 
 def compact(store: Path, snapshot: StoreSnapshot) -> tuple[Manifest, list[LoadedSegment]] | None:
     """Commit the compacted generation of `snapshot` (None when nothing needs it) and remove
     every file it does not name at once: retired segments get no grace period."""
-    dead_ids = snapshot.dead_ids
-    if not any(needs_compaction(segment, dead_ids) for segment in snapshot.segments):
+    dead = dead_keys(snapshot.dead_ids)
+    named = [naming_dead(segment.edge_columns, dead) for segment in snapshot.segments]  # once per segment
+    if not any(segment.dead_rows or naming.any() for segment, naming in zip(snapshot.segments, named)):
         return None
     generation = snapshot.generation + 1
     segments: list[LoadedSegment] = []
     written: list[LoadedSegment] = []
     retired: list[str] = []
     try:
-        for segment in snapshot.segments:
-            if not needs_compaction(segment, dead_ids):
+        for segment, naming in zip(snapshot.segments, named):
+            if not segment.dead_rows and not naming.any():  # no deleted row, no edge to a deleted object
                 segments.append(segment)
                 continue
             retired.append(segment.entry.id)
@@ -73,7 +68,7 @@ def compact(store: Path, snapshot: StoreSnapshot) -> tuple[Manifest, list[Loaded
             columns = segment.edge_columns
             live = columns.live_positions(segment.dead)
             edges = [StoredEdge(stored.edge, stored.namespace, -1 if stored.row < 0 else int(new_row[stored.row]))
-                     for stored in columns.decoded(live[~naming_dead(columns, dead_ids)[live]])]
+                     for stored in columns.decoded(live[~naming[live]])]
             if not len(kept) and not edges:
                 continue
             objects = segment.objects_table().take(pa.array(kept))
