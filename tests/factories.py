@@ -65,6 +65,8 @@ def make_candidate(obj: MemoryObject, **ranks: tuple[int, float]) -> Candidate:
 
 
 IDENTITY = EmbeddingIdentity("fake-model", "0" * 16, 4)
+# Ids that try 16-byte key columns: three ending in zero bytes, four sharing their first eight bytes.
+AWKWARD_IDS = [UUID(int=value << 64) for value in range(1, 4)] + [UUID(int=(1 << 64) | value) for value in range(1, 5)]
 
 
 class FakeEncoder(QueryEncoder):

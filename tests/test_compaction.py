@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from uuid import UUID
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import store_workers
+from tests.factories import AWKWARD_IDS
 from rms_retrieval.stores.engine import compaction
 from rms_retrieval.stores.engine.manifest import SEGMENTS_DIR, read_manifest
 from rms_retrieval.stores.memory_store import MemoryStore
@@ -70,15 +69,13 @@ def test_compaction_never_touches_a_directory_the_store_did_not_make(tmp_path):
         assert backup.is_dir()
 
 
-# Ids ending in zero bytes, and ids sharing their first eight bytes.
-_IDS = [UUID(int=value << 64) for value in range(1, 4)] + [UUID(int=(1 << 64) | value) for value in range(1, 5)]
 
 
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.sampled_from(["a", "b"]), st.integers(-1, 3)), max_size=30),
-       st.frozensets(st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(_IDS)), max_size=6))
+       st.frozensets(st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(AWKWARD_IDS)), max_size=6))
 def test_the_edges_naming_a_deleted_object_are_read_from_the_columns_as_from_the_edges(drawn, dead_ids):
-    edges = [StoredEdge(Edge(number + 1, _IDS[source], _IDS[target], MENTIONS, 0.5), namespace, row)
+    edges = [StoredEdge(Edge(number + 1, AWKWARD_IDS[source], AWKWARD_IDS[target], MENTIONS, 0.5), namespace, row)
              for number, (source, target, namespace, row) in enumerate(drawn)]
     expected = [(stored.namespace, stored.edge.source) in dead_ids or (stored.namespace, stored.edge.target) in dead_ids
                 for stored in edges]

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from rms_retrieval.stores.engine.edge_columns import CO_MENTIONED, MENTIONS, SPOKEN_BY, EdgeColumns, StoredEdge
 from rms_retrieval.stores.engine.edge_index import EdgeIndex, LiveCounts
 from rms_retrieval.stores.protocols import Edge
+from tests.factories import AWKWARD_IDS
 
 ANN, BOB, CAL, TURN = UUID(int=1), UUID(int=2), UUID(int=3), UUID(int=100)
 
@@ -63,8 +64,7 @@ def _by_objects(edges: list[StoredEdge]) -> tuple[dict, dict, Counter]:
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 6), st.sampled_from([MENTIONS, SPOKEN_BY, CO_MENTIONED]),
                           st.sampled_from(["a", "b"]), st.integers(-1, 4)), max_size=40))
 def test_the_columns_answer_as_the_edges_read_one_by_one(drawn) -> None:
-    # Ids ending in zero bytes and ids sharing their first eight bytes, in any order of rows.
-    ids = [UUID(int=value << 64) for value in range(1, 4)] + [UUID(int=(1 << 64) | value) for value in range(1, 5)]
+    ids = AWKWARD_IDS  # in any order of rows
     edges = [StoredEdge(Edge(number + 1, ids[source], ids[target], kind, 0.5), namespace, row)
              for number, (source, target, kind, namespace, row) in enumerate(drawn)]
     index = EdgeIndex(EdgeColumns.from_stored(edges))

@@ -178,9 +178,9 @@ class MappedRecords:
         over a copy of those records."""
         self._ready()
         at = np.asarray(positions, dtype=np.int64)
-        if not text or not len(at) or int(at.min()) < 0 or int(at.max()) >= len(self):
+        low, high = (int(at.min()), int(at.max())) if len(at) else (0, -1)
+        if not text or not len(at) or low < 0 or high >= len(self):
             return _containing(self._whole(), at, text)
-        low, high = int(at.min()), int(at.max())
         offsets = self._offsets[low:high + 2]
         if offsets[-1] > len(self._data) or np.any(np.diff(offsets) < 0):
             raise ValueError("the record offsets do not run through the record bytes")

@@ -201,9 +201,8 @@ def entity_graph(
     ordered = sorted(batch, key=lambda memory: (memory.namespace, memory.created_at, memory.id))
     namespaces: dict[str, KnownNames] = defaultdict(KnownNames, {name: names.copy() for name, names in known.items()})
     for entity in ordered:
-        if entity.node_type is NodeType.ENTITY:
-            extracted = bool(entity.metadata.get("extracted"))
-            namespaces[entity.namespace].add(entity.id, entity_names(entity), extracted)
+        for number, names, extracted in entity_entries([entity]):  # none for an object that is no entity
+            namespaces[entity.namespace].add(number, names, extracted)
 
     # by (namespace, id): ids are unique within a namespace only, and one batch may hold the same id in two
     speaker_by_object: dict[tuple[str, UUID], str] = {}
